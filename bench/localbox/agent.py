@@ -1,0 +1,507 @@
+"""The in-sandbox agent: pid 1 of one sandbox.
+
+Started by the server as ``unshare --mount --pid --uts --ipc [--net] --fork -- python -I -S agent.py CONFIG``
+with a SOCK_SEQPACKET control socket on fd 3. It mounts the sandbox root (overlayfs over the template),
+enters it with pivot_root, then serves requests: spawn processes and open files *inside* the sandbox,
+handing the resulting file descriptors back to the server (SCM_RIGHTS). As pid 1 it also reaps orphans.
+
+Runs with the standard library only and imports everything before pivot_root: after that, the host's
+library directory is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import grp
+import json
+import os
+import platform
+import pwd
+import select
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import termios
+import time
+
+CONTROL_FD = int(json.loads(sys.argv[1])["control_fd"]) if len(sys.argv) > 1 else 3
+MAX_MESSAGE = 1 << 20
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+libc.setfsuid.argtypes = [ctypes.c_uint]
+libc.setfsgid.argtypes = [ctypes.c_uint]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+libc.inotify_init1.argtypes = [ctypes.c_int]
+libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MNT_DETACH = 2
+PR_CAPBSET_DROP = 24
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
+
+# Capabilities a sandbox's root keeps: a container runtime's usual default set, without mknod.
+KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31}  # chown dac_override fowner fsetid kill setgid
+# setuid setpcap net_bind_service net_raw sys_chroot audit_write setfcap
+LAST_CAP = 40
+
+IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8  # modify attrib moved_from moved_to create delete close_write
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    _check(
+        libc.mount(
+            source.encode(),
+            target.encode(),
+            fstype.encode() if fstype else None,
+            flags,
+            data.encode() if data else None,
+        ),
+        f"mount {fstype or 'bind'} {source} on {target}",
+    )
+
+
+def setup_root(config: dict) -> None:
+    """Mount the sandbox's root and make it the root of this mount namespace."""
+    merged = config["merged"]
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    options = f"lowerdir={config['lower']},upperdir={config['upper']},workdir={config['work']}"
+    mount("overlay", merged, "overlay", 0, options)
+    mount("proc", f"{merged}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = f"{merged}/dev"
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=64k")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        open(f"{dev}/{name}", "w").close()
+        mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
+    os.mkdir(f"{dev}/pts")
+    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    os.mkdir(f"{dev}/shm", 0o1777)
+    mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0")):
+        os.symlink(target, f"{dev}/{name}")
+    os.symlink("/proc/self/fd/1", f"{dev}/stdout")
+    os.symlink("/proc/self/fd/2", f"{dev}/stderr")
+    os.chdir(merged)
+    _check(libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+
+
+def drop_capabilities() -> None:
+    for cap in range(LAST_CAP + 1):
+        if cap not in KEPT_CAPS:
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
+class Creds(contextlib.AbstractContextManager):
+    """Filesystem credentials of a sandbox user for the duration of one file operation."""
+
+    def __init__(self, uid: int, gid: int, groups: list[int]) -> None:
+        self.uid, self.gid, self.groups = uid, gid, groups
+
+    def __enter__(self) -> Creds:
+        if self.uid != 0:
+            os.setgroups(self.groups)
+            libc.setfsgid(self.gid)
+            libc.setfsuid(self.uid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.uid != 0:
+            libc.setfsuid(0)
+            libc.setfsgid(0)
+            os.setgroups([])
+
+
+def user_ids(name: str) -> tuple[int, int, list[int], str]:
+    entry = pwd.getpwnam(name)
+    groups = sorted({g.gr_gid for g in grp.getgrall() if name in g.gr_mem} | {entry.pw_gid})
+    return entry.pw_uid, entry.pw_gid, groups, entry.pw_dir
+
+
+FILE_TYPES = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
+
+
+def entry_info(path: str) -> dict:
+    st = os.lstat(path)
+    kind = FILE_TYPES.get(stat.S_IFMT(st.st_mode), "other")
+    info = {
+        "name": os.path.basename(path.rstrip("/")) or "/",
+        "path": path,
+        "type": kind,
+        "size": st.st_size,
+        "mode": stat.S_IMODE(st.st_mode) | (stat.S_IFMT(st.st_mode) == stat.S_IFDIR) * 0o20000000000,
+        "permissions": stat.filemode(st.st_mode),
+        "owner": _name_of(pwd.getpwuid, st.st_uid),
+        "group": _name_of(grp.getgrgid, st.st_gid),
+        "mtime_ns": st.st_mtime_ns,
+        "metadata": read_metadata(path),
+    }
+    if kind == "symlink":
+        info["symlink_target"] = os.path.realpath(path)
+        with contextlib.suppress(OSError):
+            target = os.stat(path)
+            info["target_type"] = FILE_TYPES.get(stat.S_IFMT(target.st_mode), "other")
+    return info
+
+
+METADATA_PREFIX = "user.e2b."
+
+
+def read_metadata(path: str) -> dict[str, str]:
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        if name.startswith(METADATA_PREFIX):
+            with contextlib.suppress(OSError):
+                found[name[len(METADATA_PREFIX) :]] = os.getxattr(path, name, follow_symlinks=False).decode()
+    return found
+
+
+def _name_of(lookup, ident: int) -> str:
+    try:
+        return lookup(ident)[0]
+    except KeyError:
+        return str(ident)
+
+
+def list_dir(path: str, depth: int) -> list[dict]:
+    entries = []
+    for name in sorted(os.listdir(path)):
+        child = os.path.join(path, name)
+        info = entry_info(child)
+        entries.append(info)
+        if depth > 1 and info["type"] == "directory":
+            with contextlib.suppress(OSError):
+                entries.extend(list_dir(child, depth - 1))
+    return entries
+
+
+def make_dirs(path: str, uid: int, gid: int) -> None:
+    """mkdir -p where every directory created belongs to the user."""
+    missing = []
+    head = path
+    while head not in ("/", "") and not os.path.lexists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    for directory in reversed(missing):
+        os.mkdir(directory, 0o755)
+        os.lchown(directory, uid, gid)
+
+
+class Agent:
+    def __init__(self, sock: socket.socket, config: dict) -> None:
+        self.sock = sock
+        self.config = config
+        self.children: dict[int, subprocess.Popen] = {}
+        self.watches: dict[int, tuple[int, dict[int, str]]] = {}
+        self.next_watch = 1
+        self.envs: dict[str, str] = {}
+
+    # --- transport -----------------------------------------------------------------------------
+    def send(self, message: dict, fds: list[int] = ()) -> None:  # type: ignore[assignment]
+        data = json.dumps(message).encode()
+        if fds:
+            socket.send_fds(self.sock, [data], list(fds))
+        else:
+            self.sock.send(data)
+
+    def serve(self) -> None:
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        self.send({"op": "ready", "pid": os.getpid()})
+        while True:
+            try:
+                readable, _, _ = select.select([self.sock, wake_r], [], [])
+            except InterruptedError:
+                continue
+            if wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                self.reap()
+            if self.sock in readable:
+                try:
+                    data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 4)
+                except InterruptedError:
+                    continue
+                if not data:
+                    return  # the server went away: the sandbox ends with it
+                self.dispatch(json.loads(data), fds)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                child.returncode = status  # keeps subprocess from waiting on a reaped pid
+                self.send({"op": "exit", "pid": pid, "status": status})
+
+    def dispatch(self, message: dict, fds: list[int]) -> None:
+        op = message["op"]
+        reply: dict = {"op": "reply", "id": message.get("id")}
+        out_fds: list[int] = []
+        try:
+            handler = getattr(self, f"op_{op}")
+            result = handler(message, fds)
+            if isinstance(result, tuple):
+                result, out_fds = result
+            reply["ok"] = True
+            reply["result"] = result
+        except OSError as exc:
+            reply.update(ok=False, errno=exc.errno, error=exc.strerror or str(exc), filename=exc.filename)
+        except Exception as exc:
+            reply.update(ok=False, errno=None, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.send(reply, out_fds)
+        for fd in out_fds:
+            os.close(fd)
+
+    # --- operations ----------------------------------------------------------------------------
+    def op_ping(self, message: dict, fds: list[int]) -> dict:
+        return {"pid": os.getpid()}
+
+    def op_configure(self, message: dict, fds: list[int]) -> dict:
+        socket.sethostname(message["hostname"])
+        with open("/etc/hostname", "w") as f:
+            f.write(message["hostname"] + "\n")
+        with open("/etc/hosts", "w") as f:
+            f.write(f"127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{message['hostname']}\n")
+        for line in message.get("profile", []):
+            with open("/etc/profile.d/zz-e2b-bench.sh", "a") as f:
+                f.write(line + "\n")
+        return {}
+
+    def op_user(self, message: dict, fds: list[int]) -> dict:
+        uid, gid, groups, home = user_ids(message["user"])
+        return {"uid": uid, "gid": gid, "groups": groups, "home": home}
+
+    def op_spawn(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        uid, gid, groups, home = user_ids(message["user"])
+        cwd = message.get("cwd") or home
+        env = dict(message["env"])
+        pty_size = message.get("pty")
+        parent_fds: list[int] = []
+        child_fds: list[int] = []
+        preexec = None
+        if pty_size:
+            master, slave = os.openpty()
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", pty_size[1], pty_size[0], 0, 0))
+            stdin = stdout = stderr = slave
+            parent_fds = [master]
+            child_fds = [slave]
+
+            def preexec() -> None:
+                os.setsid()
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        else:
+            out_r, out_w = os.pipe2(os.O_CLOEXEC)
+            err_r, err_w = os.pipe2(os.O_CLOEXEC)
+            if message.get("stdin"):
+                in_r, in_w = os.pipe2(os.O_CLOEXEC)
+                stdin = in_r
+                child_fds = [in_r]
+                parent_fds = [out_r, err_r, in_w]
+            else:
+                stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+                child_fds = [stdin]
+                parent_fds = [out_r, err_r]
+            stdout, stderr = out_w, err_w
+            child_fds += [out_w, err_w]
+        try:
+            proc = subprocess.Popen(
+                message["argv"],
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                cwd=cwd,
+                env=env,
+                user=uid,
+                group=gid,
+                extra_groups=groups,
+                start_new_session=bool(message.get("session_leader")) and not pty_size,
+                preexec_fn=preexec,
+                close_fds=True,
+            )
+        except BaseException:
+            for fd in parent_fds:
+                os.close(fd)
+            raise
+        finally:
+            for fd in child_fds:
+                os.close(fd)
+        self.children[proc.pid] = proc
+        return {"pid": proc.pid}, parent_fds
+
+    def op_signal(self, message: dict, fds: list[int]) -> dict:
+        pid = message["pid"]
+        if pid not in self.children:
+            raise ProcessLookupError(errno.ESRCH, "no such process", str(pid))
+        os.kill(pid, message["signal"])
+        return {}
+
+    def op_resize(self, message: dict, fds: list[int]) -> dict:
+        cols, rows = message["size"]
+        fcntl.ioctl(fds[0], termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        return {}
+
+    def _creds(self, message: dict) -> tuple[Creds, int, int, str]:
+        uid, gid, groups, home = user_ids(message["user"])
+        return Creds(uid, gid, groups), uid, gid, home
+
+    def op_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        creds, uid, gid, _ = self._creds(message)
+        path = message["path"]
+        with creds:
+            if message["mode"] == "r":
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                st = os.fstat(fd)
+                if stat.S_ISDIR(st.st_mode):
+                    os.close(fd)
+                    raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+                return {"size": st.st_size}, [fd]
+            parent = os.path.dirname(path)
+            if not os.path.isdir(parent):
+                make_dirs(parent, uid, gid)
+            if os.path.isdir(path):
+                raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            with contextlib.suppress(PermissionError):
+                os.fchown(fd, uid, gid)
+            for key, value in (message.get("metadata") or {}).items():
+                os.setxattr(fd, METADATA_PREFIX + key, value.encode())
+            return {}, [fd]
+
+    def op_stat(self, message: dict, fds: list[int]) -> dict:
+        with self._creds(message)[0]:
+            return entry_info(message["path"])
+
+    def op_list(self, message: dict, fds: list[int]) -> list[dict]:
+        with self._creds(message)[0]:
+            path = message["path"]
+            if not os.path.isdir(path):
+                if os.path.lexists(path):
+                    raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
+                raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+            return list_dir(path, message.get("depth", 1))
+
+    def op_mkdir(self, message: dict, fds: list[int]) -> dict:
+        creds, uid, gid, _ = self._creds(message)
+        path = message["path"]
+        with creds:
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "directory already exists", path)
+            make_dirs(path, uid, gid)
+            return entry_info(path)
+
+    def op_move(self, message: dict, fds: list[int]) -> dict:
+        creds, uid, gid, _ = self._creds(message)
+        with creds:
+            parent = os.path.dirname(message["destination"])
+            if not os.path.isdir(parent):
+                make_dirs(parent, uid, gid)
+            os.rename(message["source"], message["destination"])
+            return entry_info(message["destination"])
+
+    def op_remove(self, message: dict, fds: list[int]) -> dict:
+        with self._creds(message)[0]:
+            path = message["path"]
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            return {}
+
+    def op_watch(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        with self._creds(message)[0]:
+            path = message["path"]
+            if not os.path.isdir(path):
+                if os.path.lexists(path):
+                    raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
+                raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+            fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "inotify_init1")
+            paths: dict[int, str] = {}
+            dirs = [path]
+            if message.get("recursive"):
+                for root, subdirs, _ in os.walk(path):
+                    dirs.extend(os.path.join(root, d) for d in subdirs)
+            for directory in dirs:
+                wd = libc.inotify_add_watch(fd, directory.encode(), IN_EVENTS)
+                if wd >= 0:
+                    paths[wd] = directory
+            watch_id = self.next_watch
+            self.next_watch += 1
+            self.watches[watch_id] = (fd, paths)
+            return {"watch": watch_id, "paths": {str(k): v for k, v in paths.items()}}, [fd]
+
+    def op_watch_add(self, message: dict, fds: list[int]) -> dict:
+        fd, paths = self.watches[message["watch"]]
+        added = {}
+        for root, subdirs, _ in os.walk(message["path"]):
+            for directory in [root, *(os.path.join(root, d) for d in subdirs)]:
+                wd = libc.inotify_add_watch(fd, directory.encode(), IN_EVENTS)
+                if wd >= 0:
+                    paths[wd] = directory
+                    added[str(wd)] = directory
+        return {"paths": added}
+
+    def op_watch_close(self, message: dict, fds: list[int]) -> dict:
+        entry = self.watches.pop(message["watch"], None)
+        if entry:
+            os.close(entry[0])
+        return {}
+
+
+def main() -> None:
+    config = json.loads(sys.argv[1])
+    sock = socket.socket(fileno=config["control_fd"])
+    if config.get("cgroup_procs"):
+        for path in config["cgroup_procs"]:
+            with open(path, "w") as f:
+                f.write("0")
+    setup_root(config)
+    drop_capabilities()
+    os.environ.clear()
+    Agent(sock, config).serve()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception as exc:  # reported to the server, which turns it into a clear create error
+        with contextlib.suppress(OSError):
+            socket.socket(fileno=CONTROL_FD).send(json.dumps({"op": "failed", "error": str(exc)}).encode())
+        time.sleep(0.05)
+        sys.exit(1)

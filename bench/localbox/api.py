@@ -1,0 +1,291 @@
+"""The control-plane REST API, as both the v1 (SDK <= 2.50) and v2 clients call it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .agentlink import AgentError
+from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
+
+TEMPLATES = {"base": None}  # template id -> alias
+DEFAULT_TIMEOUT_V1 = 15
+DEFAULT_TIMEOUT_V2 = 300
+MAX_TIMEOUT = 24 * 3600
+PAGE_LIMIT = 100
+
+
+class ApiError(Exception):
+    """An error answered as E2B does: `{"code": <status>, "message": ...}`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return body
+
+
+def _int(body: dict, key: str, default: int) -> int:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ApiError(400, f"'{key}' must be a non-negative integer (seconds)")
+    return min(value, MAX_TIMEOUT)
+
+
+def _string_map(body: dict, key: str) -> dict[str, str]:
+    value = body.get(key) or {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ApiError(400, f"'{key}' must be an object of strings")
+    return {str(k): v for k, v in value.items()}
+
+
+class Api:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/sandboxes", self.create_v1, methods=["POST"]),
+            Route("/v2/sandboxes", self.create_v2, methods=["POST"]),
+            Route("/sandboxes", self.list_v1, methods=["GET"]),
+            Route("/v2/sandboxes", self.list_v2, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}", self.get_info, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}", self.kill, methods=["DELETE"]),
+            Route("/sandboxes/{sandbox_id}/timeout", self.set_timeout, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/refreshes", self.refresh, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/pause", self.pause, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/resume", self.resume_v1, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
+            Route("/v2/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
+            Route("/sandboxes/{sandbox_id}/metrics", self.metrics, methods=["GET"]),
+        ]
+
+    # --- helpers -------------------------------------------------------------------------------
+    def _sandbox(self, request: Request) -> Sandbox:
+        sandbox_id = request.path_params["sandbox_id"]
+        sandbox = self.registry.get(sandbox_id)
+        if sandbox is None:
+            raise ApiError(404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it")
+        return sandbox
+
+    def _created(self, sandbox: Sandbox, token: str, status: int) -> JSONResponse:
+        body = {**sandbox.summary(), "envdAccessToken": token, "trafficAccessToken": None}
+        return JSONResponse(body, status_code=status)
+
+    def _detail(self, sandbox: Sandbox) -> dict[str, Any]:
+        return {
+            **sandbox.summary(),
+            "startedAt": utc(sandbox.started_at),
+            "endAt": utc(sandbox.end_at),
+            "cpuCount": CPU_COUNT,
+            "memoryMB": MEMORY_MB,
+            "diskSizeMB": DISK_SIZE_MB,
+            "metadata": sandbox.metadata,
+            "state": sandbox.state,
+            "allowInternetAccess": sandbox.internet,
+            "lifecycle": {
+                "autoResume": sandbox.auto_resume,
+                "onTimeout": "pause" if sandbox.auto_pause else "kill",
+            },
+        }
+
+    # --- create --------------------------------------------------------------------------------
+    async def create_v1(self, request: Request) -> Response:
+        return await self._create(request, DEFAULT_TIMEOUT_V1)
+
+    async def create_v2(self, request: Request) -> Response:
+        return await self._create(request, DEFAULT_TIMEOUT_V2)
+
+    async def _create(self, request: Request, default_timeout: int) -> Response:
+        body = await json_body(request)
+        template = body.get("templateID") or "base"
+        if not isinstance(template, str):
+            raise ApiError(400, "'templateID' must be a string")
+        template_id = next((t for t, alias in TEMPLATES.items() if template in (t, alias)), None)
+        if template_id is None:
+            raise ApiError(404, f"template '{template}' not found")
+        refused = sorted(self.registry.quirks.refuse_create_options & body.keys())
+        if refused:
+            raise ApiError(400, f"unsupported_option: {refused[0]} is not supported by this endpoint")
+        internet = body.get("allow_internet_access")
+        auto_resume = body.get("autoResume") or {}
+        try:
+            sandbox, token = await self.registry.create(
+                template_id=template_id,
+                alias=TEMPLATES[template_id],
+                timeout_s=_int(body, "timeout", default_timeout),
+                metadata=_string_map(body, "metadata"),
+                env_vars=_string_map(body, "envVars"),
+                internet=internet is not False,
+                auto_pause=bool(body.get("autoPause")),
+                auto_resume=bool(isinstance(auto_resume, dict) and auto_resume.get("enabled")),
+            )
+        except AgentError as exc:
+            raise ApiError(500, f"sandbox could not be started: {exc}") from exc
+        return self._created(sandbox, token, 201)
+
+    # --- list and get --------------------------------------------------------------------------
+    async def list_v1(self, request: Request) -> Response:
+        found = self._filter(request, states={"running"})
+        return JSONResponse([self._detail(s) for s in found])
+
+    async def list_v2(self, request: Request) -> Response:
+        params = request.query_params
+        states = {s for s in params.get("state", "").split(",") if s} or {"running", "paused"}
+        unknown = states - {"running", "paused"}
+        if unknown:
+            raise ApiError(400, f"unknown state: {sorted(unknown)[0]}")
+        found = self._filter(request, states=states)
+        if params.get("order", "desc") == "asc":
+            found.reverse()
+        limit = self._limit(params.get("limit"))
+        start = self._decode_token(params.get("nextToken"))
+        page = found[start : start + limit]
+        headers = {}
+        if start + limit < len(found):
+            headers["X-Next-Token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
+        return JSONResponse([self._detail(s) for s in page], headers=headers)
+
+    def _filter(self, request: Request, states: set[str]) -> list[Sandbox]:
+        params = request.query_params
+        wanted = parse_metadata_query(params.get("metadata", ""))
+        template = params.get("template")
+        started_after = params.get("startedAfter")
+        after = _parse_time(started_after) if started_after else None
+        found = [
+            s
+            for s in self.registry.sandboxes.values()
+            if s.state in states
+            and all(s.metadata.get(k) == v for k, v in wanted.items())
+            and (template is None or template in (s.template_id, s.alias))
+            and (after is None or s.started_at >= after)
+        ]
+        found.sort(key=lambda s: s.started_at, reverse=True)
+        return found
+
+    @staticmethod
+    def _limit(raw: str | None) -> int:
+        if raw is None:
+            return PAGE_LIMIT
+        try:
+            value = int(raw)
+        except ValueError as exc:
+            raise ApiError(400, "'limit' must be an integer") from exc
+        if not 1 <= value <= PAGE_LIMIT:
+            raise ApiError(400, f"'limit' must be between 1 and {PAGE_LIMIT}")
+        return value
+
+    @staticmethod
+    def _decode_token(raw: str | None) -> int:
+        if not raw:
+            return 0
+        try:
+            return max(int(base64.urlsafe_b64decode(raw.encode()).decode()), 0)
+        except ValueError as exc:
+            raise ApiError(400, "invalid 'nextToken'") from exc
+
+    async def get_info(self, request: Request) -> Response:
+        return JSONResponse(self._detail(self._sandbox(request)))
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def kill(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        await self.registry.kill(sandbox.id)
+        return Response(status_code=204)
+
+    async def set_timeout(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        if "timeout" not in body:
+            raise ApiError(400, "'timeout' is required")
+        sandbox.end_at = time.time() + _int(body, "timeout", 0)
+        return Response(status_code=204)
+
+    async def refresh(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        sandbox.end_at = max(sandbox.end_at, time.time() + _int(body, "duration", 60))
+        return Response(status_code=204)
+
+    async def pause(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        await json_body(request)
+        if sandbox.state == "paused":
+            raise ApiError(409, f"sandbox {sandbox.id} is already paused")
+        await self.registry.pause(sandbox)
+        return Response(status_code=204)
+
+    async def resume_v1(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        if sandbox.state != "paused":
+            raise ApiError(409, f"sandbox {sandbox.id} is already running")
+        await self.registry.resume(sandbox, _int(body, "timeout", DEFAULT_TIMEOUT_V1))
+        return self._created(sandbox, sandbox.mint_token(), 201)
+
+    async def connect(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        timeout_s = _int(body, "timeout", DEFAULT_TIMEOUT_V2)
+        if sandbox.state == "paused":
+            await self.registry.resume(sandbox, timeout_s)
+            return self._created(sandbox, sandbox.mint_token(), 201)
+        sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
+        return self._created(sandbox, sandbox.mint_token(), 200)
+
+    async def metrics(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        if self.registry.quirks.metrics_404:
+            raise ApiError(404, "metrics are not supported by this endpoint")
+        cpu, memory, disk = sandbox.box.usage()
+        now = time.time()
+        sample = {
+            "timestamp": utc(now),
+            "timestampUnix": int(now),
+            "cpuCount": CPU_COUNT,
+            "cpuUsedPct": round(cpu, 2),
+            "memUsed": memory,
+            "memTotal": MEMORY_MB * 1024 * 1024,
+            "memCache": 0,
+            "diskUsed": disk,
+            "diskTotal": DISK_SIZE_MB * 1024 * 1024,
+        }
+        return JSONResponse([sample])
+
+
+def parse_metadata_query(raw: str) -> dict[str, str]:
+    """`metadata` is a query string inside one parameter; each key and value is encoded once more."""
+    return {unquote(k): unquote(v) for k, v in parse_qsl(raw, keep_blank_values=True)}
+
+
+def _parse_time(raw: str) -> float:
+    try:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+    except ValueError as exc:
+        raise ApiError(400, f"'startedAfter' is not an RFC 3339 timestamp: {raw}") from exc

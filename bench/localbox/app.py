@@ -1,0 +1,261 @@
+"""One ASGI app for the REST API and envd: routes do not collide, envd is routed by E2b-Sandbox-Id."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from .api import Api, ApiError, error_response
+from .envd import envd_apps
+from .files import Files
+from .registry import Registry, Sandbox
+
+log = logging.getLogger("e2b-bench.localbox")
+
+RPC_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/")
+RPC_CONTENT_TYPES = (
+    "application/json",
+    "application/connect+json",
+    "application/proto",
+    "application/connect+proto",
+)
+MAX_REST_BODY = 1 << 20
+DEBUG_SANDBOX_ID = "debug_sandbox_id"
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def connect_json_error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"code": code, "message": message}, status_code=status)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return ""
+
+
+def signature(path: str, operation: str, user: str, token: str, expiration: str | None) -> str:
+    raw = f"{path}:{operation}:{user}:{token}" + (f":{expiration}" if expiration else "")
+    return "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
+
+
+class LocalboxApp:
+    """Dispatches each request to the REST API, the envd Connect apps, or envd's HTTP routes."""
+
+    def __init__(self, registry: Registry, debug: bool = False) -> None:
+        self.registry = registry
+        self.debug = debug
+        self._debug_lock = asyncio.Lock()
+        self.rest = Starlette(
+            routes=Api(registry).routes(),
+            exception_handlers={
+                ApiError: self._api_error,
+                HTTPException: self._http_error,
+                Exception: self._crash,
+            },
+        )
+        self.rpc: dict[str, ASGIApp] = {app.path + "/": app for app in envd_apps(registry)}
+        files = Files(self._authorized_sandbox)
+        self.envd_http = Starlette(
+            routes=[
+                Route("/files", files.download, methods=["GET"]),
+                Route("/files", files.upload, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+            ],
+            exception_handlers={
+                ApiError: self._api_error,
+                HTTPException: self._http_error,
+                Exception: self._crash,
+            },
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if path.startswith(RPC_PREFIXES):
+            await self._rpc(scope, receive, send)
+        elif path in ("/files", "/health"):
+            await self._envd_http(scope, receive, send)
+        else:
+            await self._rest(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.registry.start()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.registry.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- REST ----------------------------------------------------------------------------------
+    async def _rest(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = _header(scope, b"x-api-key")
+        bearer = _header(scope, b"authorization")
+        if bearer.lower().startswith("bearer "):
+            key = key or bearer[7:].strip()
+        if not key or not hmac.compare_digest(key.encode(), self.registry.config.api_key.encode()):
+            await error_response(401, "Invalid API key")(scope, receive, send)
+            return
+        length = _header(scope, b"content-length")
+        if length.isdigit() and int(length) > MAX_REST_BODY:
+            await error_response(413, f"request body larger than {MAX_REST_BODY} bytes")(scope, receive, send)
+            return
+        content_type = _header(scope, b"content-type").split(";")[0].strip().lower()
+        if scope["method"] in ("POST", "PUT", "PATCH") and content_type not in ("", "application/json"):
+            await error_response(415, f"Content-Type must be application/json, not '{content_type}'")(
+                scope, receive, send
+            )
+            return
+        await self.rest(scope, _limited(receive, MAX_REST_BODY), send)
+
+    # --- envd ----------------------------------------------------------------------------------
+    async def _gate(self, scope: Scope, query: dict[str, str] | None = None) -> Sandbox | None:
+        """The sandbox a request may use, or None: every refusal looks the same from outside."""
+        sandbox_id = _header(scope, b"e2b-sandbox-id")
+        if self.debug and sandbox_id in (DEBUG_SANDBOX_ID, ""):
+            return await self._debug_sandbox()
+        sandbox = self.registry.get(sandbox_id)
+        if sandbox is None:
+            return None
+        if sandbox.token_valid(_header(scope, b"x-access-token")):
+            return sandbox
+        if query and query.get("signature") and not sandbox.quirks.refuse_signed_urls:
+            return sandbox if self._signature_valid(sandbox, scope, query) else None
+        return None
+
+    def _signature_valid(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> bool:
+        expiration = query.get("signature_expiration")
+        if expiration and (not expiration.isdigit() or int(expiration) < time.time()):
+            return False
+        operation = "read" if scope["method"] == "GET" else "write"
+        path = query.get("path", "")
+        user = query.get("username", "")
+        return any(
+            hmac.compare_digest(query["signature"], signature(path, operation, user, token, expiration))
+            for token in sandbox.live_tokens()
+        )
+
+    def _unauthorized(self, rpc: bool) -> Response:
+        message = self.registry.quirks.token_error
+        if rpc:
+            return connect_json_error(401, "unauthenticated", message)
+        return error_response(401, message)
+
+    async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        app = next((a for prefix, a in self.rpc.items() if path.startswith(prefix)), None)
+        if scope["method"] != "POST":
+            response = connect_json_error(405, "unimplemented", f"{scope['method']} is not allowed on {path}")
+        elif _header(scope, b"content-type").split(";")[0].strip().lower() not in RPC_CONTENT_TYPES:
+            response = connect_json_error(
+                415, "invalid_argument", f"unsupported Content-Type '{_header(scope, b'content-type')}'"
+            )
+        elif (sandbox := await self._gate(scope)) is None:
+            response = self._unauthorized(rpc=True)
+        elif sandbox.state != "running":
+            response = connect_json_error(502, "unavailable", f"The sandbox {sandbox.id} is paused")
+        else:
+            await app(scope, receive, send)  # type: ignore[misc]
+            return
+        await response(scope, receive, send)
+
+    async def _envd_http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/health":
+            await self.envd_http(scope, receive, send)
+            return
+        query = dict(Request(scope).query_params)
+        sandbox = await self._gate(scope, query)
+        if sandbox is None:
+            await self._unauthorized(rpc=False)(scope, receive, send)
+            return
+        if sandbox.state != "running":
+            await error_response(502, f"The sandbox {sandbox.id} is paused")(scope, receive, send)
+            return
+        scope.setdefault("state", {})["sandbox"] = sandbox
+        await self.envd_http(scope, receive, send)
+
+    async def _debug_sandbox(self) -> Sandbox:
+        """Clients with E2B_DEBUG=true never call the API: they all share one sandbox."""
+        async with self._debug_lock:
+            sandbox = self.registry.get(DEBUG_SANDBOX_ID)
+            if sandbox is None:
+                sandbox, _ = await self.registry.create(
+                    template_id="base", alias=None, timeout_s=24 * 3600, metadata={"e2b-bench": "debug"},
+                    env_vars={}, internet=True, auto_pause=False, auto_resume=False, sandbox_id=DEBUG_SANDBOX_ID,
+                )  # fmt: skip
+            return sandbox
+
+    @staticmethod
+    def _authorized_sandbox(request: Request) -> Sandbox:
+        return request.scope["state"]["sandbox"]
+
+    async def health(self, request: Request) -> Response:
+        sandbox_id = request.headers.get("e2b-sandbox-id", "")
+        sandbox = await self._debug_sandbox() if self.debug and sandbox_id == DEBUG_SANDBOX_ID else None
+        sandbox = sandbox or self.registry.get(sandbox_id)
+        if sandbox is None or sandbox.state != "running" or not sandbox.box.running:
+            body = {
+                "code": 502,
+                "message": f"The sandbox {sandbox_id} was not found",
+                "sandboxId": sandbox_id,
+            }
+            return JSONResponse(body, status_code=502)
+        return Response(status_code=204)
+
+    # --- errors --------------------------------------------------------------------------------
+    @staticmethod
+    async def _api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(exc.status, exc.message)
+
+    @staticmethod
+    async def _http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = {404: f"route {request.method} {request.url.path} not found"}.get(exc.status_code, exc.detail)
+        return error_response(exc.status_code, str(message))
+
+    @staticmethod
+    async def _crash(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _limited(receive: Receive, limit: int) -> Receive:
+    """Stop reading a body that grows past the limit (chunked bodies have no Content-Length)."""
+    seen = 0
+
+    async def wrapped() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise ApiError(413, f"request body larger than {limit} bytes")
+        return message
+
+    return wrapped

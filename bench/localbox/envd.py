@@ -1,0 +1,387 @@
+"""envd: the Process and Filesystem Connect services, mounted from the e2b package's generated apps."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import errno
+import signal
+import uuid
+from collections.abc import AsyncIterator
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.request import RequestContext
+from e2b.envd.filesystem import filesystem_pb as fs_pb
+from e2b.envd.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
+from e2b.envd.process import process_pb as pb
+from e2b.envd.process.process_connect import Process, ProcessASGIApplication
+from protobuf import Oneof
+from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
+
+from .agentlink import AgentError, AgentGone
+from .box import ProcessRecord
+from .registry import Registry, Sandbox
+
+DEFAULT_USER = "user"
+KEEPALIVE_DEFAULT_S = 50.0
+ERRNO_CODES = {
+    errno.ENOENT: Code.NOT_FOUND,
+    errno.EEXIST: Code.ALREADY_EXISTS,
+    errno.EACCES: Code.PERMISSION_DENIED,
+    errno.EPERM: Code.PERMISSION_DENIED,
+    errno.ENOTDIR: Code.INVALID_ARGUMENT,
+    errno.EISDIR: Code.INVALID_ARGUMENT,
+    errno.ENOTEMPTY: Code.INVALID_ARGUMENT,
+    errno.ESRCH: Code.NOT_FOUND,
+    errno.ENOSPC: Code.RESOURCE_EXHAUSTED,
+}
+SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM}
+FILE_TYPES = {
+    "file": fs_pb.FileType.FILE,
+    "directory": fs_pb.FileType.DIRECTORY,
+    "symlink": fs_pb.FileType.SYMLINK,
+}
+
+
+def request_user(headers) -> str:
+    """The user an RPC acts as: `Authorization: Basic base64(user:)`, else the default user."""
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("basic "):
+        with contextlib.suppress(ValueError):
+            name = base64.b64decode(auth[6:].strip()).decode().split(":", 1)[0]
+            if name:
+                return name
+    return DEFAULT_USER
+
+
+def connect_error(exc: AgentError) -> ConnectError:
+    if isinstance(exc, AgentGone):
+        return ConnectError(Code.UNAVAILABLE, "sandbox is not running")
+    code = ERRNO_CODES.get(exc.errno or 0, Code.INTERNAL)
+    target = f": {exc.filename}" if exc.filename else ""
+    return ConnectError(code, f"{exc}{target}")
+
+
+def entry_message(info: dict) -> fs_pb.EntryInfo:
+    kind = info["type"]
+    is_symlink = kind == "symlink"
+    shown = info.get("target_type", kind) if is_symlink else kind
+    mtime = info["mtime_ns"]
+    return fs_pb.EntryInfo(
+        name=info["name"],
+        type=FILE_TYPES.get(shown, fs_pb.FileType.UNSPECIFIED),
+        path=info["path"],
+        size=info["size"],
+        mode=info["mode"],
+        permissions=info["permissions"],
+        owner=info["owner"],
+        group=info["group"],
+        modified_time=Timestamp(seconds=mtime // 1_000_000_000, nanos=mtime % 1_000_000_000),
+        symlink_target=info.get("symlink_target"),
+        metadata=info.get("metadata") or {},
+        is_symlink=is_symlink,
+    )
+
+
+class EnvdBase:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    def sandbox(self, ctx: RequestContext) -> Sandbox:
+        # Authentication already happened in the envd gate; a sandbox paused since then is gone.
+        sandbox = self.registry.get(ctx.request_headers.get("e2b-sandbox-id", ""))
+        if sandbox is None or not sandbox.box.running:
+            raise ConnectError(Code.UNAVAILABLE, "sandbox is not running")
+        return sandbox
+
+    async def home(self, sandbox: Sandbox, user: str) -> str:
+        try:
+            return (await sandbox.box.user(user))["home"]
+        except AgentError as exc:
+            raise ConnectError(Code.UNAUTHENTICATED, f"invalid user: '{user}'") from exc
+
+    async def path(self, sandbox: Sandbox, ctx: RequestContext, path: str) -> tuple[str, str]:
+        user = request_user(ctx.request_headers)
+        home = await self.home(sandbox, user)
+        return sandbox.box.resolve(path, home), user
+
+
+class ProcessService(EnvdBase, Process):
+    def find(self, sandbox: Sandbox, selector: pb.ProcessSelector | None) -> ProcessRecord:
+        chosen = selector.selector if selector else None
+        for record in sandbox.box.processes.values():
+            if chosen is not None and chosen.field == "pid" and record.pid == chosen.value:
+                return record
+            if chosen is not None and chosen.field == "tag" and record.tag == chosen.value:
+                return record
+        what = f"{chosen.field} {chosen.value}" if chosen else "no selector"
+        raise ConnectError(Code.NOT_FOUND, f"process with {what} not found")
+
+    async def list(self, request: pb.ListRequest, ctx: RequestContext) -> pb.ListResponse:
+        sandbox = self.sandbox(ctx)
+        return pb.ListResponse(
+            processes=[
+                pb.ProcessInfo(
+                    config=pb.ProcessConfig(cmd=r.cmd, args=r.args, envs=r.envs, cwd=r.cwd),
+                    pid=r.pid,
+                    tag=r.tag,
+                )
+                for r in sandbox.box.processes.values()
+            ]
+        )
+
+    async def start(self, request: pb.StartRequest, ctx: RequestContext) -> AsyncIterator[pb.StartResponse]:
+        sandbox = self.sandbox(ctx)
+        sandbox.quirks.check_start(request)
+        config = request.process or pb.ProcessConfig()
+        if not config.cmd:
+            raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
+        user = request_user(ctx.request_headers)
+        await self.home(sandbox, user)
+        size = request.pty.size if request.pty else None
+        pty = (size.cols or 80, size.rows or 24) if request.pty else None
+        try:
+            record = await sandbox.box.spawn(
+                cmd=config.cmd,
+                args=list(config.args),
+                envs={**sandbox.env_vars, **dict(config.envs)},
+                cwd=sandbox.quirks.command_cwd(config.cwd),
+                user=user,
+                tag=request.tag or None,
+                stdin=bool(request.stdin),
+                pty=pty,
+            )
+        except AgentError as exc:
+            raise connect_error(exc) from exc
+        queue = record.subscribe()
+        deadline_ms = ctx.timeout_ms
+        if deadline_ms is not None:
+            # The deadline belongs to the process, not to this stream: a disconnect does not stop it.
+            kill = asyncio.get_running_loop().call_later(
+                deadline_ms / 1000, lambda: asyncio.ensure_future(self._kill_quietly(sandbox, record))
+            )
+            record.done_callbacks.append(kill.cancel)
+        yield pb.StartResponse(event=_start_event(record.pid))
+        async for event in self.events(record, queue, ctx):
+            yield pb.StartResponse(event=event)
+
+    async def connect(self, request: pb.ConnectRequest, ctx: RequestContext) -> AsyncIterator[pb.ConnectResponse]:
+        sandbox = self.sandbox(ctx)
+        record = self.find(sandbox, request.process)
+        queue = record.subscribe()
+        yield pb.ConnectResponse(event=_start_event(record.pid))
+        async for event in self.events(record, queue, ctx):
+            yield pb.ConnectResponse(event=event)
+
+    @staticmethod
+    async def _kill_quietly(sandbox: Sandbox, record: ProcessRecord) -> None:
+        if not record.done.is_set():
+            with contextlib.suppress(AgentError):
+                await sandbox.box.signal(record.pid, signal.SIGKILL)
+
+    async def events(
+        self, record: ProcessRecord, queue: asyncio.Queue, ctx: RequestContext
+    ) -> AsyncIterator[pb.ProcessEvent]:
+        interval = _keepalive_interval(ctx)
+        try:
+            while True:
+                remaining = ctx.timeout_ms
+                wait = interval if remaining is None else min(interval, max(remaining / 1000, 0))
+                try:
+                    event = await asyncio.wait_for(queue.get(), wait)
+                except TimeoutError:
+                    remaining = ctx.timeout_ms
+                    if remaining is not None and remaining <= 0:
+                        raise ConnectError(Code.DEADLINE_EXCEEDED, "context deadline exceeded") from None
+                    yield pb.ProcessEvent(event=Oneof("keepalive", pb.ProcessEvent.KeepAlive()))
+                    continue
+                if event[0] == "data":
+                    _, kind, data = event
+                    output = pb.ProcessEvent.DataEvent(output=Oneof(kind, data))
+                    yield pb.ProcessEvent(event=Oneof("data", output))
+                else:
+                    status = event[1]
+                    end = pb.ProcessEvent.EndEvent(
+                        exit_code=status.exit_code,
+                        exited=status.exited,
+                        status=status.status,
+                        error=status.error,
+                    )
+                    yield pb.ProcessEvent(event=Oneof("end", end))
+                    return
+        finally:
+            record.unsubscribe(queue)
+
+    async def send_signal(self, request: pb.SendSignalRequest, ctx: RequestContext) -> pb.SendSignalResponse:
+        sandbox = self.sandbox(ctx)
+        record = self.find(sandbox, request.process)
+        signum = SIGNALS.get(request.signal)
+        if signum is None:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"unsupported signal {request.signal}")
+        try:
+            await sandbox.box.signal(record.pid, signum)
+        except AgentError as exc:
+            raise connect_error(exc) from exc
+        return pb.SendSignalResponse()
+
+    def _input(self, sandbox: Sandbox, record: ProcessRecord, data: pb.ProcessInput | None) -> None:
+        if data is None or data.input is None:
+            return
+        try:
+            sandbox.box.write_input(record, data.input.value, pty=data.input.field == "pty")
+        except (AgentError, OSError) as exc:
+            raise ConnectError(Code.FAILED_PRECONDITION, f"cannot write input: {exc}") from exc
+
+    async def send_input(self, request: pb.SendInputRequest, ctx: RequestContext) -> pb.SendInputResponse:
+        sandbox = self.sandbox(ctx)
+        self._input(sandbox, self.find(sandbox, request.process), request.input)
+        return pb.SendInputResponse()
+
+    async def stream_input(
+        self, request: AsyncIterator[pb.StreamInputRequest], ctx: RequestContext
+    ) -> pb.StreamInputResponse:
+        sandbox = self.sandbox(ctx)
+        record: ProcessRecord | None = None
+        async for message in request:
+            event = message.event
+            if event is None or event.field == "keepalive":
+                continue
+            if event.field == "start":
+                record = self.find(sandbox, event.value.process)
+            elif record is None:
+                raise ConnectError(Code.FAILED_PRECONDITION, "input sent before the start message")
+            else:
+                self._input(sandbox, record, event.value.input)
+        return pb.StreamInputResponse()
+
+    async def close_stdin(self, request: pb.CloseStdinRequest, ctx: RequestContext) -> pb.CloseStdinResponse:
+        sandbox = self.sandbox(ctx)
+        record = self.find(sandbox, request.process)
+        try:
+            sandbox.box.close_input(record)
+        except (AgentError, OSError) as exc:
+            raise ConnectError(Code.FAILED_PRECONDITION, f"cannot close stdin: {exc}") from exc
+        return pb.CloseStdinResponse()
+
+    async def update(self, request: pb.UpdateRequest, ctx: RequestContext) -> pb.UpdateResponse:
+        sandbox = self.sandbox(ctx)
+        record = self.find(sandbox, request.process)
+        if request.pty and request.pty.size:
+            try:
+                await sandbox.box.resize(record, request.pty.size.cols, request.pty.size.rows)
+            except AgentError as exc:
+                raise ConnectError(Code.FAILED_PRECONDITION, str(exc)) from exc
+        return pb.UpdateResponse()
+
+
+def _start_event(pid: int) -> pb.ProcessEvent:
+    return pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=pid)))
+
+
+def _keepalive_interval(ctx: RequestContext) -> float:
+    try:
+        return max(float(ctx.request_headers.get("keepalive-ping-interval", KEEPALIVE_DEFAULT_S)), 0.05)
+    except ValueError:
+        return KEEPALIVE_DEFAULT_S
+
+
+class FilesystemService(EnvdBase, Filesystem):
+    async def _fs(self, sandbox: Sandbox, op: str, **fields: object) -> object:
+        try:
+            return await sandbox.box.fs(op, **fields)
+        except AgentError as exc:
+            raise connect_error(exc) from exc
+
+    async def stat(self, request: fs_pb.StatRequest, ctx: RequestContext) -> fs_pb.StatResponse:
+        sandbox = self.sandbox(ctx)
+        path, user = await self.path(sandbox, ctx, request.path)
+        info = await self._fs(sandbox, "stat", path=path, user=user)
+        return fs_pb.StatResponse(entry=entry_message(info))
+
+    async def make_dir(self, request: fs_pb.MakeDirRequest, ctx: RequestContext) -> fs_pb.MakeDirResponse:
+        sandbox = self.sandbox(ctx)
+        path, user = await self.path(sandbox, ctx, request.path)
+        info = await self._fs(sandbox, "mkdir", path=path, user=user)
+        return fs_pb.MakeDirResponse(entry=entry_message(info))
+
+    async def move(self, request: fs_pb.MoveRequest, ctx: RequestContext) -> fs_pb.MoveResponse:
+        sandbox = self.sandbox(ctx)
+        source, user = await self.path(sandbox, ctx, request.source)
+        destination, _ = await self.path(sandbox, ctx, request.destination)
+        info = await self._fs(sandbox, "move", source=source, destination=destination, user=user)
+        return fs_pb.MoveResponse(entry=entry_message(info))
+
+    async def list_dir(self, request: fs_pb.ListDirRequest, ctx: RequestContext) -> fs_pb.ListDirResponse:
+        sandbox = self.sandbox(ctx)
+        path, user = await self.path(sandbox, ctx, request.path)
+        entries = await self._fs(sandbox, "list", path=path, depth=max(request.depth, 1), user=user)
+        return fs_pb.ListDirResponse(entries=[entry_message(e) for e in entries])
+
+    async def remove(self, request: fs_pb.RemoveRequest, ctx: RequestContext) -> fs_pb.RemoveResponse:
+        sandbox = self.sandbox(ctx)
+        path, user = await self.path(sandbox, ctx, request.path)
+        await self._fs(sandbox, "remove", path=path, user=user)
+        return fs_pb.RemoveResponse()
+
+    async def watch_dir(
+        self, request: fs_pb.WatchDirRequest, ctx: RequestContext
+    ) -> AsyncIterator[fs_pb.WatchDirResponse]:
+        sandbox = self.sandbox(ctx)
+        sandbox.quirks.check_watch()
+        path, user = await self.path(sandbox, ctx, request.path)
+        watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
+        interval = _keepalive_interval(ctx)
+        try:
+            yield fs_pb.WatchDirResponse(event=Oneof("start", fs_pb.WatchDirResponse.StartEvent()))
+            while True:
+                try:
+                    events = await asyncio.wait_for(watcher.next_events(), interval)
+                except TimeoutError:
+                    yield fs_pb.WatchDirResponse(event=Oneof("keepalive", fs_pb.WatchDirResponse.KeepAlive()))
+                    continue
+                for event in events:
+                    yield fs_pb.WatchDirResponse(event=Oneof("filesystem", event))
+        finally:
+            await watcher.close()
+
+    async def create_watcher(
+        self, request: fs_pb.CreateWatcherRequest, ctx: RequestContext
+    ) -> fs_pb.CreateWatcherResponse:
+        sandbox = self.sandbox(ctx)
+        sandbox.quirks.check_watch()
+        path, user = await self.path(sandbox, ctx, request.path)
+        watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
+        watcher_id = uuid.uuid4().hex
+        sandbox.watchers[watcher_id] = watcher
+        return fs_pb.CreateWatcherResponse(watcher_id=watcher_id)
+
+    async def get_watcher_events(
+        self, request: fs_pb.GetWatcherEventsRequest, ctx: RequestContext
+    ) -> fs_pb.GetWatcherEventsResponse:
+        sandbox = self.sandbox(ctx)
+        watcher = sandbox.watchers.get(request.watcher_id)
+        if watcher is None:
+            raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id} not found")
+        return fs_pb.GetWatcherEventsResponse(events=await watcher.drain())
+
+    async def remove_watcher(
+        self, request: fs_pb.RemoveWatcherRequest, ctx: RequestContext
+    ) -> fs_pb.RemoveWatcherResponse:
+        sandbox = self.sandbox(ctx)
+        watcher = sandbox.watchers.pop(request.watcher_id, None)
+        if watcher is None:
+            raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id} not found")
+        await watcher.close()
+        return fs_pb.RemoveWatcherResponse()
+
+
+def envd_apps(registry: Registry) -> list[ProcessASGIApplication | FilesystemASGIApplication]:
+    return [
+        ProcessASGIApplication(ProcessService(registry)),
+        FilesystemASGIApplication(FilesystemService(registry)),
+    ]
+
+
+from .watch import Watcher  # noqa: E402  (watch imports entry_message from here)

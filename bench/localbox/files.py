@@ -1,0 +1,229 @@
+"""envd's HTTP side: `GET /health` and `GET`/`POST /files` (multipart, octet-stream, gzip, metadata)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import zlib
+from collections.abc import AsyncIterator
+from email.message import Message
+
+from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from .agentlink import AgentError, AgentGone
+from .api import ApiError
+from .registry import Sandbox
+
+CHUNK = 1 << 20
+DEFAULT_USER = "user"
+METADATA_HEADER = "x-metadata-"
+
+
+def file_error(exc: AgentError, path: str) -> ApiError:
+    if isinstance(exc, AgentGone):
+        return ApiError(502, "sandbox is not running")
+    known = {
+        errno.ENOENT: (404, f"path '{path}' does not exist"),
+        errno.EISDIR: (400, f"path '{path}' is a directory"),
+        errno.ENOTDIR: (400, f"a parent of '{path}' is not a directory"),
+        errno.EACCES: (403, f"permission denied: '{path}'"),
+        errno.EPERM: (403, f"permission denied: '{path}'"),
+        errno.ENOSPC: (507, "not enough disk space"),
+    }
+    status, message = known.get(exc.errno or 0, (500, f"{exc}"))
+    return ApiError(status, message)
+
+
+class Files:
+    def __init__(self, sandbox_of) -> None:  # sandbox_of(request) -> Sandbox, already authenticated
+        self.sandbox_of = sandbox_of
+
+    async def _user(self, sandbox: Sandbox, request: Request) -> tuple[str, str]:
+        user = request.query_params.get("username") or DEFAULT_USER
+        try:
+            home = (await sandbox.box.user(user))["home"]
+        except AgentError as exc:
+            raise ApiError(401, f"invalid user: '{user}'") from exc
+        return user, home
+
+    async def download(self, request: Request) -> Response:
+        sandbox = self.sandbox_of(request)
+        user, home = await self._user(sandbox, request)
+        raw_path = request.query_params.get("path")
+        if not raw_path:
+            raise ApiError(400, "'path' is required")
+        path = sandbox.box.resolve(raw_path, home)
+        try:
+            fd, info = await sandbox.box.open(path, "r", user)
+        except AgentError as exc:
+            raise file_error(exc, path) from exc
+        headers = {"Content-Disposition": f'attachment; filename="{os.path.basename(path)}"'}
+        compress = "gzip" in [e.strip() for e in request.headers.get("accept-encoding", "").split(",")] and (
+            request.headers.get("accept-encoding", "").strip() == "gzip"
+        )
+        if compress:
+            headers["Content-Encoding"] = "gzip"
+        else:
+            headers["Content-Length"] = str(info["size"])
+        return StreamingResponse(_read_fd(fd, compress), media_type="application/octet-stream", headers=headers)
+
+    async def upload(self, request: Request) -> Response:
+        sandbox = self.sandbox_of(request)
+        user, home = await self._user(sandbox, request)
+        metadata = {k[len(METADATA_HEADER) :]: v for k, v in request.headers.items() if k.startswith(METADATA_HEADER)}
+        content_type, options = parse_options_header(request.headers.get("content-type", ""))
+        raw_path = request.query_params.get("path")
+        if content_type == b"multipart/form-data":
+            boundary = options.get(b"boundary")
+            if not boundary:
+                raise ApiError(400, "multipart body without a boundary")
+            written = await self._multipart(request, sandbox, user, home, raw_path, boundary, metadata)
+        elif content_type in (b"application/octet-stream", b""):
+            if not raw_path:
+                raise ApiError(400, "'path' is required for an octet-stream upload")
+            encoding = request.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("identity", "gzip", ""):
+                raise ApiError(400, f"unsupported Content-Encoding '{encoding}'")
+            if encoding == "gzip" and sandbox.quirks.refuse_gzip_upload:
+                raise ApiError(400, "gzip uploads are not supported: send the body uncompressed")
+            path = sandbox.box.resolve(raw_path, home)
+            fd = await self._open(sandbox, path, user, metadata)
+            with _closing(fd):
+                await _write_stream(fd, request.stream(), gzipped=encoding == "gzip")
+            written = [path]
+        else:
+            raise ApiError(400, f"unsupported Content-Type '{content_type.decode(errors='replace')}'")
+        return JSONResponse([{"name": os.path.basename(p), "type": "file", "path": p} for p in written])
+
+    async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> int:
+        try:
+            fd, _ = await sandbox.box.open(path, "w", user, metadata)
+        except AgentError as exc:
+            raise file_error(exc, path) from exc
+        return fd
+
+    async def _multipart(
+        self,
+        request: Request,
+        sandbox: Sandbox,
+        user: str,
+        home: str,
+        raw_path: str | None,
+        boundary: bytes,
+        metadata: dict[str, str],
+    ) -> list[str]:
+        events: list[tuple[str, object]] = []
+        header_name = bytearray()
+        header_value = bytearray()
+
+        def on_header_field(data: bytes, start: int, end: int) -> None:
+            header_name.extend(data[start:end])
+
+        def on_header_value(data: bytes, start: int, end: int) -> None:
+            header_value.extend(data[start:end])
+
+        def on_header_end() -> None:
+            events.append(("header", (bytes(header_name).decode("latin-1"), bytes(header_value).decode())))
+            header_name.clear()
+            header_value.clear()
+
+        parser = MultipartParser(
+            boundary,
+            {
+                "on_part_begin": lambda: events.append(("begin", None)),
+                "on_header_field": on_header_field,
+                "on_header_value": on_header_value,
+                "on_header_end": on_header_end,
+                "on_part_data": lambda data, start, end: events.append(("data", bytes(data[start:end]))),
+                "on_part_end": lambda: events.append(("end", None)),
+            },
+        )
+        written: list[str] = []
+        fd: int | None = None
+        headers: dict[str, str] = {}
+        try:
+            async for chunk in request.stream():
+                parser.write(chunk)
+                batch, events[:] = list(events), []
+                for kind, value in batch:
+                    if kind == "begin":
+                        headers = {}
+                    elif kind == "header":
+                        name, text = value  # type: ignore[misc]
+                        headers[name.lower()] = text
+                        if name.lower() == "content-disposition":
+                            target = _part_filename(text)
+                            if not raw_path and not target:
+                                raise ApiError(400, "multipart part without a filename and no 'path'")
+                            path = sandbox.box.resolve(raw_path or target, home)  # type: ignore[arg-type]
+                            fd = await self._open(sandbox, path, user, metadata)
+                            written.append(path)
+                    elif kind == "data" and fd is not None:
+                        _write_all(fd, value)  # type: ignore[arg-type]
+                    elif kind == "end" and fd is not None:
+                        os.close(fd)
+                        fd = None
+            parser.finalize()
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise ApiError(507, "not enough disk space") from exc
+            raise
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if not written:
+            raise ApiError(400, "multipart body has no file part")
+        return written
+
+
+def _part_filename(disposition: str) -> str | None:
+    message = Message()
+    message["content-disposition"] = disposition
+    return message.get_param("filename", header="content-disposition")  # type: ignore[return-value]
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+async def _write_stream(fd: int, stream: AsyncIterator[bytes], gzipped: bool) -> None:
+    inflater = zlib.decompressobj(wbits=31) if gzipped else None
+    try:
+        async for chunk in stream:
+            _write_all(fd, inflater.decompress(chunk) if inflater else chunk)
+        if inflater:
+            _write_all(fd, inflater.flush())
+            if not inflater.eof:
+                raise ApiError(400, "gzip body is truncated")
+    except zlib.error as exc:
+        raise ApiError(400, f"gzip body is invalid: {exc}") from exc
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise ApiError(507, "not enough disk space") from exc
+        raise
+
+
+async def _read_fd(fd: int, compress: bool) -> AsyncIterator[bytes]:
+    deflater = zlib.compressobj(1, zlib.DEFLATED, 31) if compress else None
+    try:
+        while chunk := os.read(fd, CHUNK):
+            yield deflater.compress(chunk) if deflater else chunk
+            await asyncio.sleep(0)
+        if deflater:
+            yield deflater.flush()
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _closing(fd: int):
+    try:
+        yield fd
+    finally:
+        os.close(fd)

@@ -1,0 +1,311 @@
+"""Sandboxes as the control plane sees them: ids, tokens, metadata, lifetimes, pause and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import shutil
+import signal
+import string
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .box import Box, BoxSettings
+from .quirks import Quirks
+
+if TYPE_CHECKING:
+    from .watch import Watcher
+
+log = logging.getLogger("e2b-bench.localbox")
+
+ENVD_VERSION = "0.6.4"
+TOKEN_GRACE_S = 60.0
+CPU_COUNT = 2
+MEMORY_MB = 512
+DISK_SIZE_MB = 2048
+CLIENT_ID = "e2b-bench"
+ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Sandbox:
+    id: str
+    template_id: str
+    alias: str | None
+    box: Box
+    quirks: Quirks
+    metadata: dict[str, str]
+    env_vars: dict[str, str]
+    internet: bool
+    auto_pause: bool
+    auto_resume: bool
+    started_at: float
+    end_at: float
+    state: str = "running"
+    tokens: dict[str, float | None] = field(default_factory=dict)  # sha256 -> expiry (None: current)
+    watchers: dict[str, Watcher] = field(default_factory=dict)
+    paused_at: float | None = None
+    # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
+    _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+
+    def mint_token(self) -> str:
+        """A fresh envd access token; the previous ones keep working for the grace period only."""
+        now = time.time()
+        for digest, expiry in self.tokens.items():
+            if expiry is None:
+                self.tokens[digest] = now + TOKEN_GRACE_S
+        token = self.quirks.token_prefix + secrets.token_urlsafe(32)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        self.tokens[digest] = None
+        self._raw_tokens[digest] = token
+        return token
+
+    def live_tokens(self) -> list[str]:
+        now = time.time()
+        return [self._raw_tokens[d] for d, expiry in self.tokens.items() if (expiry is None or expiry > now)]
+
+    def token_valid(self, token: str | None) -> bool:
+        if not token:
+            return False
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        now = time.time()
+        return any(
+            hmac.compare_digest(digest, known) and (expiry is None or expiry > now)
+            for known, expiry in self.tokens.items()
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The `Sandbox` / `SandboxDetail` / `ListedSandbox` members shared by every answer."""
+        return {
+            "templateID": self.template_id,
+            "alias": self.alias,
+            "sandboxID": self.id,
+            "clientID": CLIENT_ID,
+            "envdVersion": ENVD_VERSION,
+            "domain": None,
+        }
+
+
+@dataclass(frozen=True)
+class LocalboxConfig:
+    state_dir: Path
+    template_root: Path
+    api_key: str
+    quirks: Quirks = field(default_factory=Quirks)
+    pool_size: int = 2
+
+
+class Registry:
+    """Every sandbox of one server, and the tasks that end them on time."""
+
+    def __init__(self, config: LocalboxConfig) -> None:
+        self.config = config
+        self.sandboxes: dict[str, Sandbox] = {}
+        self.boxes_dir = config.state_dir / "boxes"
+        self._pool: list[Box] = []
+        self._pool_task: asyncio.Task | None = None
+        self._reaper: asyncio.Task | None = None
+        self._closing = False
+        self._tasks: set[asyncio.Future] = set()
+
+    @property
+    def quirks(self) -> Quirks:
+        return self.config.quirks
+
+    async def start(self) -> None:
+        self.boxes_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)
+        self._reaper = asyncio.create_task(self._reap_expired())
+        self._refill_pool()
+
+    # --- boxes --------------------------------------------------------------------------------
+    def _settings(self, internet: bool) -> BoxSettings:
+        q = self.quirks
+        return BoxSettings(
+            internet=internet,
+            session_leader=q.session_leader,
+            end_on_exit=q.end_on_exit,
+            profile_lines=q.login_profile(),
+        )
+
+    async def _new_box(self, internet: bool) -> Box:
+        box = Box(f"b{secrets.token_hex(6)}", self.config.template_root, self.boxes_dir, self._settings(internet))
+        await box.start(hostname="localhost")
+        return box
+
+    def _refill_pool(self) -> None:
+        if self._closing or self.config.pool_size <= 0:
+            return
+        if self._pool_task is None or self._pool_task.done():
+            self._pool_task = asyncio.create_task(self._fill_pool())
+
+    async def _fill_pool(self) -> None:
+        while not self._closing and len(self._pool) < self.config.pool_size:
+            try:
+                self._pool.append(await self._new_box(internet=True))
+            except Exception:
+                log.exception("could not prepare a sandbox in advance")
+                return
+
+    async def _take_box(self, internet: bool) -> Box:
+        while internet and self._pool:
+            box = self._pool.pop(0)
+            if box.running:
+                self._refill_pool()
+                return box
+        box = await self._new_box(internet)
+        self._refill_pool()
+        return box
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def new_id(self) -> str:
+        return self.quirks.sandbox_id_prefix + "".join(secrets.choice(ID_ALPHABET) for _ in range(20))
+
+    async def create(
+        self,
+        *,
+        template_id: str,
+        alias: str | None,
+        timeout_s: int,
+        metadata: dict[str, str],
+        env_vars: dict[str, str],
+        internet: bool,
+        auto_pause: bool,
+        auto_resume: bool,
+        sandbox_id: str | None = None,
+    ) -> tuple[Sandbox, str]:
+        box = await self._take_box(internet)
+        sandbox_id = sandbox_id or self.new_id()
+        try:
+            await box.link.result("configure", hostname=sandbox_id, profile=[])  # type: ignore[union-attr]
+        except Exception:
+            await box.kill()
+            raise
+        now = time.time()
+        sandbox = Sandbox(
+            id=sandbox_id,
+            template_id=template_id,
+            alias=alias,
+            box=box,
+            quirks=self.quirks,
+            metadata=metadata,
+            env_vars=env_vars,
+            internet=internet,
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+            started_at=now,
+            end_at=now + timeout_s,
+        )
+        box.on_exit = lambda: self._box_exited(sandbox)
+        self.sandboxes[sandbox_id] = sandbox
+        return sandbox, sandbox.mint_token()
+
+    def _box_exited(self, sandbox: Sandbox) -> None:
+        if not self._closing and self.sandboxes.get(sandbox.id) is sandbox:
+            self.sandboxes.pop(sandbox.id, None)
+            task = asyncio.ensure_future(sandbox.box.kill())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def get(self, sandbox_id: str) -> Sandbox | None:
+        return self.sandboxes.get(sandbox_id)
+
+    async def kill(self, sandbox_id: str) -> bool:
+        sandbox = self.sandboxes.pop(sandbox_id, None)
+        if sandbox is None:
+            return False
+        for watcher in list(sandbox.watchers.values()):
+            await watcher.close()
+        await sandbox.box.kill()
+        return True
+
+    async def pause(self, sandbox: Sandbox) -> None:
+        await sandbox.box.freeze()
+        sandbox.state = "paused"
+        sandbox.paused_at = time.time()
+
+    async def resume(self, sandbox: Sandbox, timeout_s: int) -> None:
+        await sandbox.box.thaw()
+        sandbox.state = "running"
+        sandbox.paused_at = None
+        sandbox.end_at = time.time() + timeout_s
+
+    async def _reap_expired(self) -> None:
+        while True:
+            await asyncio.sleep(0.2)
+            now = time.time()
+            for sandbox in list(self.sandboxes.values()):
+                if sandbox.state != "running" or sandbox.end_at > now:
+                    continue
+                try:
+                    if sandbox.auto_pause:
+                        await self.pause(sandbox)
+                    else:
+                        await self.kill(sandbox.id)
+                except Exception:
+                    log.exception("ending sandbox %s at its timeout failed", sandbox.id)
+
+    async def shutdown(self) -> None:
+        self._closing = True
+        for task in (self._reaper, self._pool_task):
+            if task:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        boxes = [s.box for s in self.sandboxes.values()] + self._pool
+        self.sandboxes.clear()
+        self._pool.clear()
+        await asyncio.gather(*(box.kill() for box in boxes), return_exceptions=True)
+
+
+def cleanup_stale(boxes_dir: Path) -> list[str]:
+    """Kill and remove what a server that crashed left behind in this state directory."""
+    removed = []
+    for box_dir in boxes_dir.iterdir() if boxes_dir.exists() else []:
+        pid_file = box_dir / "pid"
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(pid_file.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"unshare" in cmdline and b"agent.py" in cmdline:
+                _kill_tree(pid)
+        for cgroup in (Path("/sys/fs/cgroup/freezer/e2b-bench"), Path("/sys/fs/cgroup/e2b-bench")):
+            path = cgroup / box_dir.name
+            if path.exists():
+                with contextlib.suppress(OSError):
+                    (path / ("freezer.state" if "freezer" in str(cgroup) else "cgroup.freeze")).write_text(
+                        "THAWED" if "freezer" in str(cgroup) else "0"
+                    )
+                for proc in (path / "cgroup.procs").read_text().split() if (path / "cgroup.procs").exists() else []:
+                    with contextlib.suppress(ProcessLookupError, ValueError):
+                        os.kill(int(proc), signal.SIGKILL)
+                for _ in range(50):
+                    try:
+                        path.rmdir()
+                        break
+                    except OSError:
+                        time.sleep(0.02)
+        shutil.rmtree(box_dir, ignore_errors=True)
+        removed.append(box_dir.name)
+    return removed
+
+
+def _kill_tree(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for child in children:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(child), signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)

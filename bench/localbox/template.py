@@ -1,0 +1,85 @@
+"""The `base` template: a minimal Debian root like E2B's own, built once and cached.
+
+Built with mmdebstrap from the host's configured Debian sources, so it holds no host files: no home
+directories, checkouts, credentials or server state can be seen from a sandbox.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+# Bump when the recipe changes: a new directory is built and the old one is left for `clean`.
+TEMPLATE_REVISION = "1"
+PACKAGES = [
+    "bash", "coreutils", "sudo", "curl", "ca-certificates", "python3", "procps", "iproute2",
+    "less", "file", "passwd", "util-linux", "findutils", "grep", "sed", "gzip", "tar",
+]  # fmt: skip
+CUSTOMIZE = [
+    'chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user',
+    "echo 'user ALL=(ALL:ALL) NOPASSWD: ALL' > \"$1/etc/sudoers.d/user\"",
+    'chmod 0440 "$1/etc/sudoers.d/user"',
+    'mkdir -p "$1/workspace" && chown 1000:1000 "$1/workspace"',
+    'rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*',
+    'mkdir -p "$1/proc" "$1/dev" "$1/sys" "$1/tmp" && chmod 1777 "$1/tmp"',
+]
+
+
+class TemplateError(Exception):
+    """The base template could not be built."""
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("E2B_BENCH_CACHE", Path.home() / ".cache" / "e2b-bench"))
+
+
+def debian_suite() -> str:
+    fields = dict(line.split("=", 1) for line in Path("/etc/os-release").read_text().splitlines() if "=" in line)
+    codename = fields.get("VERSION_CODENAME", "").strip('"')
+    if fields.get("ID", "").strip('"') == "debian" and codename:
+        return codename
+    return "bookworm"
+
+
+def ensure_template(cache_dir: Path | None = None) -> Path:
+    """Return the template's root directory, building it first if needed."""
+    base = (cache_dir or default_cache_dir()) / "templates" / f"base-r{TEMPLATE_REVISION}"
+    rootfs = base / "rootfs"
+    ready = base / "ready"
+    if ready.exists():
+        return rootfs
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if ready.exists():
+            return rootfs
+        _build(base, rootfs)
+        ready.write_text("ok\n")
+    return rootfs
+
+
+def _build(base: Path, rootfs: Path) -> None:
+    tool = shutil.which("mmdebstrap")
+    if tool is None:
+        raise TemplateError(
+            "building the sandbox template needs mmdebstrap (Debian package 'mmdebstrap'): "
+            "install it with 'apt-get install -y mmdebstrap'"
+        )
+    partial = base / "rootfs.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.rmtree(rootfs, ignore_errors=True)
+    command = [
+        tool, "--variant=minbase", "--quiet", f"--include={','.join(PACKAGES)}",
+        *(f"--customize-hook={hook}" for hook in CUSTOMIZE),
+        debian_suite(), str(partial),
+    ]  # fmt: skip
+    mirror = os.environ.get("E2B_BENCH_DEBIAN_MIRROR")
+    if mirror:
+        command.append(mirror)
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise TemplateError(f"mmdebstrap failed ({result.returncode}): {result.stderr[-2000:]}")
+    partial.rename(rootfs)

@@ -1,0 +1,164 @@
+"""What an endpoint is documented to do (`expectations/<endpoint>.toml`) and how a case is judged."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import Any
+
+from bench.results import OUTCOMES, Outcome
+
+# A runner whose SDK pin lacks a feature skips with this reason; that is never the endpoint's fault.
+SDK_GAP_PREFIX = "not in this SDK"
+
+_TOP_KEYS = frozenset({"endpoint", "cases"})
+_ENDPOINT_KEYS = frozenset({"name", "description"})
+_CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message"})
+_REFUSAL_KEYS = ("status", "code", "message")
+
+
+class ExpectationsError(Exception):
+    """An expectations file is missing, unreadable or not in the documented format."""
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """The outcome a case is declared to have on an endpoint, and for refusals how it is refused."""
+
+    outcome: Outcome = "pass"
+    reason: str | None = None
+    status: int | None = None
+    code: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The outcome to record, the declared one, and whether the case conforms to its declaration."""
+
+    outcome: Outcome
+    expected: Outcome
+    conformant: bool
+    note: str | None = None
+
+
+DEFAULT = Declaration()
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """Declarations for one endpoint, keyed by case id or fnmatch pattern over `suite/runner/case`."""
+
+    name: str = "default"
+    description: str = ""
+    cases: Mapping[str, Declaration] = field(default_factory=dict)
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: Path | None) -> Expectations:
+        """Read `path`; `None` means nothing is declared and every case is expected to pass."""
+        if path is None:
+            return cls()
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ExpectationsError(f"{path}: {error}") from None
+        _check_keys(path, "", data, _TOP_KEYS)
+        endpoint = data.get("endpoint")
+        if not isinstance(endpoint, dict) or not isinstance(endpoint.get("name"), str):
+            raise ExpectationsError(f"{path}: [endpoint] with a string `name` is required")
+        _check_keys(path, "endpoint.", endpoint, _ENDPOINT_KEYS)
+        cases = data.get("cases", {})
+        return cls(
+            name=endpoint["name"],
+            description=str(endpoint.get("description", "")),
+            cases={pattern: _declaration(path, pattern, table) for pattern, table in cases.items()},
+            path=path,
+        )
+
+    @classmethod
+    def for_endpoint(cls, name: str, directory: Path) -> Expectations:
+        """`directory/<name>.toml` when it exists, else no declarations (everything expected to pass)."""
+        path = directory / f"{name}.toml"
+        return cls.load(path) if path.is_file() else cls(name=name)
+
+    def for_case(self, case_id: str) -> Declaration:
+        """The exact declaration for `case_id`, else the longest matching pattern (first in file on ties)."""
+        if case_id in self.cases:
+            return self.cases[case_id]
+        matching = [pattern for pattern in self.cases if fnmatchcase(case_id, pattern)]
+        if not matching:
+            return DEFAULT
+        return self.cases[max(matching, key=len)]
+
+
+def _check_keys(path: Path, prefix: str, table: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ExpectationsError(
+            f"{path}: unknown key {prefix}{unknown[0]!s} (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def _declaration(path: Path, pattern: str, table: Any) -> Declaration:
+    where = f'cases."{pattern}"'
+    if not isinstance(table, dict):
+        raise ExpectationsError(f"{path}: {where} must be a table")
+    _check_keys(path, f"{where}.", table, _CASE_KEYS)
+    outcome = table.get("outcome")
+    if outcome not in OUTCOMES:
+        raise ExpectationsError(f"{path}: {where}.outcome must be one of {', '.join(OUTCOMES)}")
+    if outcome != "pass" and not isinstance(table.get("reason"), str):
+        raise ExpectationsError(f"{path}: {where}.reason is required for a declared {outcome}")
+    given = [key for key in _REFUSAL_KEYS if key in table]
+    if given and outcome != "refused":
+        raise ExpectationsError(f'{path}: {where}.{given[0]} only applies to outcome = "refused"')
+    if "status" in table and (isinstance(table["status"], bool) or not isinstance(table["status"], int)):
+        raise ExpectationsError(f"{path}: {where}.status must be an integer HTTP status")
+    for key in ("reason", "code", "message"):
+        if key in table and not isinstance(table[key], str):
+            raise ExpectationsError(f"{path}: {where}.{key} must be a string")
+    return Declaration(
+        outcome=outcome,
+        reason=table.get("reason"),
+        status=table.get("status"),
+        code=table.get("code"),
+        message=table.get("message"),
+    )
+
+
+def _refusal_mismatches(details: Mapping[str, Any], error: str | None, declared: Declaration) -> list[str]:
+    mismatches = []
+    status = details.get("status_code")
+    if declared.status is not None and status != declared.status:
+        mismatches.append(f"status {status} (declared {declared.status})")
+    code = details.get("error_code")
+    if declared.code is not None and code != declared.code:
+        mismatches.append(f"code {code!r} (declared {declared.code!r})")
+    observed = " ".join(str(text) for text in (error, details.get("message")) if text)
+    if declared.message is not None and declared.message not in observed:
+        mismatches.append(f"message lacks {declared.message!r}")
+    return mismatches
+
+
+def judge(
+    observed: Outcome, details: Mapping[str, Any], error: str | None, declared: Declaration
+) -> Judgement:
+    """Compare what a runner observed with what the endpoint declares."""
+    expected = declared.outcome
+    skip_reason = str(error or details.get("reason") or "")
+    if observed == "skip" and skip_reason.startswith(SDK_GAP_PREFIX):
+        return Judgement("skip", expected, True, skip_reason)
+    if observed == "pass" and expected != "pass":
+        return Judgement("pass", expected, False, f"declared {expected} but passed: stale declaration?")
+    if observed != expected:
+        because = f": {declared.reason}" if declared.reason else ""
+        return Judgement(observed, expected, False, f"declared {expected}{because}; observed {observed}")
+    if expected == "refused":
+        mismatches = _refusal_mismatches(details, error, declared)
+        if mismatches:
+            return Judgement("deviation", expected, False, "refused differently: " + "; ".join(mismatches))
+    return Judgement(observed, expected, True, declared.reason)

@@ -1,0 +1,200 @@
+"""Self-contained HTML matrix and Markdown summary (for `$GITHUB_STEP_SUMMARY`) from run directories."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from bench.redaction import Redactor
+from bench.results import OUTCOMES, Run, atomic_write, read_run
+
+TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
+SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
+ERROR_PREVIEW = 200
+FRAME_COLUMNS = [
+    *("run_id", "endpoint", "stamp", "row", "column"),
+    *("id", "runner", "outcome", "expected", "conformant", "duration_ms", "error", "note", "details"),
+]
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    html: Path
+    markdown: Path
+
+
+@dataclass(frozen=True)
+class Column:
+    """One (run, runner) pair: a column of the matrix."""
+
+    key: str
+    run_id: str
+    runner: str
+    label: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    endpoint: str
+    suite: str
+    status: str
+    started_at: str
+    counts: dict[str, int]
+    conformant: int
+    nonconformant: int
+    pins: dict[str, dict[str, str]]
+
+
+def _stamp(run: Run) -> str:
+    started = str(run.header["started_at"])
+    return started[:19].replace("T", " ") + "Z"
+
+
+def _frame(runs: Sequence[Run]) -> pd.DataFrame:
+    rows = [
+        {
+            "run_id": run.run_id,
+            "endpoint": run.header["endpoint"]["name"],
+            "stamp": _stamp(run),
+            "runner": case.runner,
+            "row": f"{case.suite}/{case.case}",
+            "column": f"{run.run_id}/{case.runner}",
+            **case.to_dict(),
+        }
+        for run in runs
+        for case in run.cases
+    ]
+    frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    # A case recorded twice (a retry) shows its last record.
+    return frame.drop_duplicates(subset=["row", "column"], keep="last").reset_index(drop=True)
+
+
+def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
+    counts = pd.crosstab(frame["run_id"], frame["outcome"]) if len(frame) else pd.DataFrame()
+    conformant = frame.groupby("run_id")["conformant"].agg(["sum", "size"])
+    summaries = []
+    for run in runs:
+        by_outcome = counts.loc[run.run_id] if run.run_id in counts.index else {}
+        good, total = conformant.loc[run.run_id] if run.run_id in conformant.index else (0, 0)
+        summaries.append(
+            RunSummary(
+                run_id=run.run_id,
+                endpoint=run.header["endpoint"]["name"],
+                suite=run.header["suite"],
+                status=run.status,
+                started_at=_stamp(run),
+                counts={outcome: int(by_outcome.get(outcome, 0)) for outcome in OUTCOMES},
+                conformant=int(good),
+                nonconformant=int(total - good),
+                pins=run.header["pins"],
+            )
+        )
+    return summaries
+
+
+def _preview(error: str | None) -> str:
+    """The error on one line, at most `ERROR_PREVIEW` characters."""
+    text = " ".join((error or "").split())
+    return text if len(text) <= ERROR_PREVIEW else text[: ERROR_PREVIEW - 1] + "…"
+
+
+def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
+    duration = record["duration_ms"]
+    has_duration = duration is not None and not (isinstance(duration, float) and math.isnan(duration))
+    title = f"{record['outcome']} · {duration:.1f} ms" if has_duration else str(record["outcome"])
+    if not record["conformant"]:
+        title += f" · non-conformant (expected {record['expected']})"
+    error = record["error"] if isinstance(record["error"], str) else None
+    return {
+        "anchor": f"case-{index}",
+        "id": record["id"],
+        "row": record["row"],
+        "run_id": record["run_id"],
+        "runner": record["runner"],
+        "label": label,
+        "outcome": record["outcome"],
+        "expected": record["expected"],
+        "conformant": bool(record["conformant"]),
+        "symbol": SYMBOLS[record["outcome"]],
+        "title": title,
+        "duration": f"{duration:.1f} ms" if has_duration else "—",
+        "note": record["note"] if isinstance(record["note"], str) else None,
+        "error": error,
+        "error_preview": _preview(error),
+        "details_json": json.dumps(record["details"], indent=2, sort_keys=True, ensure_ascii=False),
+    }
+
+
+def _columns(frame: pd.DataFrame) -> list[Column]:
+    columns: list[Column] = []
+    for key, group in frame.groupby("column", sort=False):
+        first = group.iloc[0]
+        label = f"{first['endpoint']} · {first['runner']} · {first['stamp']}"
+        if any(column.label == label for column in columns):
+            label += f" ({first['run_id']})"
+        columns.append(Column(key=str(key), run_id=first["run_id"], runner=first["runner"], label=label))
+    return columns
+
+
+def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
+    frame = _frame(runs)
+    columns = _columns(frame)
+    labels = {column.key: column.label for column in columns}
+    cells = [_cell(int(index), record, labels[record["column"]]) for index, record in frame.iterrows()]
+    grid = frame.reset_index().pivot(index="row", columns="column", values="index")
+    matrix = [
+        {
+            "row": row,
+            "cells": [
+                None if pd.isna(grid.at[row, column.key]) else cells[int(grid.at[row, column.key])]
+                for column in columns
+            ],
+        }
+        for row in sorted(grid.index)
+    ]
+    model: dict[str, Any] = redactor.redact_obj(
+        {
+            "runs": [asdict(summary) for summary in _summaries(runs, frame)],
+            "columns": [asdict(column) for column in columns],
+            "matrix": matrix,
+            "cells": cells,
+            "nonconformant": [cell for cell in cells if not cell["conformant"]],
+            "symbols": SYMBOLS,
+        }
+    )
+    return model
+
+
+def _environment(templates: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates),
+        autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render(
+    run_dirs: Sequence[Path],
+    out_dir: Path,
+    redactor: Redactor | None = None,
+    templates: Path = TEMPLATES,
+) -> ReportPaths:
+    """Write `report.html` and `summary.md` for the runs (truncated runs included) into `out_dir`."""
+    redactor = redactor or Redactor()
+    runs = [read_run(path, allow_truncated=True) for path in run_dirs]
+    model = _model(runs, redactor)
+    environment = _environment(templates)
+    paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
+    for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):
+        atomic_write(path, redactor.redact_text(environment.get_template(template).render(**model)))
+    return paths

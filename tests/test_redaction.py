@@ -1,0 +1,178 @@
+import json
+import string
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.redaction import REDACTED, Redactor, is_secret_name
+
+SECRET = "s3cr3t-v4lue-0042"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("key e2b_0123456789abcdef01234567 used", f"key {REDACTED} used"),
+        ('{"X-API-KEY": "abc", "n": 1}', f'{{"X-API-KEY": "{REDACTED}", "n": 1}}'),
+        ("x-access-token: tok123\nnext", f"x-access-token: {REDACTED}\nnext"),
+        ("Authorization: Bearer abc.def", f"Authorization: {REDACTED}"),
+        ("Authorization: Basic cm9vdDo=", f"Authorization: {REDACTED}"),
+        (
+            '{"envdAccessToken": "t1", "trafficAccessToken": "t2"}',
+            f'{{"envdAccessToken": "{REDACTED}", "trafficAccessToken": "{REDACTED}"}}',
+        ),
+        ("{'apiKey': 'abc'}", f"{{'apiKey': '{REDACTED}'}}"),
+        ('Sandbox.create(api_key="e2b_wrong")', f'Sandbox.create(api_key="{REDACTED}")'),
+        ("E2B_API_KEY=abc OTHER=1", f"E2B_API_KEY={REDACTED} OTHER=1"),
+        ("export OPENAI_API_KEY='sk-1'", f"export OPENAI_API_KEY='{REDACTED}'"),
+        ("ANTHROPIC_API_KEY=x", f"ANTHROPIC_API_KEY={REDACTED}"),
+        ('GATEWAY_ACCESS_TOKEN="a b"', f'GATEWAY_ACCESS_TOKEN="{REDACTED}"'),
+        ('api_key="cut-off', f'api_key="{REDACTED}"'),
+        (
+            "/files?path=/a&signature=v1_abc&signature_expiration=99&username=user",
+            f"/files?path=/a&signature={REDACTED}&signature_expiration=99&username=user",
+        ),
+        ("/x?access_token=abc&b=2", f"/x?access_token={REDACTED}&b=2"),
+        ("/x?a=1&key=abc&b=2", f"/x?a=1&key={REDACTED}&b=2"),
+        ("<td>Authorization: Basic cm9vdDo=</td>", f"<td>Authorization: {REDACTED}</td>"),
+    ],
+)
+def test_redact_text_patterns(text: str, expected: str) -> None:
+    assert Redactor().redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "next_token=abc",
+        "X-Next-Token: abc",
+        "keyboard=1 monkey=2",
+        "/x?monkey=1&keys=2",
+        "max_tokens=100",
+        "e2b_shortbeef",
+    ],
+)
+def test_redact_text_leaves_lookalikes(text: str) -> None:
+    assert Redactor().redact_text(text) == text
+
+
+def test_added_secret_is_redacted_with_its_url_and_json_spellings() -> None:
+    redactor = Redactor(['pa"ss/word+1'])
+
+    text = redactor.redact_text('raw pa"ss/word+1 url pa%22ss%2Fword%2B1 json pa\\"ss/word+1')
+
+    assert text == f"raw {REDACTED} url {REDACTED} json {REDACTED}"
+
+
+def test_short_values_are_not_secrets() -> None:
+    redactor = Redactor(["short", None, ""])
+
+    assert redactor.redact_text("short words stay") == "short words stay"
+
+
+def test_redact_obj_secret_named_keys_and_substrings() -> None:
+    redactor = Redactor([SECRET])
+    obj = {
+        "headers": {"X-API-KEY": "k", "x-access-token": "t", "X-Next-Token": "cursor"},
+        "env": {"E2B_API_KEY": "k", "HF_TOKEN": "h", "next_token": "cursor", "PATH": "/bin"},
+        "trafficAccessToken": None,
+        "log": [f"saw {SECRET}", (1, f"{SECRET}!")],
+        SECRET: 3,
+    }
+
+    assert redactor.redact_obj(obj) == {
+        "headers": {"X-API-KEY": REDACTED, "x-access-token": REDACTED, "X-Next-Token": "cursor"},
+        "env": {"E2B_API_KEY": REDACTED, "HF_TOKEN": REDACTED, "next_token": "cursor", "PATH": "/bin"},
+        "trafficAccessToken": None,
+        "log": [f"saw {REDACTED}", (1, f"{REDACTED}!")],
+        REDACTED: 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("X-API-KEY", True),
+        ("x-api-key", True),
+        ("Authorization", True),
+        ("APIKEY", True),
+        ("openai_api_key", True),
+        ("MY_SERVICE_TOKEN", True),
+        ("next_token", False),
+        ("X-Next-Token", False),
+        ("key", False),
+        ("tokens", False),
+    ],
+)
+def test_is_secret_name(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+def test_redact_is_idempotent_on_every_pattern() -> None:
+    redactor = Redactor([SECRET])
+    text = (
+        f"{SECRET} e2b_0123456789abcdef0123 Authorization: Bearer x api_key='y' "
+        'E2B_API_KEY=z /f?signature=s&key=k {"apiKey": "q"}'
+    )
+    once = redactor.redact_text(text)
+
+    assert redactor.redact_text(once) == once
+
+
+def test_redact_text_is_fast_on_large_input() -> None:
+    redactor = Redactor([f"{SECRET}-{n}" for n in range(50)])
+    text = json.dumps([{"stdout": "x" * 200, "url": "/files?path=/a&username=user"}] * 5000)
+
+    start = time.perf_counter()
+    redactor.redact_text(text)
+
+    assert time.perf_counter() - start < 1.0
+
+
+# Characters API keys and tokens are made of.
+TOKEN_CHARS = string.ascii_letters + string.digits + "-_./+="
+secrets = st.text(alphabet=TOKEN_CHARS, min_size=8, max_size=40)
+filler = st.text(max_size=30)
+json_leaves = st.one_of(st.none(), st.booleans(), st.integers(), filler)
+
+
+@st.composite
+def nested_with_secret(draw: st.DrawFn) -> tuple[str, object]:
+    secret = draw(secrets)
+    embedded = draw(filler) + secret + draw(filler)
+    tree = draw(
+        st.recursive(
+            json_leaves,
+            lambda children: st.one_of(
+                st.lists(children, max_size=4), st.dictionaries(filler, children, max_size=4)
+            ),
+            max_leaves=12,
+        )
+    )
+    # Put the secret in a value, a key and a list item so every path of the walk is exercised.
+    return secret, {"tree": tree, "value": embedded, embedded: [tree, embedded], "list": [1, [embedded]]}
+
+
+@given(nested_with_secret())
+def test_secret_never_survives_redact_obj(case: tuple[str, object]) -> None:
+    secret, obj = case
+    redactor = Redactor([secret])
+
+    assert secret not in json.dumps(redactor.redact_obj(obj), ensure_ascii=False)
+
+
+@given(secrets, filler, filler)
+def test_secret_never_survives_redact_text(secret: str, before: str, after: str) -> None:
+    redactor = Redactor([secret])
+
+    assert secret not in redactor.redact_text(before + secret + after + secret)
+
+
+@given(st.text(max_size=200))
+def test_redact_text_is_idempotent(text: str) -> None:
+    redactor = Redactor(["fixed-secret-value"])
+    once = redactor.redact_text(text)
+
+    assert redactor.redact_text(once) == once

@@ -464,7 +464,8 @@ class Agent:
             watch_id = self.next_watch
             self.next_watch += 1
             self.watches[watch_id] = (fd, paths)
-            return {"watch": watch_id, "paths": {str(k): v for k, v in paths.items()}}, [fd]
+            # The server reads a duplicate; this copy stays open so later subdirectories can be added.
+            return {"watch": watch_id, "paths": {str(k): v for k, v in paths.items()}}, [os.dup(fd)]
 
     def op_watch_add(self, message: dict, fds: list[int]) -> dict:
         fd, paths = self.watches[message["watch"]]

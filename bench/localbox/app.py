@@ -7,6 +7,7 @@ import base64
 import hashlib
 import hmac
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -19,7 +20,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .api import Api, ApiError, error_response
-from .envd import envd_apps
+from .envd import envd_apps, rpc_paths
 from .files import Files
 from .registry import Registry, Sandbox
 
@@ -34,6 +35,7 @@ RPC_CONTENT_TYPES = (
 )
 MAX_REST_BODY = 1 << 20
 DEBUG_SANDBOX_ID = "debug_sandbox_id"
+HOST_ROUTE = re.compile(r"^\d+-([a-z0-9-]+)\.")  # 49983-<sandbox id>.<domain>
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -69,6 +71,7 @@ class LocalboxApp:
             },
         )
         self.rpc: dict[str, ASGIApp] = {app.path + "/": app for app in envd_apps(registry)}
+        self.rpc_paths = rpc_paths()
         files = Files(self._authorized_sandbox)
         self.envd_http = Starlette(
             routes=[
@@ -139,14 +142,22 @@ class LocalboxApp:
         sandbox_id = _header(scope, b"e2b-sandbox-id")
         if self.debug and sandbox_id in (DEBUG_SANDBOX_ID, ""):
             return await self._debug_sandbox()
+        if not sandbox_id and (match := HOST_ROUTE.match(_header(scope, b"host"))):
+            sandbox_id = match.group(1)
+        if not sandbox_id and query and query.get("signature"):
+            # A signed URL made with E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
+            return next((s for s in self.registry.sandboxes.values() if self._signature_allowed(s, scope, query)), None)
         sandbox = self.registry.get(sandbox_id)
         if sandbox is None:
             return None
         if sandbox.token_valid(_header(scope, b"x-access-token")):
             return sandbox
-        if query and query.get("signature") and not sandbox.quirks.refuse_signed_urls:
-            return sandbox if self._signature_valid(sandbox, scope, query) else None
+        if query and query.get("signature"):
+            return sandbox if self._signature_allowed(sandbox, scope, query) else None
         return None
+
+    def _signature_allowed(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> bool:
+        return not sandbox.quirks.refuse_signed_urls and self._signature_valid(sandbox, scope, query)
 
     def _signature_valid(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> bool:
         expiration = query.get("signature_expiration")
@@ -169,7 +180,9 @@ class LocalboxApp:
     async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         app = next((a for prefix, a in self.rpc.items() if path.startswith(prefix)), None)
-        if scope["method"] != "POST":
+        if path not in self.rpc_paths:
+            response = connect_json_error(404, "unimplemented", f"no such method: {path}")
+        elif scope["method"] != "POST":
             response = connect_json_error(405, "unimplemented", f"{scope['method']} is not allowed on {path}")
         elif _header(scope, b"content-type").split(";")[0].strip().lower() not in RPC_CONTENT_TYPES:
             response = connect_json_error(

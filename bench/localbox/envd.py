@@ -11,6 +11,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from connectrpc.code import Code
+from connectrpc.codec import Codec, proto_binary_codec, proto_json_codec
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 from e2b.envd.filesystem import filesystem_pb as fs_pb
@@ -377,10 +378,39 @@ class FilesystemService(EnvdBase, Filesystem):
         return fs_pb.RemoveWatcherResponse()
 
 
+def rpc_paths() -> set[str]:
+    """Every method path the two services answer, e.g. `/process.Process/Start`."""
+    return {
+        f"/{service.desc().type_name}/{method.name}"
+        for service in (Process, Filesystem)
+        for method in service.desc().methods
+    }
+
+
+class StrictDecode:
+    """Wraps a codec so that an undecodable request is `invalid_argument`, not an internal error."""
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+
+    def name(self) -> str:
+        return self._codec.name()
+
+    def encode(self, message):  # type: ignore[no-untyped-def]
+        return self._codec.encode(message)
+
+    def decode(self, data, message_class):  # type: ignore[no-untyped-def]
+        try:
+            return self._codec.decode(data, message_class)
+        except Exception as exc:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"cannot decode request: {exc}") from exc
+
+
 def envd_apps(registry: Registry) -> list[ProcessASGIApplication | FilesystemASGIApplication]:
+    codecs = [StrictDecode(proto_json_codec()), StrictDecode(proto_binary_codec())]
     return [
-        ProcessASGIApplication(ProcessService(registry)),
-        FilesystemASGIApplication(FilesystemService(registry)),
+        ProcessASGIApplication(ProcessService(registry), codecs=codecs),  # type: ignore[arg-type]
+        FilesystemASGIApplication(FilesystemService(registry), codecs=codecs),  # type: ignore[arg-type]
     ]
 
 

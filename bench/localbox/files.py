@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import zlib
+from urllib.parse import quote
 from collections.abc import AsyncIterator
 from email.message import Message
 
@@ -61,7 +62,10 @@ class Files:
             fd, info = await sandbox.box.open(path, "r", user)
         except AgentError as exc:
             raise file_error(exc, path) from exc
-        headers = {"Content-Disposition": f'attachment; filename="{os.path.basename(path)}"'}
+        name = os.path.basename(path)
+        fallback = name.encode("ascii", "replace").decode().replace('"', "_").replace("\\", "_")
+        disposition = f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+        headers = {"Content-Disposition": disposition}
         compress = "gzip" in [e.strip() for e in request.headers.get("accept-encoding", "").split(",")] and (
             request.headers.get("accept-encoding", "").strip() == "gzip"
         )

@@ -268,6 +268,7 @@ class Registry:
         self.sandboxes.clear()
         self._pool.clear()
         await asyncio.gather(*(box.kill() for box in boxes), return_exceptions=True)
+        shutil.rmtree(self.config.state_dir, ignore_errors=True)
 
 
 def cleanup_stale(boxes_dir: Path) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import secrets
 import shutil
@@ -19,7 +20,7 @@ import uvicorn
 
 from .app import LocalboxApp
 from .quirks import Quirks
-from .registry import LocalboxConfig, Registry
+from .registry import LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
 
 DEBUG_API_PORT = 3000
@@ -40,8 +41,22 @@ class LocalEndpoint:
         return {"E2B_API_KEY": self.api_key, "E2B_API_URL": self.api_url, "E2B_SANDBOX_URL": self.sandbox_url}
 
 
-def default_state_dir() -> Path:
+_instances = itertools.count(1)
+
+
+def default_state_root() -> Path:
     return Path(tempfile.gettempdir()) / f"e2b-bench-localbox-{os.getuid()}"
+
+
+def new_state_dir(root: Path) -> Path:
+    """A directory of this server's own; those of servers that died without cleaning up are cleaned now."""
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob("server-*"):
+        pid = stale.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            cleanup_stale(stale / "boxes")
+            shutil.rmtree(stale, ignore_errors=True)
+    return root / f"server-{os.getpid()}-{next(_instances)}"
 
 
 def check_host() -> None:
@@ -97,7 +112,7 @@ class LocalServer:
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)
         template_root = ensure_template(cache_dir or default_cache_dir())
         config = LocalboxConfig(
-            state_dir=state_dir or default_state_dir(),
+            state_dir=state_dir or new_state_dir(default_state_root()),
             template_root=template_root,
             api_key=self.api_key,
             quirks=quirks or Quirks(),

@@ -1,0 +1,324 @@
+"""The unmodified e2b Python SDK (sync and async) against the embedded endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from e2b import (
+    AsyncSandbox,
+    CommandExitException,
+    FileNotFoundException,
+    FileType,
+    PtySize,
+    Sandbox,
+    SandboxQuery,
+    SandboxState,
+    TimeoutException,
+)
+from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+from bench.localbox.server import LocalEndpoint
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def test_run_streams_stdout_and_reports_exit_codes(sandbox: Sandbox) -> None:
+    chunks: list[str] = []
+
+    ok = sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.05; done", on_stdout=chunks.append)
+    with pytest.raises(CommandExitException) as failed:
+        sandbox.commands.run("echo out; echo oops >&2; exit 3")
+
+    assert (ok.exit_code, ok.stdout, chunks) == (0, "1\n2\n3\n", ["1\n", "2\n", "3\n"])
+    assert (failed.value.exit_code, failed.value.stdout, failed.value.stderr) == (3, "out\n", "oops\n")
+    assert failed.value.error == "exit status 3"
+
+
+def test_a_command_runs_in_a_login_shell_as_user_in_home(sandbox: Sandbox) -> None:
+    result = sandbox.commands.run("echo $0 $(whoami) $(pwd) $HOME; shopt -q login_shell && echo login")
+
+    assert result.stdout == "/bin/bash user /home/user /home/user\nlogin\n"
+
+
+def test_create_envs_reach_every_command_and_command_envs_override_them(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=60, envs={"FROM_CREATE": "c", "BOTH": "create"})
+    try:
+        first = sbx.commands.run("echo $FROM_CREATE $BOTH")
+        second = sbx.commands.run("echo $FROM_CREATE $BOTH", envs={"BOTH": "command"})
+    finally:
+        sbx.kill()
+
+    assert (first.stdout, second.stdout) == ("c create\n", "c command\n")
+
+
+def test_cwd_and_user_root(sandbox: Sandbox) -> None:
+    sandbox.files.make_dir("/home/user/work dir")
+
+    relative = sandbox.commands.run("pwd", cwd="work dir")
+    as_root = sandbox.commands.run("whoami; echo $HOME; pwd", user="root")
+
+    assert relative.stdout == "/home/user/work dir\n"
+    assert as_root.stdout == "root\n/root\n/root\n"
+
+
+def test_sigkill_reports_minus_one_and_a_second_kill_returns_false(sandbox: Sandbox) -> None:
+    handle = sandbox.commands.run("sleep 30", background=True)
+
+    listed = [p.pid for p in sandbox.commands.list()]
+    killed = sandbox.commands.kill(handle.pid)
+    with pytest.raises(CommandExitException) as ended:
+        handle.wait()
+    again = sandbox.commands.kill(handle.pid)
+
+    assert handle.pid in listed
+    assert (killed, again) == (True, False)
+    assert (ended.value.exit_code, ended.value.error) == (-1, "signal: killed")
+
+
+def test_stdin_send_and_close(sandbox: Sandbox) -> None:
+    handle = sandbox.commands.run("read line; echo got:$line; cat; echo eof", background=True, stdin=True)
+
+    sandbox.commands.send_stdin(handle.pid, "ping\n")
+    sandbox.commands.send_stdin(handle.pid, "rest\n")
+    sandbox.commands.close_stdin(handle.pid)
+    result = handle.wait()
+
+    assert result.stdout == "got:ping\nrest\neof\n"
+
+
+def test_disconnect_does_not_kill_and_connect_reattaches(sandbox: Sandbox) -> None:
+    handle = sandbox.commands.run("sleep 0.5; echo later; exit 4", background=True)
+    handle.disconnect()
+
+    again = sandbox.commands.connect(handle.pid)
+    with pytest.raises(CommandExitException) as ended:
+        again.wait()
+
+    assert ended.value.stdout == "later\n"
+    assert ended.value.exit_code == 4
+
+
+def test_the_request_deadline_kills_the_process(sandbox: Sandbox) -> None:
+    with pytest.raises(TimeoutException):
+        sandbox.commands.run("echo $$ > /tmp/pid; sleep 30", timeout=1)
+    time.sleep(0.3)
+
+    alive = sandbox.commands.run("kill -0 $(cat /tmp/pid) 2>/dev/null && echo alive || echo gone")
+
+    assert alive.stdout == "gone\n"
+
+
+def test_setsid_inside_a_command_keeps_its_exit_code_and_late_output(sandbox: Sandbox) -> None:
+    with pytest.raises(CommandExitException) as ended:
+        sandbox.commands.run("exec setsid bash -c 'sleep 1; echo late; exit 5'")
+
+    assert (ended.value.exit_code, ended.value.stdout) == (5, "late\n")
+
+
+def test_pty_runs_an_interactive_shell_and_resizes(sandbox: Sandbox) -> None:
+    output = bytearray()
+    terminal = sandbox.pty.create(PtySize(rows=24, cols=80))
+
+    sandbox.pty.resize(terminal.pid, PtySize(rows=40, cols=120))
+    sandbox.pty.send_stdin(terminal.pid, b"stty size; tty; exit 7\n")
+    with pytest.raises(CommandExitException) as ended:
+        terminal.wait(on_pty=output.extend)
+
+    text = output.decode(errors="replace")
+    assert "40 120" in text
+    assert "/dev/pts/" in text
+    assert ended.value.exit_code == 7
+
+
+def test_output_of_concurrent_commands_is_neither_lost_nor_mixed(sandbox: Sandbox) -> None:
+    handles = [sandbox.commands.run(f"for i in $(seq 1 300); do echo {n}-$i; done", background=True) for n in range(8)]
+
+    results = [h.wait() for h in handles]
+
+    for n, result in enumerate(results):
+        assert result.stdout == "".join(f"{n}-{i}\n" for i in range(1, 301))
+
+
+def test_large_output_arrives_whole(sandbox: Sandbox) -> None:
+    result = sandbox.commands.run("head -c 3000000 /dev/zero | tr '\\0' 'x'")
+
+    assert len(result.stdout) == 3_000_000
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def test_files_round_trip_text_and_bytes_through_every_upload_form(sandbox: Sandbox) -> None:
+    blob = bytes(range(256)) * 64
+
+    sandbox.files.write("/home/user/multipart.bin", blob)
+    sandbox.files.write("/home/user/octet.bin", blob, use_octet_stream=True)
+    sandbox.files.write("/home/user/gzip.bin", blob, gzip=True)
+    infos = sandbox.files.write_files(
+        [WriteEntry(path="one.txt", data="first"), WriteEntry(path="/tmp/two.txt", data="second")]
+    )
+
+    for name in ("multipart", "octet", "gzip"):
+        assert sandbox.files.read(f"/home/user/{name}.bin", format="bytes") == blob
+    assert sandbox.files.read("/home/user/gzip.bin", format="bytes", gzip=True) == blob
+    assert [i.path for i in infos] == ["/home/user/one.txt", "/tmp/two.txt"]
+    assert sandbox.files.read("one.txt") == "first"
+
+
+def test_files_written_as_user_belong_to_user_and_as_root_to_root(sandbox: Sandbox) -> None:
+    sandbox.files.write("/home/user/deep/er/mine.txt", "x")
+    sandbox.files.write("/root/theirs.txt", "y", user="root")
+
+    mine = sandbox.files.get_info("/home/user/deep/er/mine.txt")
+    theirs = sandbox.files.get_info("/root/theirs.txt", user="root")
+    parents = sandbox.commands.run("stat -c %U /home/user/deep /home/user/deep/er")
+
+    assert (mine.owner, theirs.owner) == ("user", "root")
+    assert parents.stdout == "user\nuser\n"
+
+
+def test_a_user_cannot_read_roots_files(sandbox: Sandbox) -> None:
+    sandbox.files.write("/root/secret.txt", "s", user="root")
+    sandbox.commands.run("chmod 600 /root/secret.txt", user="root")
+
+    with pytest.raises(Exception) as refused:
+        sandbox.files.read("/root/secret.txt")
+
+    assert "403" in str(refused.value) or "permission" in str(refused.value).lower()
+
+
+def test_list_exists_info_rename_remove_and_missing_files(sandbox: Sandbox) -> None:
+    sandbox.files.write("/home/user/tree/a/b.txt", "b")
+    sandbox.files.write("/home/user/tree/c.txt", "cc")
+
+    shallow = sorted(e.path for e in sandbox.files.list("/home/user/tree"))
+    deep = sorted(e.path for e in sandbox.files.list("/home/user/tree", depth=2))
+    info = sandbox.files.get_info("/home/user/tree/c.txt")
+    made, made_again = sandbox.files.make_dir("/home/user/new"), sandbox.files.make_dir("/home/user/new")
+    moved = sandbox.files.rename("/home/user/tree/c.txt", "/home/user/new/c.txt")
+    sandbox.files.remove("/home/user/tree")
+
+    assert shallow == ["/home/user/tree/a", "/home/user/tree/c.txt"]
+    assert deep == ["/home/user/tree/a", "/home/user/tree/a/b.txt", "/home/user/tree/c.txt"]
+    assert (info.name, info.type, info.size, info.permissions) == ("c.txt", FileType.FILE, 2, "-rw-r--r--")
+    assert (made, made_again) == (True, False)
+    assert moved.path == "/home/user/new/c.txt"
+    assert sandbox.files.exists("/home/user/tree") is False
+    with pytest.raises(FileNotFoundException):
+        sandbox.files.read("/home/user/nope")
+
+
+def test_file_metadata_is_stored_and_listed(sandbox: Sandbox) -> None:
+    sandbox.files.write("/home/user/tagged.txt", "t", metadata={"origin": "bench"})
+
+    info = sandbox.files.get_info("/home/user/tagged.txt")
+
+    assert info.metadata == {"origin": "bench"}
+
+
+def test_signed_urls_work_without_the_access_token(sandbox: Sandbox) -> None:
+    upload = sandbox.upload_url("/home/user/signed.txt")
+    download = sandbox.download_url("/home/user/signed.txt", use_signature_expiration=60)
+
+    sent = httpx.post(upload, files={"file": ("signed.txt", b"via url")})
+    got = httpx.get(download)
+    forged = httpx.get(download.replace("signature=v1_", "signature=v1_x"))
+
+    assert sent.status_code == 200
+    assert got.content == b"via url"
+    assert forged.status_code == 401
+
+
+def test_gzip_download_is_compressed_on_the_wire(sandbox: Sandbox, endpoint: LocalEndpoint) -> None:
+    sandbox.files.write("/home/user/z.txt", "z" * 100_000)
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": sandbox._envd_access_token,  # the SDK keeps it; we reuse it for a raw request
+        "Accept-Encoding": "gzip",
+    }
+
+    raw = httpx.get(f"{endpoint.sandbox_url}/files", params={"path": "/home/user/z.txt"}, headers=headers)
+
+    assert raw.headers["content-encoding"] == "gzip"
+    assert raw.content == b"z" * 100_000
+    assert raw.num_bytes_downloaded < 1_000
+
+
+def test_watch_dir_polling_reports_creates_and_writes(sandbox: Sandbox) -> None:
+    sandbox.files.make_dir("/home/user/watched")
+    watcher = sandbox.files.watch_dir("/home/user/watched", recursive=True)
+
+    sandbox.files.write("/home/user/watched/new.txt", "1")
+    sandbox.commands.run("mkdir /home/user/watched/sub && sleep 0.2 && echo x > /home/user/watched/sub/inner.txt")
+    time.sleep(0.3)
+    events = watcher.get_new_events()
+    watcher.stop()
+
+    seen = {(e.name, e.type.name) for e in events}
+    assert ("new.txt", "CREATE") in seen
+    assert ("sub", "CREATE") in seen
+    assert ("sub/inner.txt", "CREATE") in seen
+
+
+# --- lifecycle --------------------------------------------------------------------------------
+
+
+def test_pause_freezes_processes_and_resume_keeps_their_memory(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=60)
+    try:
+        sbx.commands.run(
+            "nohup bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' >/dev/null 2>&1 &"
+        )
+        time.sleep(0.5)
+        assert sbx.pause() is True
+        time.sleep(0.8)
+        resumed = Sandbox.connect(sbx.sandbox_id)
+        right_after = int(resumed.commands.run("cat /tmp/count").stdout)
+        time.sleep(0.5)
+        later = int(resumed.commands.run("cat /tmp/count").stdout)
+    finally:
+        Sandbox.kill(sbx.sandbox_id)
+
+    # Frozen for 0.8 s: the counter resumed from where it stopped (about 10 ticks in 0.5 s), not from 0.
+    assert 4 <= right_after <= 25
+    assert later > right_after
+
+
+def test_the_timeout_kills_the_sandbox_at_end_at(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=1)
+
+    time.sleep(1.8)
+
+    with pytest.raises(Exception) as gone:
+        Sandbox.get_info(sbx.sandbox_id)
+    assert type(gone.value).__name__ == "SandboxNotFoundException"
+
+
+def test_list_by_metadata_finds_own_sandbox(sandbox: Sandbox) -> None:
+    query = SandboxQuery(state=[SandboxState.RUNNING], metadata={"test": "localbox"})
+
+    found = [s.sandbox_id for s in Sandbox.list(query=query).next_items()]
+
+    assert sandbox.sandbox_id in found
+
+
+def test_async_sdk_runs_commands_and_files(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> tuple[str, str, bool]:
+        sbx = await AsyncSandbox.create(timeout=60)
+        try:
+            result = await sbx.commands.run("echo async")
+            await sbx.files.write("/home/user/a.txt", "async file")
+            text = await sbx.files.read("/home/user/a.txt")
+            events = []
+            handle = await sbx.files.watch_dir("/home/user", on_event=events.append)
+            await sbx.files.write("/home/user/watched.txt", "w")
+            await asyncio.sleep(0.3)
+            await handle.stop()
+            return result.stdout, text, any(e.name == "watched.txt" for e in events)
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(scenario()) == ("async\n", "async file", True)

@@ -7,9 +7,9 @@ import contextlib
 import errno
 import os
 import zlib
-from urllib.parse import quote
 from collections.abc import AsyncIterator
 from email.message import Message
+from urllib.parse import quote
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request

@@ -1,0 +1,227 @@
+"""Which E2B-compatible endpoint a run targets, and whether it is usable before anything runs.
+
+An endpoint is `local` (the embedded server, URLs filled in once it listens), `env` (the SDK's own
+environment variables) or a named table of `endpoints.toml` at the repository root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import ssl
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_PATH = REPO_ROOT / "endpoints.toml"
+EXPECTATIONS_DIR = REPO_ROOT / "expectations"
+DEFAULT_KEY_ENV = "E2B_API_KEY"
+# The embedded server accepts the key the harness generates and exports under this name.
+LOCAL_KEY_ENV = "E2B_BENCH_LOCAL_KEY"
+DEFAULT_DOMAIN = "e2b.app"
+PREFLIGHT_TIMEOUT_S = 5.0
+
+Kind = Literal["local", "env", "toml"]
+
+
+class EndpointError(Exception):
+    """The endpoint name or its configuration is unusable."""
+
+
+class PreflightError(Exception):
+    """The endpoint failed the preflight check; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the SDKs are pointed. Holds the NAME of the key's environment variable, never the key."""
+
+    name: str
+    kind: Kind
+    api_url: str
+    sandbox_url: str | None
+    domain: str | None
+    key_env: str
+    expectations: Path | None
+
+    def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
+        return environ.get(self.key_env) or None
+
+    def bound(self, url: str) -> Endpoint:
+        """The same endpoint served at `url` (the embedded server once it listens)."""
+        return dataclasses.replace(self, api_url=url.rstrip("/"), sandbox_url=url.rstrip("/"))
+
+    def sdk_env(self) -> dict[str, str]:
+        """Environment variables pointing an SDK straight at this endpoint (without the key)."""
+        env = {"E2B_API_URL": self.api_url}
+        if self.sandbox_url is not None:
+            env["E2B_SANDBOX_URL"] = self.sandbox_url
+        if self.domain is not None:
+            env["E2B_DOMAIN"] = self.domain
+        return env
+
+
+def resolve(name: str, *, environ: Mapping[str, str] = os.environ, config_path: Path = CONFIG_PATH) -> Endpoint:
+    if name == "local":
+        return Endpoint("local", "local", "", None, None, LOCAL_KEY_ENV, _default_expectations("local"))
+    if name == "env":
+        return _from_environ(environ)
+    return _from_config(name, config_path)
+
+
+def _default_expectations(name: str) -> Path | None:
+    path = EXPECTATIONS_DIR / f"{name}.toml"
+    return path if path.is_file() else None
+
+
+def _from_environ(environ: Mapping[str, str]) -> Endpoint:
+    api_url = environ.get("E2B_API_URL") or None
+    sandbox_url = environ.get("E2B_SANDBOX_URL") or None
+    domain = environ.get("E2B_DOMAIN") or None
+    if sandbox_url is None and domain is None:
+        domain = DEFAULT_DOMAIN  # what the SDK itself falls back to
+    return Endpoint(
+        name="env",
+        kind="env",
+        api_url=(api_url or f"https://api.{domain}").rstrip("/"),
+        sandbox_url=sandbox_url.rstrip("/") if sandbox_url else None,
+        domain=domain,
+        key_env=DEFAULT_KEY_ENV,
+        expectations=_default_expectations("env"),
+    )
+
+
+def _from_config(name: str, config_path: Path) -> Endpoint:
+    if not config_path.is_file():
+        raise EndpointError(
+            f"unknown endpoint {name!r}: use 'local', 'env', or define [endpoints.{name}] in {config_path} "
+            f"(see endpoints.toml.example)"
+        )
+    try:
+        with config_path.open("rb") as handle:
+            tables = tomllib.load(handle).get("endpoints", {})
+    except tomllib.TOMLDecodeError as exc:
+        raise EndpointError(f"{config_path} is not valid TOML: {exc}") from exc
+    table = tables.get(name)
+    if not isinstance(table, dict):
+        known = ", ".join(sorted(["local", "env", *tables])) or "none"
+        raise EndpointError(f"unknown endpoint {name!r} (known: {known}); define [endpoints.{name}] in {config_path}")
+    domain = table.get("domain")
+    api_url = table.get("api_url") or (f"https://api.{domain}" if domain else None)
+    if not api_url:
+        raise EndpointError(f"[endpoints.{name}] in {config_path} needs api_url or domain")
+    sandbox_url = table.get("sandbox_url")
+    if sandbox_url is None and domain is None:
+        raise EndpointError(f"[endpoints.{name}] in {config_path} needs sandbox_url or domain")
+    expectations = table.get("expectations")
+    return Endpoint(
+        name=name,
+        kind="toml",
+        api_url=api_url.rstrip("/"),
+        sandbox_url=sandbox_url.rstrip("/") if sandbox_url else None,
+        domain=domain,
+        key_env=table.get("key_env", DEFAULT_KEY_ENV),
+        expectations=(REPO_ROOT / expectations) if expectations else _default_expectations(name),
+    )
+
+
+# --- preflight -------------------------------------------------------------------------------------
+
+
+def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """List one sandbox with the key; raise PreflightError with one actionable sentence if that fails."""
+    if not key:
+        raise PreflightError(
+            f"{endpoint.key_env} is not set: export it with the API key of endpoint {endpoint.name!r} "
+            f"({endpoint.api_url}) or choose another endpoint with --endpoint."
+        )
+    with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=False) as client:
+        response = _list_one(client, f"{endpoint.api_url}/v2/sandboxes", key)
+        if response.status_code == 404:
+            response = _list_one(client, f"{endpoint.api_url}/sandboxes", key)
+    _judge(endpoint, response, key)
+
+
+def _list_one(client: httpx.Client, url: str, key: str) -> httpx.Response:
+    try:
+        return client.get(url, params={"limit": 1}, headers={"X-API-KEY": key, "Accept": "application/json"})
+    except httpx.TimeoutException as exc:
+        raise PreflightError(
+            f"{url} did not answer within {client.timeout.read:g}s ({type(exc).__name__}): "
+            "check that the endpoint is up and reachable from this machine."
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise PreflightError(_transport_failure(url, exc)) from exc
+
+
+def _transport_failure(url: str, exc: httpx.HTTPError) -> str:
+    chain = _causes(exc)
+    if any(isinstance(item, socket.gaierror) for item in chain):
+        return f"cannot resolve the host of {url} (DNS lookup failed): check the URL or domain spelling and DNS."
+    if any(isinstance(item, ConnectionRefusedError) for item in chain):
+        return f"connection refused by {url}: check that the endpoint is running and the port is right."
+    tls = next((item for item in chain if isinstance(item, ssl.SSLError)), None)
+    if tls is not None:
+        reason = getattr(tls, "reason", None) or str(tls)
+        return (
+            f"TLS handshake with {url} failed ({reason}): check http:// vs https:// in the URL, "
+            "or point SSL_CERT_FILE at the endpoint's CA certificate."
+        )
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ProtocolError):
+        return f"{url} did not answer with valid HTTP ({exc}): check that the URL points at an E2B API."
+    return f"request to {url} failed ({type(exc).__name__}: {exc}): check the URL and the network."
+
+
+def _judge(endpoint: Endpoint, response: httpx.Response, key: str) -> None:
+    url = str(response.request.url.copy_with(query=None))
+    status = response.status_code
+    if status in (401, 403):
+        raise PreflightError(
+            f"authentication failed: the key in {endpoint.key_env} was rejected by {url} (HTTP {status}, "
+            f"{_excerpt(response, key)}): check that it is a valid key for this endpoint."
+        )
+    if status == 404:
+        raise PreflightError(
+            f"{endpoint.api_url} has neither /v2/sandboxes nor /sandboxes (HTTP 404): "
+            "check that api_url points at the E2B API, not at a sandbox or a web page."
+        )
+    if status >= 400:
+        raise PreflightError(
+            f"{url} answered HTTP {status} ({_excerpt(response, key)}): the endpoint is unhealthy, retry later "
+            "or ask its operators."
+        )
+    try:
+        listing = json.loads(response.content)
+    except ValueError:
+        kind = response.headers.get("content-type", "no content type")
+        raise PreflightError(
+            f"{url} answered HTTP {status} with a non-JSON body ({kind}: {_excerpt(response, key)}): "
+            "check that api_url points at an E2B API."
+        ) from None
+    if not isinstance(listing, list):
+        raise PreflightError(
+            f"{url} answered HTTP {status} with JSON that is not a sandbox list ({_excerpt(response, key)}): "
+            "check that api_url points at an E2B API."
+        )
+
+
+def _excerpt(response: httpx.Response, key: str, limit: int = 120) -> str:
+    # A server may echo the key it rejected; the message must not.
+    text = " ".join(response.content[:1000].decode("utf-8", errors="replace").replace(key, "[REDACTED]").split())
+    return repr(text[:limit] + ("..." if len(text) > limit else ""))
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain

@@ -1,0 +1,129 @@
+"""Pinned client environments: one isolated venv per runner, built once and cached."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PYTHON_QUICKSTART = "sandboxes/e2b/python/runner.py"
+_READY_MARKER = ".e2b-bench-ready"
+
+
+class RunnerEnvError(Exception):
+    """A runner environment could not be built."""
+
+
+@dataclass(frozen=True)
+class RunnerSpec:
+    """One client environment: a language, exact package pins and the script that drives it."""
+
+    name: str
+    language: str
+    pins: Mapping[str, str] = field(hash=False)
+    entry: str
+
+    @property
+    def entry_path(self) -> Path:
+        return REPO_ROOT / self.entry
+
+    def requirements(self) -> list[str]:
+        return [f"{package}=={version}" for package, version in sorted(self.pins.items())]
+
+
+def _py_e2b(version: str) -> RunnerSpec:
+    return RunnerSpec(name=f"py-e2b-{version}", language="python", pins={"e2b": version}, entry=PYTHON_QUICKSTART)
+
+
+# One line per pinned SDK version.
+RUNNER_SPECS: tuple[RunnerSpec, ...] = (
+    _py_e2b("2.63.0"),
+)  # fmt: skip
+RUNNERS: dict[str, RunnerSpec] = {spec.name: spec for spec in RUNNER_SPECS}
+DEFAULT_PYTHON_RUNNER = "py-e2b-2.63.0"
+
+
+def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    configured = environ.get("E2B_BENCH_CACHE")
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "e2b-bench"
+
+
+def env_dir(spec: RunnerSpec, cache_dir: Path) -> Path:
+    """`<cache>/runners/<name>-<hash>`: the hash covers the pins and the interpreter version."""
+    identity = {
+        "pins": dict(sorted(spec.pins.items())),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir / "runners" / f"{spec.name}-{digest}"
+
+
+def find_uv() -> Path:
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return beside
+    found = shutil.which("uv")
+    if found is None:
+        raise RunnerEnvError("uv is not installed: install it in the harness environment (pip install uv)")
+    return Path(found)
+
+
+def ensure_python_env(spec: RunnerSpec, cache_dir: Path | None = None) -> Path:
+    """Return the python executable of the spec's venv, building it first if needed."""
+    if spec.language != "python":
+        raise RunnerEnvError(f"runner {spec.name} is a {spec.language} runner, not a python one")
+    directory = env_dir(spec, cache_dir if cache_dir is not None else default_cache_dir())
+    python = directory / "bin" / "python"
+    if _is_ready(directory, python):
+        return python
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(directory.with_name(directory.name + ".lock")):
+        # Another worker may have finished the build while this one waited for the lock.
+        if _is_ready(directory, python):
+            return python
+        _build(spec, directory, python)
+    return python
+
+
+def _is_ready(directory: Path, python: Path) -> bool:
+    return (directory / _READY_MARKER).is_file() and python.exists()
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(spec: RunnerSpec, directory: Path, python: Path) -> None:
+    if directory.exists():
+        shutil.rmtree(directory)
+    uv = str(find_uv())
+    _uv(spec, [uv, "venv", "--quiet", "--python", sys.executable, str(directory)])
+    _uv(spec, [uv, "pip", "install", "--quiet", "--python", str(python), *spec.requirements()])
+    marker = {"runner": spec.name, "pins": dict(spec.pins), "python": sys.version.split()[0]}
+    (directory / _READY_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+
+
+def _uv(spec: RunnerSpec, argv: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
+    completed = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if completed.returncode != 0:
+        tail = completed.stderr.strip()[-2000:] or completed.stdout.strip()[-2000:]
+        raise RunnerEnvError(
+            f"building the {spec.name} environment failed: `{' '.join(argv[1:3])}` exited with "
+            f"{completed.returncode}: {tail}"
+        )

@@ -1,0 +1,58 @@
+"""The step manifest of the SDK suites (`sandboxes/e2b/manifest.toml`)."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.runners.envs import REPO_ROOT
+
+MANIFEST_PATH = REPO_ROOT / "sandboxes" / "e2b" / "manifest.toml"
+
+
+class ManifestError(Exception):
+    """The step manifest is malformed or does not know the requested suite or step."""
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    title: str
+    depends: tuple[str, ...]
+
+
+def load_steps(suite: str, language: str, path: Path = MANIFEST_PATH) -> list[Step]:
+    """Steps of one suite for one language, in run order."""
+    with path.open("rb") as handle:
+        manifest = tomllib.load(handle)
+    try:
+        table = manifest[suite][language]
+    except KeyError:
+        raise ManifestError(f"{path} has no [{suite}.{language}] table") from None
+    steps = [
+        Step(id=raw["id"], title=raw["title"], depends=tuple(raw.get("depends", ()))) for raw in table.get("steps", ())
+    ]
+    known: set[str] = set()
+    for step in steps:
+        unknown = [dep for dep in step.depends if dep not in known]
+        if unknown:
+            raise ManifestError(f"step {step.id} depends on {unknown}, which do not come before it")
+        known.add(step.id)
+    return steps
+
+
+def with_dependencies(steps: list[Step], requested: Iterable[str]) -> list[str]:
+    """The requested step ids plus everything they depend on, in manifest order."""
+    by_id = {step.id: step for step in steps}
+    needed: set[str] = set()
+    pending = list(requested)
+    while pending:
+        step_id = pending.pop()
+        if step_id not in by_id:
+            raise ManifestError(f"unknown step {step_id}")
+        if step_id not in needed:
+            needed.add(step_id)
+            pending.extend(by_id[step_id].depends)
+    return [step.id for step in steps if step.id in needed]

@@ -1,0 +1,262 @@
+"""Driving a runner: one JSON task on stdin, JSON-lines events on stdout (docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.runners.envs import REPO_ROOT, RunnerSpec
+
+STDERR_TAIL_BYTES = 4096
+OUTCOMES = frozenset({"pass", "fail", "error", "skip"})
+
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The final word on one requested step, reported by the runner or inferred by the harness."""
+
+    id: str
+    outcome: str
+    duration_ms: float | None
+    error: str | None
+    details: dict[str, Any]
+    reported: bool
+
+
+@dataclass
+class RunnerResult:
+    """Everything observed while one runner process ran one task."""
+
+    runner: str
+    requested: tuple[str, ...]
+    step_timeout_s: float
+    hello: Event | None = None
+    steps: dict[str, Event] = field(default_factory=dict)
+    footer: Event | None = None
+    exit_code: int | None = None
+    stderr_tail: str = ""
+    timed_out: bool = False
+    hung_in: str | None = None
+    protocol_errors: list[str] = field(default_factory=list)
+    duration_ms: float = 0.0
+
+    @property
+    def completed(self) -> bool:
+        return self.footer is not None and not self.timed_out
+
+    def step_results(self) -> Iterator[StepResult]:
+        """One result per requested step, in request order; missing steps become `error`."""
+        for step_id in self.requested:
+            event = self.steps.get(step_id)
+            if event is not None:
+                yield StepResult(
+                    id=step_id,
+                    outcome=event["outcome"],
+                    duration_ms=event.get("duration_ms"),
+                    error=event.get("error"),
+                    details=event.get("details") or {},
+                    reported=True,
+                )
+            else:
+                yield StepResult(
+                    id=step_id,
+                    outcome="error",
+                    duration_ms=None,
+                    error=self._missing_reason(step_id),
+                    details=self._missing_details(),
+                    reported=False,
+                )
+
+    def _missing_reason(self, step_id: str) -> str:
+        if self.timed_out:
+            if step_id == self.hung_in:
+                return f"runner timed out after {self.step_timeout_s:g}s in step {step_id}"
+            return f"not run: runner timed out in {self.hung_in}"
+        if self.footer is not None:
+            return f"runner finished without reporting this step: exit code {self.exit_code}"
+        return f"runner died before this step: exit code {self.exit_code}; stderr tail: {self.stderr_tail}"
+
+    def _missing_details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"exit_code": self.exit_code, "stderr_tail": self.stderr_tail}
+        if self.protocol_errors:
+            details["protocol_errors"] = list(self.protocol_errors)
+        return details
+
+
+def run_runner(
+    spec: RunnerSpec,
+    python: Path | str,
+    task: Mapping[str, Any],
+    *,
+    step_timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    on_event: Callable[[Event], None] | None = None,
+    kill_grace_s: float = 5.0,
+) -> RunnerResult:
+    """Run `spec.entry` with `python`, feed it `task`, collect its events.
+
+    `on_event` sees every parsed event (hello, step, footer and any other type) as it arrives.
+    The silence deadline restarts with every stdout line. A runner that outlives it gets SIGTERM
+    (time to kill its sandboxes) and, `kill_grace_s` later, SIGKILL for its whole process group.
+    """
+    requested = tuple(task.get("steps") or ())
+    result = RunnerResult(runner=spec.name, requested=requested, step_timeout_s=step_timeout_s)
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [str(python), str(spec.entry_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env) if env is not None else None,
+        cwd=REPO_ROOT,
+        start_new_session=True,
+    )
+    assert process.stdin and process.stdout and process.stderr
+    stderr = _StderrTail(process.stderr)
+    lines: queue.Queue[bytes | None] = queue.Queue()
+    threads = [
+        threading.Thread(target=_feed, args=(process.stdin, task), daemon=True),
+        threading.Thread(target=_pump_lines, args=(process.stdout, lines), daemon=True),
+        threading.Thread(target=stderr.pump, daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        _read_events(lines, result, step_timeout_s, on_event)
+        if not result.timed_out and not _exited_within(process, step_timeout_s):
+            result.timed_out = True
+            result.hung_in = _first_missing(result)
+        if result.timed_out:
+            _signal_group(process, signal.SIGTERM)
+            _exited_within(process, kill_grace_s)
+    finally:
+        _signal_group(process, signal.SIGKILL)
+        result.exit_code = process.wait()
+        for thread in threads:
+            thread.join(timeout=2)
+        result.stderr_tail = stderr.text()
+        result.duration_ms = round((time.monotonic() - started) * 1000, 1)
+    return result
+
+
+def _read_events(
+    lines: queue.Queue[bytes | None],
+    result: RunnerResult,
+    step_timeout_s: float,
+    on_event: Callable[[Event], None] | None,
+) -> None:
+    number = 0
+    while True:
+        try:
+            raw = lines.get(timeout=step_timeout_s)
+        except queue.Empty:
+            result.timed_out = True
+            result.hung_in = _first_missing(result)
+            return
+        if raw is None:
+            return
+        number += 1
+        event = _parse(raw, number, result)
+        if event is None:
+            continue
+        _record(event, number, result)
+        if on_event is not None:
+            on_event(event)
+
+
+def _parse(raw: bytes, number: int, result: RunnerResult) -> Event | None:
+    text = raw.decode("utf-8", errors="replace").strip()
+    if not text:
+        return None
+    try:
+        event = json.loads(text)
+    except ValueError:
+        result.protocol_errors.append(f"stdout line {number} is not JSON: {text[:200]!r}")
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        result.protocol_errors.append(f"stdout line {number} is not an event object: {text[:200]!r}")
+        return None
+    return event
+
+
+def _record(event: Event, number: int, result: RunnerResult) -> None:
+    kind = event["type"]
+    if kind == "hello":
+        result.hello = event
+    elif kind == "footer":
+        result.footer = event
+    elif kind == "step":
+        step_id, outcome = event.get("id"), event.get("outcome")
+        if not isinstance(step_id, str) or outcome not in OUTCOMES:
+            result.protocol_errors.append(f"stdout line {number}: step event without a valid id/outcome")
+        elif step_id in result.steps:
+            result.protocol_errors.append(f"stdout line {number}: step {step_id} reported twice")
+        else:
+            result.steps[step_id] = event
+
+
+def _first_missing(result: RunnerResult) -> str | None:
+    return next((step for step in result.requested if step not in result.steps), None)
+
+
+def _feed(pipe: Any, task: Mapping[str, Any]) -> None:
+    try:
+        with pipe:
+            pipe.write(json.dumps(task).encode() + b"\n")
+    except (BrokenPipeError, OSError):
+        pass  # The runner died before reading its task; its exit code tells the story.
+
+
+def _pump_lines(pipe: Any, lines: queue.Queue[bytes | None]) -> None:
+    with pipe:
+        for raw in iter(pipe.readline, b""):
+            lines.put(raw)
+    lines.put(None)
+
+
+class _StderrTail:
+    """Drains a pipe so it never fills, keeping only its last bytes."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+        self._tail = b""
+        self._lock = threading.Lock()
+
+    def pump(self) -> None:
+        with self._pipe:
+            for chunk in iter(lambda: self._pipe.read1(65536), b""):
+                with self._lock:
+                    self._tail = (self._tail + chunk)[-STDERR_TAIL_BYTES:]
+
+    def text(self) -> str:
+        with self._lock:
+            return self._tail.decode("utf-8", errors="replace").strip()
+
+
+def _exited_within(process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait for exit without reaping, so the process group id cannot be reused before it is killed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if state is not None:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)

@@ -1,0 +1,472 @@
+"""Recording reverse proxy: runners talk to it, it forwards to the endpoint and logs every exchange.
+
+A runner is given `E2B_API_URL=E2B_SANDBOX_URL=<proxy.url>`, so the unmodified SDK sends both its
+control-plane and envd traffic here. Requests for envd (an `E2b-Sandbox-Id` header, or an envd path)
+go to the sandbox upstream, everything else to the API upstream. Bodies stream both ways; each
+exchange becomes one redacted line of `wire/<runner>.jsonl` (bench/schemas/wire.schema.json).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import socket
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, Protocol
+
+import httpx
+import uvicorn
+
+REDACTED = "[REDACTED]"
+SECRET_HEADERS = frozenset(
+    {"x-api-key", "x-access-token", "authorization", "proxy-authorization", "cookie", "set-cookie"}
+)
+SECRET_QUERY_PARAMS = frozenset({"signature", "access_token", "key"})
+# Response members that carry secrets the runner will use later; learnt so no log line shows them.
+LEARNT_SECRET_MEMBERS = frozenset({"envdAccessToken", "trafficAccessToken"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+ENVD_PATH_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/", "/files/")
+ENVD_PATHS = frozenset({"/files", "/health"})
+ENVD_PORT = 49983
+# Control-plane JSON responses are small; beyond this they are streamed unread.
+LEARN_LIMIT_BYTES = 1 << 20
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class SecretSink(Protocol):
+    """What the proxy needs from bench.redaction.Redactor."""
+
+    def add(self, value: str) -> None: ...
+
+    def redact_text(self, s: str) -> str: ...
+
+    def redact_obj(self, o: Any) -> Any: ...
+
+
+class WireProxyError(Exception):
+    """The proxy could not start."""
+
+
+class _NoUpstream(Exception):
+    """No upstream is known for this request."""
+
+
+class _ClientGone(Exception):
+    """The client disconnected while sending its request body."""
+
+
+@dataclass
+class _Exchange:
+    started: float
+    ts: str
+    method: str
+    url: str
+    request_headers: dict[str, str]
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    request_bytes: int = 0
+    response_bytes: int = 0
+    error: str | None = None
+    logged: bool = False
+
+
+class WireProxy:
+    """`with WireProxy(api, sandbox, log, runner, redactor) as proxy:` serves on `proxy.url`."""
+
+    def __init__(
+        self,
+        upstream_api: str,
+        upstream_sandbox: str | None,
+        log_path: Path,
+        runner: str,
+        redactor: SecretSink,
+        *,
+        domain: str | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.upstream_api = upstream_api.rstrip("/")
+        self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
+        self.domain = domain
+        self.log_path = log_path
+        self.runner = runner
+        self.redactor = redactor
+        self.host = host
+        self.port: int | None = None
+        self._log: BinaryIO | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise WireProxyError("the wire proxy is not running")
+        return f"http://{self.host}:{self.port}"
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> WireProxy:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        # IPPROTO_TCP explicitly, or asyncio leaves Nagle on for accepted connections (+40 ms).
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((self.host, 0))
+        listener.listen(512)
+        self.port = listener.getsockname()[1]
+        config = uvicorn.Config(
+            self._asgi,
+            log_level="critical",
+            access_log=False,
+            interface="asgi3",
+            lifespan="off",
+            ws="none",
+            proxy_headers=False,
+            server_header=False,  # the upstream's own Server and Date headers pass through
+            date_header=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._serve, args=(listener,), name=f"wire-proxy-{self.runner}", daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if self._failure is not None or not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise WireProxyError(f"the wire proxy did not start: {self._failure!r}")
+            time.sleep(0.005)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.port = None
+
+    def __enter__(self) -> WireProxy:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _serve(self, listener: socket.socket) -> None:
+        try:
+            asyncio.run(self._main(listener))
+        except BaseException as exc:  # surfaced by start()
+            self._failure = exc
+
+    async def _main(self, listener: socket.socket) -> None:
+        assert self._server is not None
+        # Reads have no timeout: a server-streaming RPC may stay silent as long as its command runs.
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        try:
+            await self._server.serve(sockets=[listener])
+        finally:
+            await self._client.aclose()
+
+    # --- routing ---------------------------------------------------------------------------------
+
+    def upstream_for(self, path: str, sandbox_id: str | None) -> str:
+        """Base URL of the upstream serving this request."""
+        if not _is_envd(path, sandbox_id):
+            return self.upstream_api
+        if self.upstream_sandbox is not None:
+            return self.upstream_sandbox
+        if self.domain is not None and sandbox_id:
+            return f"https://{ENVD_PORT}-{sandbox_id}.{self.domain}"
+        raise _NoUpstream(f"no sandbox upstream for {path}: no E2b-Sandbox-Id header and no sandbox URL")
+
+    # --- one exchange ----------------------------------------------------------------------------
+
+    async def _asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in scope["headers"]]
+        header_map = dict(headers)
+        raw_path: bytes = scope.get("raw_path") or scope["path"].encode()
+        query: bytes = scope.get("query_string", b"")
+        exchange = _Exchange(
+            started=time.monotonic(),
+            ts=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            method=scope["method"],
+            url=scope["path"],
+            request_headers=_redact_headers(headers),
+        )
+        try:
+            sandbox_id = header_map.get("e2b-sandbox-id")
+            url = _join(self.upstream_for(scope["path"], sandbox_id), raw_path, query)
+            exchange.url = _redact_query(str(url))
+            control_plane = not _is_envd(scope["path"], sandbox_id)
+            await self._forward(exchange, url, headers, control_plane, receive, send)
+        except _NoUpstream as exc:
+            await self._reply_502(exchange, send, str(exc))
+        finally:
+            self._write(exchange)
+
+    async def _forward(
+        self,
+        exchange: _Exchange,
+        url: httpx.URL,
+        headers: list[tuple[str, str]],
+        learn: bool,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        assert self._client is not None
+        body_done = asyncio.Event()
+        header_map = dict(headers)
+        content: AsyncIterator[bytes] | bytes | None
+        if "transfer-encoding" in header_map or header_map.get("content-length", "0") not in ("", "0"):
+            content = self._request_body(exchange, receive, body_done)
+        else:
+            await receive()  # the empty http.request message
+            body_done.set()
+            content = b"" if "content-length" in header_map else None
+        request = self._client.build_request(
+            exchange.method,
+            url,
+            headers=[(name, value) for name, value in headers if name not in HOP_BY_HOP],
+            content=content,
+        )
+        relay = asyncio.create_task(self._relay(exchange, request, learn, send))
+        watch = asyncio.create_task(_wait_for_disconnect(receive, body_done))
+        await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not relay.done():
+            # The client went away: cancelling the relay closes the upstream stream too.
+            relay.cancel()
+            exchange.error = f"client disconnected after {exchange.response_bytes} response bytes"
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+
+    async def _request_body(
+        self, exchange: _Exchange, receive: Receive, body_done: asyncio.Event
+    ) -> AsyncIterator[bytes]:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone("client disconnected while sending the request body")
+            chunk = message.get("body", b"")
+            exchange.request_bytes += len(chunk)
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                break
+        body_done.set()
+
+    async def _relay(self, exchange: _Exchange, request: httpx.Request, learn: bool, send: Send) -> None:
+        assert self._client is not None
+        try:
+            response = await self._client.send(request, stream=True)
+        except _ClientGone as exc:
+            exchange.error = str(exc)
+            return
+        except (httpx.HTTPError, OSError) as exc:
+            reason = _reason(exc)
+            await self._reply_502(exchange, send, f"e2b-bench wire proxy: upstream {request.url} unreachable: {reason}")
+            return
+        try:
+            exchange.status = response.status_code
+            exchange.response_headers = _redact_headers(
+                [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in response.headers.raw]
+            )
+            # A client is done at the last byte it expects, so the line is written just before it.
+            expected = _content_length(response, exchange.method)
+            if expected == 0:
+                self._write(exchange)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    "headers": [(k, v) for k, v in response.headers.raw if k.lower().decode() not in HOP_BY_HOP],
+                }
+            )
+            media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            learning = learn and media_type == "application/json"
+            held: list[bytes] = []
+            try:
+                async for chunk in response.aiter_raw():
+                    exchange.response_bytes += len(chunk)
+                    if learning:
+                        held.append(chunk)
+                        if exchange.response_bytes <= LEARN_LIMIT_BYTES:
+                            continue
+                        learning, chunk = False, b"".join(held)
+                    if expected is not None and exchange.response_bytes >= expected:
+                        self._write(exchange)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.HTTPError as exc:
+                exchange.error = f"upstream stream broken: {_reason(exc)}"
+                raise
+            if learning:
+                self._learn(b"".join(held), response.headers.get("content-encoding", ""))
+            self._write(exchange)
+            await send({"type": "http.response.body", "body": b"".join(held) if learning else b""})
+        finally:
+            await response.aclose()
+
+    async def _reply_502(self, exchange: _Exchange, send: Send, message: str) -> None:
+        body = json.dumps({"code": 502, "message": message}).encode()
+        exchange.error = message
+        exchange.response_headers = {"content-type": "application/json", "content-length": str(len(body))}
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 502,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        self._write(exchange)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _learn(self, body: bytes, encoding: str) -> None:
+        try:
+            if encoding.strip().lower() in ("gzip", "deflate"):
+                body = zlib.decompress(body, zlib.MAX_WBITS | 32)
+            document = json.loads(body)
+        except (ValueError, zlib.error):
+            return
+        for value in _members(document, LEARNT_SECRET_MEMBERS):
+            self.redactor.add(value)
+
+    def _write(self, exchange: _Exchange) -> None:
+        """Append the exchange's line, once; called before the client sees the end of the response."""
+        if exchange.logged:
+            return
+        exchange.logged = True
+        record: dict[str, Any] = {
+            "ts": exchange.ts,
+            "runner": self.runner,
+            "method": exchange.method,
+            "url": exchange.url,
+            "status": exchange.status,
+            "duration_ms": round((time.monotonic() - exchange.started) * 1000, 3),
+            "request_headers": exchange.request_headers,
+            "response_headers": exchange.response_headers,
+            "request_bytes": exchange.request_bytes,
+            "response_bytes": exchange.response_bytes,
+        }
+        if exchange.error is not None:
+            record["error"] = exchange.error
+        line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False) + "\n"
+        if self._log is not None:
+            self._log.write(line.encode())
+            self._log.flush()
+
+
+def _is_envd(path: str, sandbox_id: str | None) -> bool:
+    return sandbox_id is not None or path in ENVD_PATHS or path.startswith(ENVD_PATH_PREFIXES)
+
+
+async def _wait_for_disconnect(receive: Receive, body_done: asyncio.Event) -> None:
+    await body_done.wait()
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _content_length(response: httpx.Response, method: str) -> int | None:
+    """How many body bytes the client waits for; None when the end is marked by the framing."""
+    if method == "HEAD" or response.status_code in (204, 304) or response.status_code < 200:
+        return 0
+    try:
+        return int(response.headers["content-length"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _join(base: str, raw_path: bytes, query: bytes) -> httpx.URL:
+    # raw_path keeps the client's percent-encoding byte for byte (list metadata is double-encoded).
+    upstream = httpx.URL(base)
+    path = upstream.raw_path.split(b"?")[0].rstrip(b"/") + raw_path
+    return upstream.copy_with(raw_path=path + (b"?" + query if query else b""))
+
+
+def _redact_headers(headers: list[tuple[str, str]]) -> dict[str, str]:
+    redacted: dict[str, str] = {}
+    for name, value in headers:
+        shown = REDACTED if name in SECRET_HEADERS else value
+        redacted[name] = f"{redacted[name]}, {shown}" if name in redacted else shown
+    return redacted
+
+
+_QUERY_SECRET = re.compile(r"(?P<head>[?&](?:" + "|".join(sorted(SECRET_QUERY_PARAMS)) + r")=)[^&#]*")
+
+
+def _redact_query(url: str) -> str:
+    return _QUERY_SECRET.sub(lambda match: match["head"] + REDACTED, url)
+
+
+def _members(document: Any, names: frozenset[str]) -> list[str]:
+    found: list[str] = []
+    if isinstance(document, dict):
+        for key, value in document.items():
+            if key in names and isinstance(value, str) and value:
+                found.append(value)
+            else:
+                found.extend(_members(value, names))
+    elif isinstance(document, list):
+        for item in document:
+            found.extend(_members(item, names))
+    return found
+
+
+def _reason(exc: BaseException) -> str:
+    """The most specific cause: the operating system's words when there are some."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    for item in reversed(chain):
+        if isinstance(item, ssl.SSLError):
+            return str(item)
+        if isinstance(item, socket.gaierror) and item.strerror:
+            return item.strerror
+        if isinstance(item, OSError) and item.errno:
+            return os.strerror(item.errno)
+    return next((str(item) for item in chain if str(item)), type(exc).__name__)

@@ -1,0 +1,413 @@
+"""Python quickstart runner: drives the unmodified `e2b` SDK through the steps of the manifest.
+
+Runs in a pinned environment holding only `e2b` and the standard library. Protocol (JSON lines,
+docs/ARCHITECTURE.md): one task object on stdin; `hello`, one `step` per step, `footer` on stdout.
+Endpoint settings come from the task's `env` (E2B_API_KEY, E2B_API_URL, ...), applied to the
+process environment, so the SDK configures itself exactly as it would for a user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import signal
+import sys
+import time
+import tomllib
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MANIFEST = Path(__file__).resolve().parents[1] / "manifest.toml"
+SUITE, LANGUAGE = "quickstart", "python"
+EXCERPT_CHARS = 2048
+RUN_TAG = "e2b-bench-run"
+WORK_FILE = "/home/user/e2b-bench-py05.txt"
+WORK_TEXT = "e2b-bench round trip\nünïcödé ✓\n"
+MISSING_FILE = "/home/user/e2b-bench-missing.txt"
+
+
+class Fail(Exception):
+    """An assertion about the endpoint's observable behaviour did not hold."""
+
+
+class Context:
+    """State shared by the steps of one run."""
+
+    def __init__(self, run_id: str, options: dict[str, Any]) -> None:
+        self.run_id = run_id
+        self.template: str | None = options.get("template")
+        self.sandbox_timeout_s = int(options.get("sandbox_timeout_s", 120))
+        self.sandbox: Any = None
+        self.sandbox_id: str | None = None
+        self.created: list[str] = []
+        self.killed: set[str] = set()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return {RUN_TAG: self.run_id}
+
+
+Observed = dict[str, Any]
+StepFunction = Callable[[Context, Observed], None]
+STEPS: dict[str, StepFunction] = {}
+
+
+def step(step_id: str) -> Callable[[StepFunction], StepFunction]:
+    def register(function: StepFunction) -> StepFunction:
+        STEPS[step_id] = function
+        return function
+
+    return register
+
+
+def expect(condition: bool, message: str) -> None:
+    if not condition:
+        raise Fail(message)
+
+
+def excerpt(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > EXCERPT_CHARS:
+        return value[:EXCERPT_CHARS] + f"... [{len(value) - EXCERPT_CHARS} more chars]"
+    return value
+
+
+def one_line(text: str) -> str:
+    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def exception_details(exc: BaseException) -> dict[str, Any]:
+    details: dict[str, Any] = {"exception": type(exc).__name__, "message": excerpt(str(exc))}
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        details["status_code"] = status
+    for attribute in ("exit_code", "error", "stdout", "stderr"):
+        if hasattr(exc, attribute):
+            details[attribute] = excerpt(getattr(exc, attribute))
+    return details
+
+
+# --- steps ---------------------------------------------------------------------------------------
+
+
+@step("py01_create")
+def create(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox
+
+    sandbox = Sandbox.create(template=ctx.template, timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+    ctx.sandbox, ctx.sandbox_id = sandbox, sandbox.sandbox_id
+    ctx.created.append(sandbox.sandbox_id)
+    obs["sandbox_id"] = sandbox.sandbox_id
+    expect(isinstance(sandbox.sandbox_id, str) and sandbox.sandbox_id != "", "sandbox_id is empty")
+
+
+@step("py02_run_echo")
+def run_echo(ctx: Context, obs: Observed) -> None:
+    result = ctx.sandbox.commands.run("echo hello")
+    obs.update(exit_code=result.exit_code, stdout=excerpt(result.stdout), stderr=excerpt(result.stderr))
+    expect(result.exit_code == 0, f"exit_code is {result.exit_code!r}, expected 0")
+    expect(result.stdout == "hello\n", f"stdout is {result.stdout!r}, expected 'hello\\n'")
+    expect(result.stderr == "", f"stderr is {result.stderr!r}, expected ''")
+
+
+@step("py03_run_nonzero_exit_raises")
+def run_nonzero_exit(ctx: Context, obs: Observed) -> None:
+    from e2b import CommandExitException
+
+    try:
+        result = ctx.sandbox.commands.run("echo oops >&2; exit 3")
+    except CommandExitException as exc:
+        obs.update(exception_details(exc))
+        expect(exc.exit_code == 3, f"exit_code is {exc.exit_code!r}, expected 3")
+        expect(exc.error == "exit status 3", f"error is {exc.error!r}, expected 'exit status 3'")
+        expect(exc.stderr == "oops\n", f"stderr is {exc.stderr!r}, expected 'oops\\n'")
+        expect(exc.stdout == "", f"stdout is {exc.stdout!r}, expected ''")
+        return
+    obs.update(exit_code=result.exit_code, stdout=excerpt(result.stdout), stderr=excerpt(result.stderr))
+    raise Fail(f"run returned exit_code {result.exit_code!r} instead of raising CommandExitException")
+
+
+@step("py04_run_streaming_callbacks")
+def run_streaming(ctx: Context, obs: Observed) -> None:
+    chunks: list[str] = []
+    result = ctx.sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.2; done", on_stdout=chunks.append)
+    obs.update(chunks=chunks, exit_code=result.exit_code, stdout=excerpt(result.stdout))
+    expected = ["1\n", "2\n", "3\n"]
+    expect(chunks == expected, f"on_stdout got {chunks!r}, expected {expected!r}")
+    expect(result.stdout == "1\n2\n3\n", f"stdout is {result.stdout!r}, expected '1\\n2\\n3\\n'")
+    expect(result.exit_code == 0, f"exit_code is {result.exit_code!r}, expected 0")
+
+
+@step("py05_files_write_read")
+def files_write_read(ctx: Context, obs: Observed) -> None:
+    info = ctx.sandbox.files.write(WORK_FILE, WORK_TEXT)
+    obs["written_path"] = info.path
+    expect(info.path == WORK_FILE, f"write returned path {info.path!r}, expected {WORK_FILE!r}")
+    text = ctx.sandbox.files.read(WORK_FILE)
+    obs["read"] = excerpt(text)
+    expect(text == WORK_TEXT, f"read returned {text!r}, expected {WORK_TEXT!r}")
+
+
+@step("py06_files_list_exists_info")
+def files_list_exists_info(ctx: Context, obs: Observed) -> None:
+    from e2b import FileNotFoundException, FileType
+
+    files = ctx.sandbox.files
+    paths = [entry.path for entry in files.list("/home/user")]
+    obs["listed"] = paths[:50]
+    expect(WORK_FILE in paths, f"list('/home/user') does not contain {WORK_FILE}")
+    obs["exists"], obs["exists_missing"] = files.exists(WORK_FILE), files.exists(MISSING_FILE)
+    expect(obs["exists"] is True, f"exists({WORK_FILE!r}) is {obs['exists']!r}, expected True")
+    expect(obs["exists_missing"] is False, f"exists(missing) is {obs['exists_missing']!r}, expected False")
+    try:
+        content = files.read(MISSING_FILE)
+    except FileNotFoundException as exc:
+        obs["read_missing"] = exception_details(exc)
+    else:
+        raise Fail(f"read(missing) returned {excerpt(content)!r} instead of raising FileNotFoundException")
+    entry = files.get_info(WORK_FILE)
+    observed = {"name": entry.name, "type": entry.type, "path": entry.path, "size": entry.size}
+    obs["entry"] = observed
+    wanted = {
+        "name": WORK_FILE.rsplit("/", 1)[1],
+        "type": FileType.FILE,
+        "path": WORK_FILE,
+        "size": len(WORK_TEXT.encode()),
+    }
+    wrong = {key: observed[key] for key in wanted if observed[key] != wanted[key]}
+    expect(not wrong, f"get_info fields differ: {wrong!r}, expected { ({k: wanted[k] for k in wrong})!r}")
+
+
+@step("py07_background_list_kill")
+def background_list_kill(ctx: Context, obs: Observed) -> None:
+    from e2b import CommandExitException
+
+    commands = ctx.sandbox.commands
+    handle = commands.run("sleep 30", background=True)
+    obs["pid"] = handle.pid
+    killed = False
+    try:
+        pids = [process.pid for process in commands.list()]
+        obs["listed_pids"] = pids
+        expect(handle.pid in pids, f"pid {handle.pid} not in commands.list() pids {pids}")
+        killed = commands.kill(handle.pid)
+        obs["kill"] = killed
+        expect(killed is True, f"commands.kill(pid) returned {killed!r}, expected True")
+        try:
+            result = handle.wait()
+        except CommandExitException as exc:
+            obs["wait"] = exception_details(exc)
+            expect(exc.exit_code == -1, f"wait() raised exit_code {exc.exit_code!r}, expected -1")
+        else:
+            raise Fail(f"wait() returned exit_code {result.exit_code!r} instead of raising")
+    finally:
+        if killed is not True:
+            # Best effort: the failure itself is already reported.
+            with contextlib.suppress(Exception):
+                commands.kill(handle.pid)
+
+
+@step("py08_list_and_get_info")
+def list_and_get_info(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox, SandboxQuery, SandboxState
+
+    paginator = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING], metadata=ctx.metadata))
+    ids: list[str] = []
+    for _ in range(20):
+        ids.extend(item.sandbox_id for item in paginator.next_items())
+        if not paginator.has_next:
+            break
+    obs["listed_ids"] = ids[:50]
+    expect(ctx.sandbox_id in ids, f"Sandbox.list(running, metadata) does not contain {ctx.sandbox_id}")
+    info = ctx.sandbox.get_info()
+    obs["info"] = {"sandbox_id": info.sandbox_id, "state": info.state, "metadata": info.metadata}
+    expect(info.sandbox_id == ctx.sandbox_id, f"get_info().sandbox_id is {info.sandbox_id!r}")
+    expect(info.state == SandboxState.RUNNING, f"get_info().state is {info.state!r}, expected running")
+    tag = info.metadata.get(RUN_TAG)
+    expect(tag == ctx.run_id, f"get_info().metadata[{RUN_TAG!r}] is {tag!r}, expected {ctx.run_id!r}")
+
+
+@step("py09_set_timeout_pause_connect")
+def set_timeout_pause_connect(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox, SandboxState
+
+    before = Sandbox.get_info(ctx.sandbox_id).end_at
+    ctx.sandbox.set_timeout(300)
+    after = Sandbox.get_info(ctx.sandbox_id).end_at
+    obs.update(end_at_before=before.isoformat(), end_at_after=after.isoformat())
+    expect(after > before, f"end_at did not move after set_timeout(300): {before} -> {after}")
+    paused = ctx.sandbox.pause()
+    obs["pause"] = paused
+    expect(paused is True, f"pause() returned {paused!r}, expected True")
+    state = Sandbox.get_info(ctx.sandbox_id).state
+    obs["state_after_pause"] = state
+    expect(state == SandboxState.PAUSED, f"state after pause() is {state!r}, expected paused")
+    # connect() rotates the envd access token: the old handle must not be used for envd any more.
+    ctx.sandbox = Sandbox.connect(ctx.sandbox_id)
+    result = ctx.sandbox.commands.run("echo back")
+    obs.update(exit_code=result.exit_code, stdout=excerpt(result.stdout))
+    expect(result.stdout == "back\n", f"run('echo back') stdout is {result.stdout!r}, expected 'back\\n'")
+
+
+@step("py10_kill")
+def kill(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox
+
+    first = ctx.sandbox.kill()
+    obs["kill"] = first
+    if first is True:
+        ctx.killed.add(ctx.sandbox_id)
+    expect(first is True, f"kill() returned {first!r}, expected True")
+    second = Sandbox.kill(ctx.sandbox_id)
+    obs["kill_again"] = second
+    expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
+
+
+@step("py11_refusals")
+def refusals(ctx: Context, obs: Observed) -> None:
+    from e2b import AuthenticationException, Sandbox, SandboxNotFoundException
+
+    try:
+        info = Sandbox.get_info(ctx.sandbox_id)
+    except SandboxNotFoundException as exc:
+        obs["get_info_killed"] = exception_details(exc)
+    else:
+        raise Fail(f"Sandbox.get_info(killed id) returned state {info.state!r} instead of raising")
+    try:
+        stray = Sandbox.create(
+            template=ctx.template, api_key="e2b_wrong", timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata
+        )
+    except AuthenticationException as exc:
+        obs["create_wrong_key"] = exception_details(exc)
+    else:
+        ctx.created.append(stray.sandbox_id)
+        raise Fail(f"Sandbox.create(api_key='e2b_wrong') created sandbox {stray.sandbox_id}")
+
+
+# --- driver --------------------------------------------------------------------------------------
+
+
+class Protocol:
+    """JSON-lines events on the original stdout; anything else printed goes to stderr."""
+
+    def __init__(self) -> None:
+        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+        os.dup2(2, 1)
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        self._out.flush()
+
+
+def load_manifest() -> list[dict[str, Any]]:
+    with MANIFEST.open("rb") as handle:
+        return list(tomllib.load(handle)[SUITE][LANGUAGE]["steps"])
+
+
+def plan(manifest: list[dict[str, Any]], requested: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Requested steps plus their prerequisites in manifest order, and unknown requested ids."""
+    by_id = {entry["id"]: entry for entry in manifest}
+    needed: set[str] = set()
+    pending = [step_id for step_id in requested if step_id in by_id]
+    while pending:
+        step_id = pending.pop()
+        if step_id not in needed:
+            needed.add(step_id)
+            pending.extend(by_id[step_id].get("depends", []))
+    return [entry for entry in manifest if entry["id"] in needed], [s for s in requested if s not in by_id]
+
+
+def run_step(ctx: Context, entry: dict[str, Any], outcomes: dict[str, str]) -> dict[str, Any]:
+    step_id = entry["id"]
+    event: dict[str, Any] = {"type": "step", "id": step_id, "title": entry.get("title")}
+    blocker = next((dep for dep in entry.get("depends", []) if outcomes.get(dep) != "pass"), None)
+    function = STEPS.get(step_id)
+    if blocker is not None:
+        return {**event, "outcome": "error", "duration_ms": 0.0, "error": f"depends on {blocker}", "details": {}}
+    if function is None:
+        error = f"runner has no implementation of step {step_id}"
+        return {**event, "outcome": "error", "duration_ms": 0.0, "error": error, "details": {}}
+    observed: Observed = {}
+    started = time.perf_counter()
+    try:
+        function(ctx, observed)
+        outcome, error = "pass", None
+    except Fail as exc:
+        outcome, error = "fail", one_line(str(exc))
+    except Exception as exc:  # any SDK exception is an observed behaviour
+        outcome, error = "fail", one_line(f"{type(exc).__name__}: {exc}")
+        observed["raised"] = exception_details(exc)
+        observed["traceback"] = excerpt("".join(traceback.format_exception(exc)[-3:]))
+    duration_ms = round((time.perf_counter() - started) * 1000, 3)
+    return {**event, "outcome": outcome, "duration_ms": duration_ms, "error": error, "details": observed}
+
+
+def cleanup(ctx: Context) -> dict[str, str]:
+    """Kill every sandbox this run created and did not see killed."""
+    from e2b import Sandbox
+
+    report: dict[str, str] = {}
+    for sandbox_id in ctx.created:
+        if sandbox_id in ctx.killed:
+            continue
+        try:
+            report[sandbox_id] = "killed" if Sandbox.kill(sandbox_id) else "already gone"
+        except Exception as exc:  # reported in the footer, never fatal
+            report[sandbox_id] = one_line(f"{type(exc).__name__}: {exc}")
+    return report
+
+
+def main() -> int:
+    # A harness that gives up on a hung step sends SIGTERM first: unwind so cleanup() runs.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    protocol = Protocol()
+    task = json.loads(sys.stdin.read())
+    os.environ.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+    version = importlib.metadata.version("e2b")
+    protocol.emit(
+        {
+            "type": "hello",
+            "runner": task.get("runner") or f"py-e2b-{version}",
+            "pins": {"e2b": version},
+            "language": LANGUAGE,
+        }
+    )
+    if task.get("suite", SUITE) != SUITE:
+        print(f"runner: unknown suite {task.get('suite')!r}, this runner runs {SUITE!r}", file=sys.stderr)
+        protocol.emit({"type": "footer", "completed": False, "reason": f"unknown suite {task.get('suite')}"})
+        return 2
+    ctx = Context(run_id=str(task.get("run_id") or "unset"), options=dict(task.get("options") or {}))
+    requested = list(task.get("steps") or [entry["id"] for entry in load_manifest()])
+    steps, unknown = plan(load_manifest(), requested)
+    started = time.perf_counter()
+    outcomes: dict[str, str] = {}
+    cleaned: dict[str, str] = {}
+    try:
+        for step_id in unknown:
+            error = f"unknown step {step_id}"
+            protocol.emit(
+                {"type": "step", "id": step_id, "outcome": "error", "duration_ms": 0.0, "error": error, "details": {}}
+            )
+        for entry in steps:
+            event = run_step(ctx, entry, outcomes)
+            outcomes[entry["id"]] = event["outcome"]
+            protocol.emit(event)
+    finally:
+        cleaned = cleanup(ctx)
+    protocol.emit(
+        {
+            "type": "footer",
+            "completed": True,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "cleanup": cleaned,
+        }
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

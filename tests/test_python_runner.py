@@ -1,0 +1,108 @@
+"""The pinned Python environment and the quickstart runner's own protocol behaviour.
+
+Running the quickstart against a live endpoint is covered by the end-to-end tests; here the runner
+meets an endpoint that refuses connections, which exercises its planning, dependency and footer logic.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from loopback import closed_port
+
+from bench.localbox.server import LocalEndpoint
+from bench.redaction import Redactor
+from bench.runners import RUNNERS, RunnerEnvError, RunnerSpec, ensure_python_env, run_runner
+from bench.runners.envs import env_dir
+from bench.runners.manifest import load_steps, with_dependencies
+from bench.wire import WireProxy
+
+SPEC = RUNNERS["py-e2b-2.63.0"]
+
+
+def test_a_failed_install_reports_the_uv_error(tmp_path: Path) -> None:
+    spec = RunnerSpec("broken", "python", {"e2b": "not a version"}, SPEC.entry)
+
+    with pytest.raises(RunnerEnvError) as failure:
+        ensure_python_env(spec, tmp_path)
+
+    assert str(failure.value).startswith("building the broken environment failed: `pip install` exited with 2: ")
+    assert "e2b==not a version" in str(failure.value)
+
+
+def test_a_half_built_environment_is_rebuilt(tmp_path: Path) -> None:
+    half_built = env_dir(SPEC, tmp_path)
+    (half_built / "bin").mkdir(parents=True)
+    (half_built / "bin" / "python").write_text("not an interpreter")
+
+    python = ensure_python_env(SPEC, tmp_path)
+
+    version = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('e2b'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert version.stdout == "2.63.0\n"
+    assert (half_built / ".e2b-bench-ready").is_file()
+
+
+def test_manifest_dependencies_come_before_their_dependents() -> None:
+    steps = load_steps("quickstart", "python")
+
+    assert [step.id for step in steps][:2] == ["py01_create", "py02_run_echo"]
+    assert len(steps) == 11
+    assert with_dependencies(steps, ["py11_refusals", "py06_files_list_exists_info"]) == [
+        "py01_create",
+        "py05_files_write_read",
+        "py06_files_list_exists_info",
+        "py10_kill",
+        "py11_refusals",
+    ]
+
+
+def test_runner_against_a_refusing_endpoint_fails_create_and_blocks_its_dependents() -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    task = {
+        "suite": "quickstart",
+        "run_id": "t1",
+        "steps": ["py02_run_echo", "py99_unknown"],
+        "env": {"E2B_API_KEY": "e2b_test", "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_CONNECTION_RETRIES": "0"},
+        "options": {},
+    }
+
+    result = run_runner(SPEC, ensure_python_env(SPEC), task, step_timeout_s=60, env={"PATH": "/usr/bin:/bin"})
+
+    assert result.hello == {"type": "hello", "runner": "py-e2b-2.63.0", "pins": {"e2b": "2.63.0"}, "language": "python"}
+    create = result.steps["py01_create"]
+    assert create["outcome"] == "fail"
+    assert create["error"].startswith("ConnectError: ")
+    assert create["details"]["raised"]["exception"] == "ConnectError"
+    assert [(r.id, r.outcome, r.error) for r in result.step_results()] == [
+        ("py02_run_echo", "error", "depends on py01_create"),
+        ("py99_unknown", "error", "unknown step py99_unknown"),
+    ]
+    assert result.footer is not None and result.footer["completed"] is True
+    assert (result.exit_code, result.protocol_errors) == (0, [])
+
+
+def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(
+    endpoint: LocalEndpoint, tmp_path: Path
+) -> None:
+    steps = [step.id for step in load_steps("quickstart", "python")]
+    log = tmp_path / "wire" / f"{SPEC.name}.jsonl"
+    with WireProxy(endpoint.api_url, endpoint.sandbox_url, log, SPEC.name, Redactor([endpoint.api_key])) as proxy:
+        env = {"E2B_API_KEY": endpoint.api_key, "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
+        task = {"suite": "quickstart", "run_id": "e2e", "steps": steps, "env": env, "options": {}}
+        result = run_runner(SPEC, ensure_python_env(SPEC), task, step_timeout_s=60, env={"PATH": "/usr/bin:/bin"})
+
+    assert [(r.id, r.outcome, r.error) for r in result.step_results()] == [(s, "pass", None) for s in steps]
+    assert result.footer is not None and result.footer["cleanup"] == {}
+    text = log.read_text()
+    assert endpoint.api_key not in text
+    calls = [json.loads(line) for line in text.splitlines()]
+    assert calls[0]["method"] == "POST" and calls[0]["url"].endswith("/v2/sandboxes")
+    assert {call["request_headers"].get("x-access-token") for call in calls} <= {None, "[REDACTED]"}

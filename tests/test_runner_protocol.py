@@ -1,0 +1,99 @@
+"""run_runner against small real runner scripts (tests/fixtures/runners/)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from bench.runners import RunnerSpec, StepResult, run_runner
+
+STEPS = ["s1", "s2", "s3", "s4"]
+
+
+def fixture_runner(script: str) -> RunnerSpec:
+    return RunnerSpec(name=f"fixture-{script}", language="python", pins={}, entry=f"tests/fixtures/runners/{script}.py")
+
+
+def run(script: str, *, step_timeout_s: float = 10.0, options: dict[str, Any] | None = None, **kwargs: Any):
+    task = {"suite": "quickstart", "steps": STEPS, "env": {}, "options": options or {"k": "v"}}
+    return run_runner(fixture_runner(script), sys.executable, task, step_timeout_s=step_timeout_s, **kwargs)
+
+
+def outcomes(results: list[StepResult]) -> list[tuple[str, str, str | None]]:
+    return [(r.id, r.outcome, r.error) for r in results]
+
+
+def test_well_behaved_runner_reports_every_step_and_passes_other_events_through() -> None:
+    seen: list[str] = []
+
+    result = run("well_behaved", on_event=lambda event: seen.append(event["type"]))
+
+    assert outcomes(list(result.step_results())) == [(s, "pass", None) for s in STEPS]
+    assert seen == ["hello", "transcript", "step", "step", "step", "step", "footer"]
+    assert result.steps["s1"]["details"] == {"echo": {"k": "v"}}
+    assert (result.exit_code, result.timed_out, result.completed) == (0, False, True)
+    assert result.stderr_tail == "runner log line on stderr"
+    assert result.protocol_errors == []
+
+
+def test_runner_that_dies_midway_leaves_error_steps_with_exit_code_and_stderr() -> None:
+    result = run("dies_midway")
+
+    died = "runner died before this step: exit code 3; stderr tail: Fatal Python error: Segmentation fault"
+    assert outcomes(list(result.step_results())) == [
+        ("s1", "pass", None),
+        ("s2", "pass", None),
+        ("s3", "error", died),
+        ("s4", "error", died),
+    ]
+    assert (result.footer, result.exit_code, result.timed_out) == (None, 3, False)
+
+
+def test_runner_that_hangs_is_killed_and_names_the_step_it_hung_in() -> None:
+    started = time.monotonic()
+
+    result = run("hangs", step_timeout_s=1.0)
+
+    assert time.monotonic() - started < 5
+    assert outcomes(list(result.step_results())) == [
+        ("s1", "pass", None),
+        ("s2", "error", "runner timed out after 1s in step s2"),
+        ("s3", "error", "not run: runner timed out in s2"),
+        ("s4", "error", "not run: runner timed out in s2"),
+    ]
+    assert (result.timed_out, result.hung_in, result.exit_code) == (True, "s2", -15)
+    assert result.stderr_tail == "entering the endless step"
+
+
+def test_runner_ignoring_sigterm_is_killed_after_the_grace_period() -> None:
+    started = time.monotonic()
+
+    result = run("hangs", step_timeout_s=0.5, options={"ignore_sigterm": True}, kill_grace_s=0.5)
+
+    assert time.monotonic() - started < 4
+    assert (result.timed_out, result.exit_code) == (True, -9)
+
+
+def test_garbage_on_stdout_is_recorded_as_protocol_errors_not_a_crash() -> None:
+    result = run("garbage")
+
+    assert outcomes(list(result.step_results())) == [(s, "pass", None) for s in STEPS]
+    assert result.protocol_errors == [
+        "stdout line 2 is not JSON: 'Downloading something... 100%'",
+        "stdout line 3 is not an event object: '[1, 2, 3]'",
+        "stdout line 4: step event without a valid id/outcome",
+    ]
+    assert result.completed
+
+
+def test_runner_that_cannot_start_reports_every_step_as_died() -> None:
+    spec = RunnerSpec(name="missing", language="python", pins={}, entry="tests/fixtures/runners/absent.py")
+
+    result = run_runner(spec, sys.executable, {"steps": ["s1"]}, step_timeout_s=5)
+
+    [only] = list(result.step_results())
+    assert only.outcome == "error"
+    assert only.error is not None
+    assert only.error.startswith("runner died before this step: exit code 2; stderr tail: ")
+    assert "absent.py" in only.error

@@ -1,0 +1,162 @@
+"""`e2b-bench`: run suites against an endpoint, serve the embedded endpoint, render reports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    if extra and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args.handler(args, extra)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="e2b-bench",
+        description="Conformance and benchmark harness for E2B-compatible endpoints.",
+    )
+    commands = parser.add_subparsers(dest="command")
+
+    run = commands.add_parser(
+        "run",
+        help="run the suites against an endpoint, write results/ and a report",
+        description="Run the conformance suites (pytest underneath: -k, -x, -m and other pytest options pass through).",
+    )
+    run.add_argument("--endpoint", default=os.environ.get("E2B_BENCH_ENDPOINT", "local"))
+    run.add_argument("--runner", action="append", default=[], help="runner name, repeatable (see `e2b-bench runners`)")
+    run.add_argument("--matrix", action="store_true", help="every registered runner (all SDK pins)")
+    run.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
+    run.add_argument("--step-timeout", type=float, default=90.0)
+    run.add_argument("--profile", default="e2b", help="quirk profile of the embedded endpoint (local only)")
+    run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
+    run.add_argument("--no-report", action="store_true")
+    run.add_argument("suites", nargs="*", default=[], help="suite paths under sandboxes/ (default: all)")
+    run.set_defaults(handler=cmd_run)
+
+    serve = commands.add_parser("serve", help="run the embedded E2B-compatible endpoint on loopback")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    serve.add_argument("--api-key", default=None, help="key clients must send (default: a random one)")
+    serve.add_argument("--state-dir", type=Path, default=None)
+    serve.add_argument("--profile", default="e2b", help="quirk profile (e2b = faithful)")
+    serve.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE], repeatable")
+    serve.add_argument("--debug-ports", action="store_true", help="also answer on 3000 (API) and 49983 (envd)")
+    serve.add_argument("--bench", action="store_true", help="measure the endpoint against local baselines and exit")
+    serve.set_defaults(handler=cmd_serve)
+
+    report = commands.add_parser("report", help="render the HTML report and Markdown summary of run directories")
+    report.add_argument("run_dirs", nargs="+", type=Path)
+    report.add_argument("--out", type=Path, default=None, help="default: reports/out/")
+    report.set_defaults(handler=cmd_report)
+
+    runners = commands.add_parser("runners", help="list the runners (client environments and their pins)")
+    runners.set_defaults(handler=cmd_runners)
+    return parser
+
+
+def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    import pytest
+
+    suites = args.suites or [str(REPO_ROOT / "sandboxes")]
+    pytest_args = [
+        *suites,
+        "--bench",
+        "--endpoint", args.endpoint,
+        "--results-dir", args.results_dir,
+        "--step-timeout", str(args.step_timeout),
+        "--quirk-profile", args.profile,
+        "-p", "no:cacheprovider",
+        "--rootdir", str(REPO_ROOT),
+        "-c", str(REPO_ROOT / "pyproject.toml"),
+        "-q", "-rfE",
+        *(f"--runner={name}" for name in args.runner),
+        *(f"--quirk={quirk}" for quirk in args.quirk),
+        *(["--matrix"] if args.matrix else []),
+        *(["--no-report"] if args.no_report else []),
+        *extra,
+    ]  # fmt: skip
+    os.chdir(REPO_ROOT)
+    code = int(pytest.main(pytest_args))
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        print("e2b-bench: no case matched the selection", file=sys.stderr)
+    return code
+
+
+def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
+    from .localbox.quirks import QuirkError, build
+    from .localbox.server import HostError, LocalServer
+    from .localbox.template import TemplateError
+
+    try:
+        quirks = build(args.profile, args.quirk)
+        server = LocalServer(
+            host=args.host,
+            port=args.port,
+            api_key=args.api_key,
+            state_dir=args.state_dir,
+            quirks=quirks,
+            debug_ports=args.debug_ports,
+        )
+    except (HostError, TemplateError, QuirkError, OSError) as exc:
+        print(f"e2b-bench serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    endpoint = server.endpoint
+    if args.bench:
+        from .localbox.selfbench import run_selfbench
+
+        return run_selfbench(server)
+    active = quirks.active()
+    print(f"# e2b-bench embedded endpoint (profile {args.profile}{f', quirks {active}' if active else ''})")
+    for name, value in endpoint.env().items():
+        print(f"export {name}={value}")
+    if args.debug_ports:
+        print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")
+    print("# stop with Ctrl-C: every sandbox is killed and its files removed", flush=True)
+    try:
+        asyncio.run(server.serve())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
+    from .report import render
+    from .results import RunError
+
+    out = args.out or REPO_ROOT / "reports" / "out"
+    try:
+        paths = render(args.run_dirs, out)
+    except RunError as exc:
+        print(f"e2b-bench report: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"report: {paths.html}")
+    print(f"summary: {paths.markdown}")
+    return 0
+
+
+def cmd_runners(args: argparse.Namespace, extra: list[str]) -> int:
+    from .runners.catalog import available_runners, default_runners
+
+    defaults = {r.name for r in default_runners()}
+    for runner in available_runners().values():
+        pins = ", ".join(f"{k}=={v}" for k, v in sorted(runner.pins.items()))
+        print(f"{runner.name:24} {runner.language:7} {pins}{'  (default)' if runner.name in defaults else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

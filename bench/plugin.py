@@ -1,0 +1,380 @@
+"""The pytest plugin: one item per case × runner against the endpoint chosen for the session.
+
+Suite modules under `sandboxes/` declare a test function with a `case` argument and a `suite` marker;
+this plugin parametrizes it over the selected runners and their manifest steps, runs each runner once
+(JSON lines, through the recording wire proxy), judges every step against the endpoint's declarations
+and records it in the run directory. The session owns the run directory: header at start, footer at
+the end (completed, interrupted or aborted), then the report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import httpx
+import pytest
+
+from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
+from .expectations import Expectations, ExpectationsError, judge
+from .redaction import Redactor
+from .report import render
+from .results import CaseRecord, RunDir, case_id, make_header
+from .runners.catalog import Runner, available_runners, default_runners
+from .runners.envs import RunnerEnvError
+from .runners.manifest import load_steps, with_dependencies
+from .runners.protocol import StepResult, run_runner
+from .wire import WireProxy
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RUN_METADATA_KEY = "e2b-bench-run"
+EXIT_PREFLIGHT = 2
+EXIT_INTERRUPTED = 130
+STASH = pytest.StashKey["BenchSession"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("e2b-bench", "e2b-bench conformance runs")
+    group.addoption("--bench", action="store_true", help="record a run (implied when sandboxes/ suites are collected)")
+    group.addoption(
+        "--endpoint",
+        default=os.environ.get("E2B_BENCH_ENDPOINT", "local"),
+        help="local (embedded, default) | env (E2B_API_KEY + E2B_API_URL/E2B_SANDBOX_URL or E2B_DOMAIN) | a name "
+        "from endpoints.toml",
+    )
+    group.addoption("--runner", action="append", default=[], help="runner name (repeatable); default: one per language")
+    group.addoption("--matrix", action="store_true", help="every registered runner (all SDK pins)")
+    group.addoption("--results-dir", default=str(REPO_ROOT / "results"), help="where run directories go")
+    group.addoption("--step-timeout", type=float, default=90.0, help="seconds a runner may stay silent")
+    group.addoption("--quirk-profile", default="e2b", help="quirk profile of the embedded endpoint")
+    group.addoption("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
+    group.addoption("--no-report", action="store_true", help="do not render the report at the end")
+
+
+@dataclass
+class BenchSession:
+    """Everything one recorded run needs, created at configure time and closed at the end."""
+
+    config: pytest.Config
+    endpoint: Endpoint
+    key: str | None
+    runners: list[Runner]
+    redactor: Redactor
+    expectations: Expectations
+    run_dir: RunDir | None = None
+    suites: set[str] = field(default_factory=set)
+    selected: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (suite, runner) -> step ids
+    results: dict[tuple[str, str], dict[str, StepResult]] = field(default_factory=dict)
+    preflight_error: str | None = None
+    exit_code: int | None = None
+    _local: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.path.name if self.run_dir else "unstarted"
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self, suites: list[str]) -> None:
+        if self.endpoint.kind == "local":
+            self._start_local()
+        endpoint_info = {
+            "name": self.endpoint.name,
+            "kind": self.endpoint.kind,
+            "api_url": self.endpoint.api_url,
+            "sandbox_url": self.endpoint.sandbox_url,
+            "key_env": self.endpoint.key_env,
+        }
+        pins = {runner.name: dict(runner.pins) for runner in self.runners}
+        header = make_header(endpoint_info, pins, sys.argv)
+        header["expectations"] = str(self.endpoint.expectations) if self.endpoint.expectations else None
+        self.run_dir = RunDir.create(
+            Path(self.config.getoption("results_dir")),
+            "+".join(suites) or "none",
+            self.endpoint.name,
+            header,
+            self.redactor,
+        )
+
+    def _start_local(self) -> None:
+        from .localbox.quirks import build
+        from .localbox.server import serving
+
+        quirks = build(self.config.getoption("quirk_profile"), self.config.getoption("quirk"))
+        local = self._local.enter_context(serving(quirks=quirks))
+        self.key = local.api_key
+        self.redactor.add(local.api_key)
+        self.endpoint = self.endpoint.bound(local.api_url)
+
+    def check_endpoint(self) -> None:
+        try:
+            preflight(self.endpoint, self.key)
+        except PreflightError as exc:
+            self.preflight_error = str(exc)
+
+    def close(self) -> None:
+        self._local.close()
+
+    # --- running ------------------------------------------------------------------------------
+    def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
+        key = (suite, runner.name)
+        if key not in self.results:
+            self.results[key] = self._run(suite, runner)
+        return self.results[key][step]
+
+    def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
+        steps = load_steps(suite, runner.manifest_table)
+        requested = with_dependencies(steps, self.selected.get((suite, runner.name), []))
+        assert self.run_dir is not None
+        try:
+            executable = runner.prepare()
+        except RunnerEnvError as exc:
+            message = f"runner environment {runner.name} could not be built: {exc}"
+            return {s: StepResult(s, "error", None, message, {}, False) for s in requested}
+        task = {
+            "suite": suite,
+            "steps": requested,
+            "depends": {s.id: list(s.depends) for s in steps},
+            "run_id": self.run_id,
+            "metadata": {RUN_METADATA_KEY: self.run_id},
+            "options": {},
+        }
+        with WireProxy(
+            self.endpoint.api_url,
+            self.endpoint.sandbox_url,
+            self.run_dir.wire_path(runner.name),
+            runner.name,
+            self.redactor,
+            domain=self.endpoint.domain,
+        ) as proxy:
+            env = runner.environment(
+                {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
+            )
+            result = run_runner(
+                runner.spec,
+                executable,
+                task,
+                step_timeout_s=self.config.getoption("step_timeout"),
+                env=env,
+            )
+        return {step.id: step for step in result.step_results()}
+
+    def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
+        identifier = case_id(suite, runner.name, step)
+        declared = self.expectations.for_case(identifier)
+        verdict = judge(observed.outcome, observed.details, observed.error, declared)
+        record = CaseRecord(
+            id=identifier,
+            suite=suite,
+            runner=runner.name,
+            case=step,
+            outcome=verdict.outcome,
+            expected=verdict.expected,
+            conformant=verdict.conformant,
+            duration_ms=observed.duration_ms,
+            error=observed.error,
+            details=observed.details,
+            note=verdict.note,
+        )
+        assert self.run_dir is not None
+        self.run_dir.record(record)
+        return record, verdict.note or ""
+
+    # --- housekeeping -------------------------------------------------------------------------
+    def leak_check(self) -> None:
+        """Any sandbox of this run still alive is recorded as an error (and killed)."""
+        if self.run_dir is None or self.preflight_error or not self.results:
+            return
+        started = time.monotonic()
+        metadata = quote(urlencode({quote(RUN_METADATA_KEY): quote(self.run_id)}), safe="")
+        headers = {"X-API-KEY": self.key or ""}
+        survivors: list[str] = []
+        error: str | None = None
+        try:
+            with httpx.Client(base_url=self.endpoint.api_url, headers=headers, timeout=15) as client:
+                listed = client.get(f"/v2/sandboxes?metadata={metadata}")
+                listed.raise_for_status()
+                survivors = [s["sandboxID"] for s in listed.json()]
+                for sandbox_id in survivors:
+                    client.delete(f"/sandboxes/{sandbox_id}")
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            error = f"leak check could not list sandboxes: {exc}"
+        if survivors:
+            error = f"{len(survivors)} sandbox(es) of this run were still alive at the end: {', '.join(survivors)}"
+        record = CaseRecord(
+            id=case_id("housekeeping", "harness", "leak_check"),
+            suite="housekeeping",
+            runner="harness",
+            case="leak_check",
+            outcome="error" if error else "pass",
+            expected="pass",
+            conformant=error is None,
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+            error=error,
+            details={"survivors": survivors},
+        )
+        self.run_dir.record(record)
+        if error and self.exit_code == 0:
+            self.exit_code = 1
+
+
+def _suite_mode(config: pytest.Config) -> bool:
+    if config.getoption("bench"):
+        return True
+    return any(Path(arg.split("::")[0]).resolve().is_relative_to(REPO_ROOT / "sandboxes") for arg in config.args)
+
+
+def _bench(config: pytest.Config) -> BenchSession | None:
+    return config.stash.get(STASH, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "suite(name): a conformance suite parametrized over runners and steps")
+    if not _suite_mode(config):
+        return
+    try:
+        endpoint = resolve(config.getoption("endpoint"))
+        expectations = Expectations.load(endpoint.expectations)
+        runners = _selected_runners(config)
+    except (EndpointError, ExpectationsError, KeyError) as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    key = endpoint.api_key()
+    session = BenchSession(
+        config=config,
+        endpoint=endpoint,
+        key=key,
+        runners=runners,
+        redactor=Redactor([key]),
+        expectations=expectations,
+    )
+    config.stash[STASH] = session
+
+
+def _selected_runners(config: pytest.Config) -> list[Runner]:
+    known = available_runners()
+    if config.getoption("matrix"):
+        return list(known.values())
+    names = config.getoption("runner")
+    if not names:
+        return default_runners()
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise KeyError(f"unknown runner {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    return [known[n] for n in names]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("suite")
+    if marker is None or "case" not in metafunc.fixturenames:
+        return
+    session = _bench(metafunc.config)
+    suite = marker.args[0]
+    runners = session.runners if session else default_runners()
+    cases = []
+    for runner in runners:
+        if not runner.has_suite(suite):
+            continue
+        for step in load_steps(suite, runner.manifest_table):
+            cases.append(pytest.param((suite, runner, step.id), id=f"{runner.name}/{step.id}"))
+    metafunc.parametrize("case", cases)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = _bench(config)
+    if session is None:
+        return
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec and "case" in callspec.params:
+            suite, runner, step = callspec.params["case"]
+            session.suites.add(suite)
+            session.selected.setdefault((suite, runner.name), []).append(step)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    bench = _bench(session.config)
+    if bench is None or not bench.suites:
+        return
+    bench.start(sorted(bench.suites))
+    bench.check_endpoint()
+    if bench.preflight_error:
+        bench.exit_code = EXIT_PREFLIGHT
+        _finish(bench, "aborted")
+        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=EXIT_PREFLIGHT)
+
+
+@pytest.fixture
+def bench_session(request: pytest.FixtureRequest) -> BenchSession:
+    session = _bench(request.config)
+    if session is None or session.run_dir is None:
+        pytest.skip("not a recorded e2b-bench run")
+    return session
+
+
+def check_case(session: BenchSession, case: tuple[str, Runner, str]) -> None:
+    """Run (once per runner) and judge one case; the pytest outcome says whether it conformed."""
+    suite, runner, step = case
+    observed = session.step_result(suite, runner, step)
+    record, note = session.record(suite, runner, step, observed)
+    if not record.conformant:
+        detail = f"{record.outcome} (declared {record.expected})"
+        reason = f": {record.error}" if record.error else ""
+        pytest.fail(f"{detail}{reason}{f' — {note}' if note else ''}", pytrace=False)
+    if record.outcome == "skip":
+        pytest.skip(record.error or "skipped")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    bench = _bench(session.config)
+    if bench is None or bench.run_dir is None or bench.preflight_error:
+        return
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    bench.exit_code = 0 if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) else 1
+    if interrupted:
+        bench.exit_code = EXIT_INTERRUPTED
+    if not interrupted:
+        bench.leak_check()
+    status = "interrupted" if interrupted else "completed"
+    if exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        status = "aborted"
+    _finish(bench, status)
+    if bench.exit_code != exitstatus and (bench.exit_code == EXIT_INTERRUPTED or exitstatus == pytest.ExitCode.OK):
+        session.exitstatus = bench.exit_code
+
+
+def _finish(bench: BenchSession, status: str) -> None:
+    assert bench.run_dir is not None
+    footer = bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
+    if bench.preflight_error:
+        bench.run_dir.write_json("preflight.json", {"error": bench.preflight_error})
+    bench.config.stash[pytest.StashKey[dict]()] = footer
+    if not bench.config.getoption("no_report"):
+        with contextlib.suppress(Exception):
+            paths = render([bench.run_dir.path], bench.run_dir.path, bench.redactor)
+            bench.report = paths  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    bench = _bench(config)
+    if bench is None or bench.run_dir is None:
+        return
+    terminalreporter.section("e2b-bench")
+    if bench.preflight_error:
+        terminalreporter.write_line(f"endpoint unusable: {bench.preflight_error}")
+    terminalreporter.write_line(f"run directory: {bench.run_dir.path}")
+    report = getattr(bench, "report", None)
+    if report is not None:
+        terminalreporter.write_line(f"report: {report.html}")
+        terminalreporter.write_line(f"summary: {report.markdown}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    bench = _bench(config)
+    if bench is not None:
+        bench.close()

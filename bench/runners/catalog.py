@@ -1,0 +1,82 @@
+"""Every runner the harness knows, whatever its language, behind one small interface."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .envs import RUNNER_SPECS, RunnerSpec, ensure_python_env
+from .manifest import MANIFEST_PATH
+
+# Which manifest table a language's steps live in.
+MANIFEST_TABLES = {"python": "python", "js": "ts"}
+# Environment a runner always gets (besides the endpoint variables): nothing of the host's secrets.
+PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "E2B_BENCH_CACHE")
+
+
+@dataclass(frozen=True)
+class Runner:
+    spec: RunnerSpec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def pins(self) -> Mapping[str, str]:
+        return self.spec.pins
+
+    @property
+    def language(self) -> str:
+        return self.spec.language
+
+    @property
+    def manifest_table(self) -> str:
+        return MANIFEST_TABLES[self.spec.language]
+
+    def has_suite(self, suite: str) -> bool:
+        import tomllib
+
+        with MANIFEST_PATH.open("rb") as handle:
+            return self.manifest_table in tomllib.load(handle).get(suite, {})
+
+    def prepare(self) -> Path:
+        """Build (or reuse) the pinned environment; returns the interpreter that runs the entry script."""
+        if self.language == "python":
+            return ensure_python_env(self.spec)
+        from .node import ensure_node_runner
+
+        return ensure_node_runner(self.spec)
+
+    def environment(self, endpoint_env: Mapping[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in PASSED_THROUGH}
+        env.update(endpoint_env)
+        if self.language == "js":
+            from .node import runner_env, env_dir as node_env_dir
+            from .node import project_of
+
+            env = runner_env(node_env_dir(project_of(self.spec)), env)
+        return env
+
+
+def _all_specs() -> list[RunnerSpec]:
+    specs = list(RUNNER_SPECS)
+    try:
+        from .node import NODE_RUNNER_SPECS
+    except ImportError:
+        return specs
+    return specs + list(NODE_RUNNER_SPECS)
+
+
+def available_runners() -> dict[str, Runner]:
+    return {spec.name: Runner(spec) for spec in _all_specs()}
+
+
+def default_runners() -> list[Runner]:
+    """One runner per language: the newest pin of each."""
+    chosen: dict[str, Runner] = {}
+    for runner in available_runners().values():
+        chosen.setdefault(runner.language, runner)
+    return list(chosen.values())

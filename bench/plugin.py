@@ -1,4 +1,4 @@
-"""The pytest plugin: one item per case × runner against the endpoint chosen for the session.
+"""The pytest plugin: one item per case and runner against the endpoint chosen for the session.
 
 Suite modules under `sandboxes/` declare a test function with a `case` argument and a `suite` marker;
 this plugin parametrizes it over the selected runners and their manifest steps, runs each runner once
@@ -23,6 +23,7 @@ import pytest
 
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
 from .expectations import Expectations, ExpectationsError, judge
+from .junit import write_junit
 from .redaction import Redactor
 from .report import render
 from .results import CaseRecord, RunDir, case_id, make_header
@@ -350,10 +351,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _finish(bench: BenchSession, status: str) -> None:
     assert bench.run_dir is not None
-    footer = bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
     if bench.preflight_error:
         bench.run_dir.write_json("preflight.json", {"error": bench.preflight_error})
-    bench.config.stash[pytest.StashKey[dict]()] = footer
+    bench.run_dir.write_text("junit.xml", write_junit(bench.run_dir.path))
+    bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
     if not bench.config.getoption("no_report"):
         with contextlib.suppress(Exception):
             paths = render([bench.run_dir.path], bench.run_dir.path, bench.redactor)

@@ -1,0 +1,141 @@
+"""`e2b-bench run` end to end, as a user types it: exit codes, run directories, secrets."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from bench.localbox.server import serving
+from bench.results import read_run, validate
+from bench.runners.manifest import load_steps
+
+REPO = Path(__file__).resolve().parents[1]
+PY_RUNNER = "py-e2b-2.63.0"
+CANARY = "e2b_canary0123456789abcdef0123456789abcdef"
+
+
+def bench(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def only_run_dir(results: Path) -> Path:
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_path: Path) -> None:
+    done = bench("run", "--runner", PY_RUNNER, "--results-dir", str(tmp_path))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = read_run(only_run_dir(tmp_path))
+    quickstart = [c for c in run.cases if c.suite == "quickstart"]
+    assert [c.case for c in quickstart] == [step.id for step in load_steps("quickstart", "python")]
+    assert len(quickstart) == 11
+    assert {c.outcome for c in quickstart} == {"pass"}
+    assert all(c.conformant and c.duration_ms is not None for c in quickstart)
+    assert run.footer["status"] == "completed" and run.footer["exit_code"] == 0
+    assert run.header["pins"][PY_RUNNER] == {"e2b": "2.63.0"}
+    leak = [c for c in run.cases if c.case == "leak_check"]
+    assert [(c.outcome, c.details["survivors"]) for c in leak] == [("pass", [])]
+    junit = ET.parse(run.path / "junit.xml").getroot()
+    assert {s.get("name"): s.get("tests") for s in junit.iter("testsuite")} == {
+        f"quickstart.{PY_RUNNER}": "11",
+        "housekeeping.harness": "1",
+    }
+    wire = (run.path / "wire" / f"{PY_RUNNER}.jsonl").read_text().splitlines()
+    assert len(wire) > 20
+    for line in wire:
+        validate("wire", json.loads(line))
+    assert "report: " in done.stdout and (run.path / "report.html").exists()
+
+
+def test_an_unreachable_endpoint_exits_2_with_one_clear_message_and_a_valid_run_dir(tmp_path: Path) -> None:
+    port = closed_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {"E2B_API_KEY": "e2b_" + "0" * 40, "E2B_API_URL": url, "E2B_SANDBOX_URL": url}
+
+    done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
+
+    assert done.returncode == 2
+    assert url in done.stdout + done.stderr
+    assert "refused" in (done.stdout + done.stderr).lower()
+    run = read_run(only_run_dir(tmp_path))
+    assert run.footer["status"] == "aborted" and run.footer["exit_code"] == 2
+    assert run.cases == []
+
+
+def test_a_missing_key_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    env = {"E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9", "E2B_API_KEY": ""}
+
+    done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
+
+    assert done.returncode == 2
+    assert "E2B_API_KEY" in done.stdout + done.stderr
+
+
+def test_the_api_key_and_envd_tokens_never_reach_disk(tmp_path: Path) -> None:
+    results, reports = tmp_path / "results", tmp_path / "reports"
+    with serving(api_key=CANARY) as local:
+        env = {"E2B_API_KEY": CANARY, "E2B_API_URL": local.api_url, "E2B_SANDBOX_URL": local.sandbox_url}
+        done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(results), env=env)
+    rendered = bench("report", str(only_run_dir(results)), "--out", str(reports))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert rendered.returncode == 0
+    written = [p for p in [*results.rglob("*"), *reports.rglob("*")] if p.is_file()]
+    assert len(written) >= 6
+    for path in written:
+        text = path.read_text(errors="replace")
+        assert CANARY not in text, path
+        assert CANARY[4:] not in text, path
+        for line in text.splitlines():
+            if '"envdAccessToken"' in line:
+                assert '"envdAccessToken": "[REDACTED]"' in line or '"envdAccessToken":"[REDACTED]"' in line
+    assert CANARY not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT])
+def test_ctrl_c_leaves_a_valid_run_dir_marked_interrupted(tmp_path: Path, signum: int) -> None:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "run", "--runner", PY_RUNNER, "--results-dir", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        runs = [p for p in tmp_path.iterdir() if p.is_dir()] if tmp_path.exists() else []
+        if runs and (runs[0] / "wire" / f"{PY_RUNNER}.jsonl").exists():
+            break
+        time.sleep(0.05)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=120)
+
+    assert process.returncode == 130, out + err
+    run = read_run(only_run_dir(tmp_path))
+    assert run.footer["status"] == "interrupted"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -126,10 +127,8 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     if args.debug_ports:
         print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")
     print("# stop with Ctrl-C: every sandbox is killed and its files removed", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(server.serve())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

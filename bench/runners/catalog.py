@@ -54,8 +54,8 @@ class Runner:
         env = {k: v for k, v in os.environ.items() if k in PASSED_THROUGH}
         env.update(endpoint_env)
         if self.language == "js":
-            from .node import runner_env, env_dir as node_env_dir
-            from .node import project_of
+            from .node import env_dir as node_env_dir
+            from .node import project_of, runner_env
 
             env = runner_env(node_env_dir(project_of(self.spec)), env)
         return env

@@ -141,7 +141,12 @@ class LocalServer:
 @contextlib.contextmanager
 def serving(**options: object) -> Iterator[LocalEndpoint]:
     """Run the embedded endpoint in a background thread for the duration of the block."""
-    server = LocalServer(**options)  # type: ignore[arg-type]
+    with in_thread(LocalServer(**options)) as endpoint:  # type: ignore[arg-type]
+        yield endpoint
+
+
+@contextlib.contextmanager
+def in_thread(server: LocalServer) -> Iterator[LocalEndpoint]:
     failure: list[BaseException] = []
 
     def run() -> None:

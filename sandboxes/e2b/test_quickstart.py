@@ -1,4 +1,4 @@
-"""The quickstart suites: one item per step × runner (Python 11 steps, TypeScript 23 steps)."""
+"""The quickstart suites: one item per step and runner (Python 11 steps, TypeScript 23 steps)."""
 
 from __future__ import annotations
 

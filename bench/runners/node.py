@@ -1,0 +1,151 @@
+"""Pinned Node client environments: one `npm ci` per lockfile, built once and cached.
+
+A Node runner is a project directory under `sandboxes/` (`package.json` + `package-lock.json`) whose
+exact `e2b` pin names the runner (`js-e2b-<version>`). Every project shares one entry script; the
+harness points it at the project's installed packages with `NODE_PATH` (see `runner_env`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench.runners.envs import REPO_ROOT, RunnerEnvError, RunnerSpec, default_cache_dir
+
+TS_QUICKSTART = "sandboxes/e2b/ts/runner.mjs"
+PROJECT_FILES = ("package.json", "package-lock.json")
+_READY_MARKER = ".e2b-bench-ready"
+
+# One line per pinned SDK version: the pin itself lives in the project's package.json.
+NODE_PROJECTS: tuple[str, ...] = (
+    "sandboxes/e2b/ts",
+    "sandboxes/e2b/ts-2.50",
+)  # fmt: skip
+
+
+def pinned_version(project_dir: Path, package: str = "e2b") -> str:
+    """The exact version of `package` that `project_dir/package.json` pins."""
+    manifest = json.loads((project_dir / "package.json").read_text())
+    version = manifest.get("dependencies", {}).get(package)
+    if not isinstance(version, str) or not version[:1].isdigit():
+        raise RunnerEnvError(f"{project_dir}/package.json must pin {package} to an exact version, not {version!r}")
+    return version
+
+
+def _js_e2b(project: str) -> tuple[RunnerSpec, Path]:
+    project_dir = REPO_ROOT / project
+    version = pinned_version(project_dir)
+    spec = RunnerSpec(name=f"js-e2b-{version}", language="js", pins={"e2b": version}, entry=TS_QUICKSTART)
+    return spec, project_dir
+
+
+_BUILT = [_js_e2b(project) for project in NODE_PROJECTS]
+NODE_RUNNER_SPECS: tuple[RunnerSpec, ...] = tuple(spec for spec, _ in _BUILT)
+NODE_RUNNERS: dict[str, RunnerSpec] = {spec.name: spec for spec in NODE_RUNNER_SPECS}
+PROJECT_DIRS: dict[str, Path] = {spec.name: project_dir for spec, project_dir in _BUILT}
+DEFAULT_NODE_RUNNER = NODE_RUNNER_SPECS[0].name
+
+
+def find_node(environ: Mapping[str, str] = os.environ) -> Path:
+    """`E2B_BENCH_NODE`, else `node` on PATH."""
+    configured = environ.get("E2B_BENCH_NODE") or shutil.which("node")
+    if not configured:
+        raise RunnerEnvError("node is not installed: install Node.js 20 or newer, or set E2B_BENCH_NODE")
+    return Path(configured)
+
+
+def project_of(spec: RunnerSpec) -> Path:
+    """The Node project directory that pins `spec`."""
+    if spec.name not in PROJECT_DIRS:
+        raise RunnerEnvError(f"runner {spec.name} is not a registered Node runner ({', '.join(PROJECT_DIRS)})")
+    return PROJECT_DIRS[spec.name]
+
+
+def env_dir(project_dir: Path, cache_dir: Path | None = None) -> Path:
+    """`<cache>/node/<project>-<hash>`: the hash covers package.json and the lockfile."""
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    digest = hashlib.sha256()
+    for name in PROJECT_FILES:
+        path = project_dir / name
+        if not path.is_file():
+            raise RunnerEnvError(f"{path} is missing: a Node runner project needs {' and '.join(PROJECT_FILES)}")
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return cache_dir / "node" / f"{project_dir.name}-{digest.hexdigest()[:12]}"
+
+
+def ensure_node_env(project_dir: Path, cache_dir: Path | None = None) -> Path:
+    """Return the cached copy of `project_dir` with its `node_modules` installed, building it first if needed."""
+    directory = env_dir(project_dir, cache_dir)
+    if _is_ready(directory):
+        return directory
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(directory.with_name(directory.name + ".lock")):
+        # Another worker may have finished the build while this one waited for the lock.
+        if not _is_ready(directory):
+            _build(project_dir, directory)
+    return directory
+
+
+def ensure_node_runner(spec: RunnerSpec, cache_dir: Path | None = None) -> Path:
+    """Build (or reuse) the environment of a registered Node runner; returns the `node` that runs its entry.
+
+    The runner process then needs `runner_env(env_dir(project_of(spec)), ...)` as its environment.
+    """
+    ensure_node_env(project_of(spec), cache_dir)
+    return find_node()
+
+
+def runner_env(env_directory: Path, base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The process environment of a Node runner: `base` plus `NODE_PATH` naming the pinned packages."""
+    return {**base, "NODE_PATH": str(env_directory / "node_modules")}
+
+
+def _is_ready(directory: Path) -> bool:
+    return (directory / _READY_MARKER).is_file() and (directory / "node_modules").is_dir()
+
+
+@contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(project_dir: Path, directory: Path) -> None:
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        shutil.copy2(project_dir / name, directory / name)
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RunnerEnvError("npm is not installed: it is needed once per lockfile to build a Node runner")
+    argv = [npm, "ci", "--no-audit", "--no-fund"]
+    completed = subprocess.run(argv, cwd=directory, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        reason = _npm_reason(completed.stderr) or completed.stdout.strip()[-2000:]
+        raise RunnerEnvError(
+            f"building the Node environment of {project_dir} failed: `npm ci` exited with {completed.returncode}: "
+            f"{reason}"
+        )
+    marker = {"project": str(project_dir), "files": list(PROJECT_FILES)}
+    (directory / _READY_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
+
+
+def _npm_reason(stderr: str) -> str:
+    """The tail of npm's error output, without the usage text it prints after a usage error."""
+    lines = [line for line in stderr.splitlines() if line.strip() not in {"", "npm error", "npm ERR!"}]
+    usage = next((i for i, line in enumerate(lines) if line.endswith(" Usage:")), None)
+    if usage is not None:
+        lines = lines[:usage]
+    return "\n".join(lines)[-2000:]

@@ -1,0 +1,574 @@
+// TypeScript quickstart runner: drives the unmodified `e2b` npm SDK through the steps of the manifest.
+//
+// One script serves every pinned Node project (sandboxes/e2b/ts, sandboxes/e2b/ts-2.50, ...): the SDK
+// is loaded from the project whose node_modules is the first entry of NODE_PATH (falling back to a
+// node_modules beside this file). Protocol (JSON lines, docs/ARCHITECTURE.md): one task object on
+// stdin; `hello`, one `step` per step run, `footer` on stdout. The task carries the step ids
+// (`steps`, in run order) and their prerequisites (`depends`, id -> [ids]) from the `[quickstart.ts]`
+// table of sandboxes/e2b/manifest.toml, so the manifest stays the single source of the step list:
+// prerequisites run before the steps needing them, and an id without a `step(...)` below is an error.
+// Option `crash_after: <id>` makes the runner SIGKILL itself after that step (fault injection).
+// Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the process environment,
+// plus the task's `env`, so the SDK configures itself exactly as it would for a user.
+
+import { writeSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { delimiter, dirname } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+
+const LANGUAGE = 'js'
+const SUITE = 'quickstart'
+const EXCERPT_CHARS = 2048
+const RUN_TAG = 'e2b-bench-run'
+const HOME = '/home/user'
+const TEXT_FILE = `${HOME}/e2b-bench-ts13.txt`
+const TEXT = 'hi there\nünïcödé ✓\n'
+const MISSING_FILE = `${HOME}/e2b-bench-missing.txt`
+
+// --- the SDK under test ------------------------------------------------------------------------
+
+function sdkRoots() {
+  const fromPath = (process.env.NODE_PATH || '').split(delimiter).filter(Boolean)
+  // `require.resolve(..., {paths})` looks in `<path>/node_modules`: hand it the project directory.
+  const projects = fromPath.map((entry) => (entry.endsWith('node_modules') ? dirname(entry) : entry))
+  return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
+}
+
+async function loadSdk() {
+  const require = createRequire(import.meta.url)
+  const paths = sdkRoots()
+  const manifest = require(require.resolve('e2b/package.json', { paths }))
+  const module = await import(pathToFileURL(require.resolve('e2b', { paths })).href)
+  return { sdk: module, version: manifest.version }
+}
+
+// --- outcomes ----------------------------------------------------------------------------------
+
+/** An assertion about the endpoint's observable behaviour did not hold. */
+class Fail extends Error {}
+
+/** The pinned SDK has no API for what the step exercises. */
+class NotInSdk extends Error {}
+
+function expect(condition, message) {
+  if (!condition) throw new Fail(message)
+}
+
+/** The SDK must offer `owner[name]` as a function, or the step is skipped for this pin. */
+function need(owner, name, what) {
+  if (typeof owner?.[name] !== 'function') throw new NotInSdk(`not in this SDK: ${what}`)
+}
+
+function show(value) {
+  if (value instanceof Date) return value.toISOString()
+  return JSON.stringify(value) ?? String(value)
+}
+
+function excerpt(value) {
+  if (typeof value === 'string' && value.length > EXCERPT_CHARS) {
+    return `${value.slice(0, EXCERPT_CHARS)}... [${value.length - EXCERPT_CHARS} more chars]`
+  }
+  return value
+}
+
+function oneLine(text) {
+  const flat = String(text).trim().replaceAll('\r', '\\r').replaceAll('\n', '\\n')
+  return flat.length <= 500 ? flat : `${flat.slice(0, 500)}...`
+}
+
+function errorDetails(err) {
+  const details = { exception: err?.name ?? typeof err, message: excerpt(String(err?.message ?? err)) }
+  for (const key of ['statusCode', 'exitCode', 'error', 'stdout', 'stderr']) {
+    try {
+      if (err?.[key] !== undefined) details[key] = excerpt(err[key])
+    } catch {
+      // A getter of a half-built error: the class and message are enough.
+    }
+  }
+  return details
+}
+
+/** Await `promise`, which must reject with the SDK class `cls`; return the error. */
+async function expectRejects(promise, cls, what, obs, key) {
+  let value
+  try {
+    value = await promise
+  } catch (err) {
+    obs[key] = errorDetails(err)
+    expect(err instanceof cls && err.name === cls.name, `${what} raised ${err?.name}: ${oneLine(err?.message)}, expected ${cls.name}`)
+    return err
+  }
+  obs[key] = { returned: excerpt(show(value)) }
+  throw new Fail(`${what} returned ${oneLine(excerpt(show(value)))} instead of raising ${cls.name}`)
+}
+
+function sameList(actual, wanted) {
+  return Array.isArray(actual) && actual.length === wanted.length && actual.every((item, i) => item === wanted[i])
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function until(predicate, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  while (!predicate()) {
+    if (Date.now() > deadline) return false
+    await sleep(20)
+  }
+  return true
+}
+
+// --- steps -------------------------------------------------------------------------------------
+
+const STEPS = new Map()
+
+function step(id, run) {
+  STEPS.set(id, run)
+}
+
+step('ts01_create', async (ctx, obs) => {
+  const opts = { timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata }
+  const sandbox = ctx.template
+    ? await ctx.sdk.Sandbox.create(ctx.template, opts)
+    : await ctx.sdk.Sandbox.create(opts)
+  ctx.sandbox = sandbox
+  ctx.sandboxId = sandbox.sandboxId
+  ctx.created.push(sandbox.sandboxId)
+  obs.sandbox_id = sandbox.sandboxId
+  expect(typeof sandbox.sandboxId === 'string' && sandbox.sandboxId !== '', 'sandboxId is empty')
+})
+
+step('ts02_run_echo', async (ctx, obs) => {
+  const result = await ctx.sandbox.commands.run('echo hello')
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout), stderr: excerpt(result.stderr) })
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+  expect(result.stdout === 'hello\n', `stdout is ${show(result.stdout)}, expected "hello\\n"`)
+  expect(result.stderr === '', `stderr is ${show(result.stderr)}, expected ""`)
+})
+
+step('ts03_run_exit_code_throws', async (ctx, obs) => {
+  const err = await expectRejects(ctx.sandbox.commands.run('exit 3'), ctx.sdk.CommandExitError, "run('exit 3')", obs, 'raised')
+  expect(err.exitCode === 3, `exitCode is ${show(err.exitCode)}, expected 3`)
+  expect(err.error === 'exit status 3', `error is ${show(err.error)}, expected "exit status 3"`)
+  expect(err.stdout === '' && err.stderr === '', `stdout/stderr are ${show([err.stdout, err.stderr])}, expected ""`)
+})
+
+step('ts04_run_stderr', async (ctx, obs) => {
+  const result = await ctx.sandbox.commands.run('echo err >&2')
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout), stderr: excerpt(result.stderr) })
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+  expect(result.stderr === 'err\n', `stderr is ${show(result.stderr)}, expected "err\\n"`)
+  expect(result.stdout === '', `stdout is ${show(result.stdout)}, expected ""`)
+})
+
+step('ts05_run_streaming_onStdout', async (ctx, obs) => {
+  const chunks = []
+  const result = await ctx.sandbox.commands.run('for i in 1 2 3; do echo $i; sleep 0.2; done', {
+    onStdout: (chunk) => chunks.push(chunk),
+  })
+  Object.assign(obs, { chunks, exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(sameList(chunks, ['1\n', '2\n', '3\n']), `onStdout got ${show(chunks)}, expected ["1\\n","2\\n","3\\n"]`)
+  expect(result.stdout === '1\n2\n3\n', `stdout is ${show(result.stdout)}, expected "1\\n2\\n3\\n"`)
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+})
+
+step('ts06_run_envs_cwd', async (ctx, obs) => {
+  const dir = `${HOME}/e2b-bench-ts06`
+  const made = await ctx.sandbox.files.makeDir(dir)
+  obs.makeDir = made
+  expect(made === true, `makeDir(${show(dir)}) returned ${show(made)}, expected true`)
+  const result = await ctx.sandbox.commands.run('echo $FOO; pwd', { envs: { FOO: 'bar-ts06' }, cwd: dir })
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  const wanted = `bar-ts06\n${dir}\n`
+  expect(result.stdout === wanted, `stdout is ${show(result.stdout)}, expected ${show(wanted)}`)
+})
+
+step('ts07_run_as_root', async (ctx, obs) => {
+  const result = await ctx.sandbox.commands.run('whoami', { user: 'root' })
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+  expect(result.stdout === 'root\n', `whoami printed ${show(result.stdout)}, expected "root\\n"`)
+})
+
+step('ts08_background_wait', async (ctx, obs) => {
+  const handle = await ctx.sandbox.commands.run('sleep 0.3; echo done', { background: true })
+  obs.pid = handle.pid
+  expect(Number.isInteger(handle.pid) && handle.pid > 0, `pid is ${show(handle.pid)}, expected a positive integer`)
+  const result = await handle.wait()
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+  expect(result.stdout === 'done\n', `stdout is ${show(result.stdout)}, expected "done\\n"`)
+})
+
+step('ts09_commands_list', async (ctx, obs) => {
+  const handle = await ctx.sandbox.commands.run('sleep 30', { background: true })
+  ctx.sleeper = handle
+  obs.pid = handle.pid
+  const processes = await ctx.sandbox.commands.list()
+  obs.listed = processes.slice(0, 50).map(({ pid, cmd, args, cwd }) => ({ pid, cmd, args, cwd }))
+  const listed = processes.find((process) => process.pid === handle.pid)
+  expect(listed !== undefined, `pid ${handle.pid} not in commands.list() pids ${show(processes.map((p) => p.pid))}`)
+  expect(listed.cmd === '/bin/bash', `listed cmd is ${show(listed.cmd)}, expected "/bin/bash"`)
+  const args = ['-l', '-c', 'sleep 30']
+  expect(sameList(listed.args, args), `listed args are ${show(listed.args)}, expected ${show(args)}`)
+})
+
+step('ts10_commands_kill', async (ctx, obs) => {
+  const { commands } = ctx.sandbox
+  const handle = ctx.sleeper
+  const killed = await commands.kill(handle.pid)
+  obs.kill = killed
+  expect(killed === true, `commands.kill(${handle.pid}) returned ${show(killed)}, expected true`)
+  const err = await expectRejects(handle.wait(), ctx.sdk.CommandExitError, 'wait() after kill', obs, 'wait')
+  expect(err.exitCode === -1, `wait() raised exitCode ${show(err.exitCode)}, expected -1`)
+  expect(err.error === 'signal: killed', `wait() raised error ${show(err.error)}, expected "signal: killed"`)
+  const again = await commands.kill(handle.pid)
+  obs.kill_again = again
+  expect(again === false, `second commands.kill(${handle.pid}) returned ${show(again)}, expected false`)
+})
+
+step('ts11_send_stdin', async (ctx, obs) => {
+  need(ctx.sandbox.commands, 'sendStdin', 'commands.sendStdin')
+  const handle = await ctx.sandbox.commands.run('read line; echo "got:$line"', { background: true, stdin: true })
+  obs.pid = handle.pid
+  await ctx.sandbox.commands.sendStdin(handle.pid, 'ping\n')
+  const result = await handle.wait()
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(result.stdout === 'got:ping\n', `stdout is ${show(result.stdout)}, expected "got:ping\\n"`)
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+})
+
+step('ts12_commands_connect', async (ctx, obs) => {
+  need(ctx.sandbox.commands, 'connect', 'commands.connect')
+  const before = []
+  const handle = await ctx.sandbox.commands.run('echo early; sleep 2; echo late', {
+    background: true,
+    onStdout: (chunk) => before.push(chunk),
+  })
+  obs.pid = handle.pid
+  const early = await until(() => before.length > 0, 10_000)
+  obs.before_disconnect = [...before]
+  expect(early, 'no output within 10 s before disconnecting')
+  await handle.disconnect()
+  const after = []
+  const reconnected = await ctx.sandbox.commands.connect(handle.pid, { onStdout: (chunk) => after.push(chunk) })
+  const result = await reconnected.wait()
+  Object.assign(obs, { after_connect: after, exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(sameList(before, ['early\n']), `output before disconnect is ${show(before)}, expected ["early\\n"]`)
+  expect(sameList(after, ['late\n']), `onStdout after connect got ${show(after)}, expected ["late\\n"]`)
+  expect(result.stdout === 'late\n', `stdout after connect is ${show(result.stdout)}, expected "late\\n"`)
+  expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)
+})
+
+step('ts13_files_write_read_text', async (ctx, obs) => {
+  const info = await ctx.sandbox.files.write(TEXT_FILE, TEXT)
+  obs.written = info
+  expect(info?.path === TEXT_FILE, `write returned path ${show(info?.path)}, expected ${show(TEXT_FILE)}`)
+  const text = await ctx.sandbox.files.read(TEXT_FILE)
+  obs.read = excerpt(text)
+  expect(text === TEXT, `read returned ${show(text)}, expected ${show(TEXT)}`)
+})
+
+step('ts14_files_bytes_roundtrip', async (ctx, obs) => {
+  const path = `${HOME}/e2b-bench-ts14.bin`
+  const sent = new Uint8Array(512).map((_, i) => (i < 256 ? i : 511 - i)) // 0x00..0xFF..0x00
+  await ctx.sandbox.files.write(path, sent.buffer)
+  const got = await ctx.sandbox.files.read(path, { format: 'bytes' })
+  obs.read_type = got?.constructor?.name
+  obs.read_length = got?.length
+  expect(got instanceof Uint8Array, `read(format bytes) returned ${obs.read_type}, expected Uint8Array`)
+  const first = got.findIndex((byte, i) => byte !== sent[i])
+  obs.first_difference = first
+  expect(got.length === sent.length, `read ${got.length} bytes, expected ${sent.length}`)
+  expect(first === -1, `byte ${first} is 0x${got[first]?.toString(16)}, expected 0x${sent[first]?.toString(16)}`)
+})
+
+step('ts15_files_write_multiple', async (ctx, obs) => {
+  const entries = [
+    { path: `${HOME}/e2b-bench-ts15-a.txt`, data: 'first\n' },
+    { path: `${HOME}/e2b-bench-ts15-b.txt`, data: 'second\n' },
+  ]
+  const infos = await ctx.sandbox.files.write(entries)
+  obs.written = infos
+  expect(Array.isArray(infos), `write([2 files]) returned ${show(infos)}, expected an array of WriteInfo`)
+  const paths = infos.map((info) => info.path)
+  const wanted = entries.map((entry) => entry.path)
+  expect(sameList(paths, wanted), `WriteInfo paths are ${show(paths)}, expected ${show(wanted)}`)
+  for (const entry of entries) {
+    const text = await ctx.sandbox.files.read(entry.path)
+    expect(text === entry.data, `read(${show(entry.path)}) returned ${show(text)}, expected ${show(entry.data)}`)
+  }
+})
+
+step('ts16_files_list_exists_getInfo', async (ctx, obs) => {
+  const { files } = ctx.sandbox
+  const listed = await files.list(HOME)
+  obs.listed = listed.slice(0, 50).map((entry) => entry.path)
+  expect(listed.some((entry) => entry.path === TEXT_FILE), `list(${show(HOME)}) does not contain ${TEXT_FILE}`)
+  obs.exists = await files.exists(TEXT_FILE)
+  obs.exists_missing = await files.exists(MISSING_FILE)
+  expect(obs.exists === true, `exists(${show(TEXT_FILE)}) is ${show(obs.exists)}, expected true`)
+  expect(obs.exists_missing === false, `exists(missing) is ${show(obs.exists_missing)}, expected false`)
+  const entry = await files.getInfo(TEXT_FILE)
+  const observed = { name: entry.name, type: entry.type, path: entry.path, size: entry.size }
+  obs.entry = observed
+  const wanted = { name: 'e2b-bench-ts13.txt', type: 'file', path: TEXT_FILE, size: Buffer.byteLength(TEXT) }
+  const wrong = Object.keys(wanted).filter((key) => observed[key] !== wanted[key])
+  expect(wrong.length === 0, `getInfo fields differ: ${show(observed)}, expected ${show(wanted)}`)
+})
+
+step('ts17_files_makeDir_rename_remove', async (ctx, obs) => {
+  const { files } = ctx.sandbox
+  const dir = `${HOME}/e2b-bench-ts17`
+  const moved = `${HOME}/e2b-bench-ts17-moved`
+  obs.makeDir = await files.makeDir(dir)
+  expect(obs.makeDir === true, `makeDir(${show(dir)}) returned ${show(obs.makeDir)}, expected true`)
+  obs.makeDir_again = await files.makeDir(dir)
+  expect(obs.makeDir_again === false, `makeDir(existing) returned ${show(obs.makeDir_again)}, expected false`)
+  const entry = await files.rename(dir, moved)
+  obs.rename = { name: entry?.name, type: entry?.type, path: entry?.path }
+  expect(entry?.path === moved, `rename returned path ${show(entry?.path)}, expected ${show(moved)}`)
+  expect(entry?.name === 'e2b-bench-ts17-moved', `rename returned name ${show(entry?.name)}`)
+  expect(entry?.type === 'dir', `rename returned type ${show(entry?.type)}, expected "dir"`)
+  obs.exists_old = await files.exists(dir)
+  expect(obs.exists_old === false, `exists(old path) after rename is ${show(obs.exists_old)}, expected false`)
+  await files.remove(moved)
+  obs.exists_removed = await files.exists(moved)
+  expect(obs.exists_removed === false, `exists(removed) is ${show(obs.exists_removed)}, expected false`)
+})
+
+step('ts18_files_read_missing', async (ctx, obs) => {
+  await expectRejects(ctx.sandbox.files.read(`${HOME}/nope`), ctx.sdk.FileNotFoundError, "read('/home/user/nope')", obs, 'raised')
+})
+
+step('ts19_sandbox_list', async (ctx, obs) => {
+  need(ctx.sdk.Sandbox, 'list', 'Sandbox.list')
+  const paginator = ctx.sdk.Sandbox.list({ query: { state: ['running', 'paused'], metadata: ctx.metadata } })
+  const items = await paginator.nextItems()
+  obs.listed = items.slice(0, 50).map((item) => ({ sandboxId: item.sandboxId, state: item.state, metadata: item.metadata }))
+  obs.hasNext = paginator.hasNext
+  const own = items.find((item) => item.sandboxId === ctx.sandboxId)
+  expect(own !== undefined, `nextItems() does not contain ${ctx.sandboxId}: ${show(items.map((i) => i.sandboxId))}`)
+  expect(paginator.hasNext === false, `hasNext is ${show(paginator.hasNext)}, expected false`)
+  expect(own.state === 'running', `listed state is ${show(own.state)}, expected "running"`)
+  const strangers = items.filter((item) => item.metadata?.[RUN_TAG] !== ctx.runId).map((item) => item.sandboxId)
+  expect(strangers.length === 0, `the metadata filter let through ${show(strangers)}`)
+})
+
+step('ts20_getInfo', async (ctx, obs) => {
+  const info = await ctx.sandbox.getInfo()
+  obs.info = {
+    sandboxId: info.sandboxId,
+    state: info.state,
+    cpuCount: info.cpuCount,
+    memoryMB: info.memoryMB,
+    metadata: info.metadata,
+    startedAt: info.startedAt,
+    endAt: info.endAt,
+  }
+  expect(info.sandboxId === ctx.sandboxId, `sandboxId is ${show(info.sandboxId)}, expected ${show(ctx.sandboxId)}`)
+  expect(info.state === 'running', `state is ${show(info.state)}, expected "running"`)
+  expect(Number.isInteger(info.cpuCount) && info.cpuCount > 0, `cpuCount is ${show(info.cpuCount)}`)
+  expect(Number.isInteger(info.memoryMB) && info.memoryMB > 0, `memoryMB is ${show(info.memoryMB)}`)
+  const tag = info.metadata?.[RUN_TAG]
+  expect(tag === ctx.runId, `metadata[${RUN_TAG}] is ${show(tag)}, expected ${show(ctx.runId)}`)
+})
+
+step('ts21_setTimeout', async (ctx, obs) => {
+  const { Sandbox } = ctx.sdk
+  const before = (await Sandbox.getInfo(ctx.sandboxId)).endAt
+  await ctx.sandbox.setTimeout(300_000)
+  const after = (await Sandbox.getInfo(ctx.sandboxId)).endAt
+  Object.assign(obs, { endAt_before: before, endAt_after: after })
+  expect(before instanceof Date && after instanceof Date, `endAt is not a Date: ${show(before)} / ${show(after)}`)
+  obs.moved_ms = after - before
+  expect(after > before, `endAt did not move after setTimeout(300000): ${show(before)} -> ${show(after)}`)
+})
+
+step('ts22_pause_connect', async (ctx, obs) => {
+  const { Sandbox } = ctx.sdk
+  need(ctx.sandbox, 'pause', 'Sandbox.pause')
+  need(Sandbox, 'connect', 'Sandbox.connect')
+  const paused = await ctx.sandbox.pause()
+  obs.pause = paused
+  expect(paused === true, `pause() returned ${show(paused)}, expected true`)
+  obs.state_after_pause = (await Sandbox.getInfo(ctx.sandboxId)).state
+  expect(obs.state_after_pause === 'paused', `state after pause() is ${show(obs.state_after_pause)}, expected "paused"`)
+  // connect() rotates the envd access token: the old handle must not be used for envd any more.
+  ctx.sandbox = await Sandbox.connect(ctx.sandboxId)
+  const result = await ctx.sandbox.commands.run('echo back')
+  Object.assign(obs, { exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  expect(result.stdout === 'back\n', `run('echo back') stdout is ${show(result.stdout)}, expected "back\\n"`)
+  obs.state_after_connect = (await Sandbox.getInfo(ctx.sandboxId)).state
+  expect(obs.state_after_connect === 'running', `state after connect is ${show(obs.state_after_connect)}, expected "running"`)
+})
+
+step('ts23_kill_and_refusals', async (ctx, obs) => {
+  const { Sandbox, SandboxNotFoundError, AuthenticationError, SandboxError } = ctx.sdk
+  obs.kill = await ctx.sandbox.kill()
+  if (obs.kill === true) ctx.killed.add(ctx.sandboxId)
+  expect(obs.kill === true, `kill() returned ${show(obs.kill)}, expected true`)
+  obs.kill_again = await Sandbox.kill(ctx.sandboxId)
+  expect(obs.kill_again === false, `Sandbox.kill(killed id) returned ${show(obs.kill_again)}, expected false`)
+  await expectRejects(Sandbox.getInfo(ctx.sandboxId), SandboxNotFoundError, 'Sandbox.getInfo(killed id)', obs, 'getInfo_killed')
+  const opts = { timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata }
+  const wrongKey = ctx.template
+    ? Sandbox.create(ctx.template, { ...opts, apiKey: 'e2b_wrong' })
+    : Sandbox.create({ ...opts, apiKey: 'e2b_wrong' })
+  await expectRejects(ctx.adopt(wrongKey), AuthenticationError, "create({apiKey: 'e2b_wrong'})", obs, 'create_wrong_key')
+  const missing = await expectRejects(
+    ctx.adopt(Sandbox.create('does-not-exist', opts)),
+    SandboxError,
+    "create('does-not-exist')",
+    obs,
+    'create_missing_template',
+  )
+  expect(missing.statusCode === 404, `statusCode is ${show(missing.statusCode)}, expected 404`)
+})
+
+// --- driver ------------------------------------------------------------------------------------
+
+class Context {
+  constructor(sdk, task) {
+    const options = task.options ?? {}
+    this.sdk = sdk
+    this.runId = String(task.run_id ?? 'unset')
+    this.template = options.template
+    this.sandboxTimeoutMs = Number(options.sandbox_timeout_s ?? 120) * 1000
+    this.sandbox = null
+    this.sandboxId = null
+    this.sleeper = null
+    this.created = []
+    this.killed = new Set()
+  }
+
+  get metadata() {
+    return { [RUN_TAG]: this.runId }
+  }
+
+  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed at the end. */
+  async adopt(creating) {
+    const stray = await creating
+    this.created.push(stray.sandboxId)
+    return stray
+  }
+}
+
+function emit(event) {
+  // Synchronous write: an event is on the pipe before the next step starts (or the process dies).
+  writeSync(1, `${JSON.stringify(event)}\n`)
+}
+
+function readStdin() {
+  return new Promise((resolve, reject) => {
+    const chunks = []
+    process.stdin.on('data', (chunk) => chunks.push(chunk))
+    process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    process.stdin.on('error', reject)
+  })
+}
+
+/** The requested steps with their prerequisites (from `depends`) placed before them. */
+function plan(requested, depends) {
+  const ordered = []
+  const visit = (id) => {
+    if (ordered.includes(id)) return
+    for (const dep of depends[id] ?? []) visit(dep)
+    ordered.push(id)
+  }
+  for (const id of requested) visit(id)
+  return ordered
+}
+
+async function runStep(ctx, id, depends, outcomes) {
+  const event = { type: 'step', id }
+  const blocker = (depends[id] ?? []).find((dep) => outcomes.get(dep) !== 'pass')
+  if (blocker !== undefined) {
+    return { ...event, outcome: 'error', duration_ms: 0, error: `depends on ${blocker}`, details: {} }
+  }
+  const run = STEPS.get(id)
+  if (run === undefined) {
+    return { ...event, outcome: 'error', duration_ms: 0, error: `no implementation for step ${id}`, details: {} }
+  }
+  const obs = {}
+  const started = performance.now()
+  let outcome = 'pass'
+  let error = null
+  try {
+    await run(ctx, obs)
+  } catch (err) {
+    if (err instanceof NotInSdk) {
+      outcome = 'skip'
+      error = err.message
+    } else if (err instanceof Fail) {
+      outcome = 'fail'
+      error = oneLine(err.message)
+    } else {
+      // Any SDK exception is an observed behaviour of the endpoint.
+      outcome = 'fail'
+      error = oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`)
+      obs.raised = errorDetails(err)
+      obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
+    }
+  }
+  const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
+  return { ...event, outcome, duration_ms, error, details: obs }
+}
+
+async function cleanup(ctx) {
+  const report = {}
+  for (const id of ctx.created) {
+    if (ctx.killed.has(id)) continue
+    try {
+      report[id] = (await ctx.sdk.Sandbox.kill(id)) ? 'killed' : 'already gone'
+    } catch (err) {
+      report[id] = oneLine(`${err?.name}: ${err?.message}`)
+    }
+    ctx.killed.add(id)
+  }
+  return report
+}
+
+async function main() {
+  // The SDK or a dependency must never write on the protocol stream.
+  for (const level of ['log', 'info', 'debug', 'warn']) console[level] = console.error
+  const task = JSON.parse(await readStdin())
+  for (const [key, value] of Object.entries(task.env ?? {})) process.env[key] = String(value)
+  const { sdk, version } = await loadSdk()
+  emit({ type: 'hello', runner: task.runner ?? `js-e2b-${version}`, pins: { e2b: version }, language: LANGUAGE })
+  if ((task.suite ?? SUITE) !== SUITE) {
+    console.error(`runner: unknown suite ${show(task.suite)}, this runner runs ${show(SUITE)}`)
+    emit({ type: 'footer', completed: false, reason: `unknown suite ${task.suite}` })
+    return 2
+  }
+  const ctx = new Context(sdk, task)
+  const depends = task.depends ?? {}
+  const steps = plan(task.steps ?? [], depends)
+  const crashAfter = task.options?.crash_after
+  const outcomes = new Map()
+  const started = performance.now()
+  // A harness that gives up on a hung step sends SIGTERM: kill the sandboxes, report nothing more.
+  let terminating = false
+  process.once('SIGTERM', () => {
+    terminating = true
+    cleanup(ctx).finally(() => process.exit(143))
+  })
+  let cleaned = {}
+  try {
+    for (const id of steps) {
+      const event = await runStep(ctx, id, depends, outcomes)
+      if (terminating) break
+      outcomes.set(id, event.outcome)
+      emit(event)
+      // Fault injection for the harness's own tests: die the hardest way right after this step.
+      if (id === crashAfter) process.kill(process.pid, 'SIGKILL')
+    }
+  } finally {
+    if (!terminating) cleaned = await cleanup(ctx)
+  }
+  if (terminating) return 143
+  const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
+  emit({ type: 'footer', completed: true, duration_ms, cleanup: cleaned })
+  return 0
+}
+
+process.exitCode = await main()

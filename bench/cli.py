@@ -128,7 +128,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")
     print("# stop with Ctrl-C: every sandbox is killed and its files removed", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(server.serve())
+        server.run()
     return 0
 
 

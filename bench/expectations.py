@@ -98,9 +98,7 @@ class Expectations:
 def _check_keys(path: Path, prefix: str, table: Mapping[str, Any], allowed: frozenset[str]) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ExpectationsError(
-            f"{path}: unknown key {prefix}{unknown[0]!s} (allowed: {', '.join(sorted(allowed))})"
-        )
+        raise ExpectationsError(f"{path}: unknown key {prefix}{unknown[0]!s} (allowed: {', '.join(sorted(allowed))})")
 
 
 def _declaration(path: Path, pattern: str, table: Any) -> Declaration:
@@ -144,9 +142,7 @@ def _refusal_mismatches(details: Mapping[str, Any], error: str | None, declared:
     return mismatches
 
 
-def judge(
-    observed: Outcome, details: Mapping[str, Any], error: str | None, declared: Declaration
-) -> Judgement:
+def judge(observed: Outcome, details: Mapping[str, Any], error: str | None, declared: Declaration) -> Judgement:
     """Compare what a runner observed with what the endpoint declares."""
     expected = declared.outcome
     skip_reason = str(error or details.get("reason") or "")

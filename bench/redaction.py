@@ -33,9 +33,7 @@ SECRET_NAMES = frozenset(
 # `*_TOKEN` only in upper case (environment variables): `next_token` is a pagination cursor.
 _ENV_STYLE = re.compile(r"[A-Z][A-Z0-9_]*_(?:TOKEN|SECRET|PASSWORD)|(?i:[a-z][a-z0-9_]*_api_key)")
 
-_NAME = (
-    "(?i:" + "|".join(map(re.escape, sorted(SECRET_NAMES, key=len, reverse=True))) + f")|{_ENV_STYLE.pattern}"
-)
+_NAME = "(?i:" + "|".join(map(re.escape, sorted(SECRET_NAMES, key=len, reverse=True))) + f")|{_ENV_STYLE.pattern}"
 # A name, optionally quoted, then `:` or `=`, then a quoted string or one bare token
 # (an optional auth scheme first). Bare tokens stop at delimiters so that JSON/HTML around them survives.
 _ASSIGNMENT = re.compile(

@@ -129,10 +129,31 @@ class Creds(contextlib.AbstractContextManager):
             os.setgroups([])
 
 
+_users: dict[str, tuple[tuple[float, float], tuple[int, int, list[int], str]]] = {}
+
+
 def user_ids(name: str) -> tuple[int, int, list[int], str]:
+    """uid, gid, groups and home of a user; cached until /etc/passwd or /etc/group change (useradd)."""
+    try:
+        stamp = (os.stat("/etc/passwd").st_mtime, os.stat("/etc/group").st_mtime)
+    except OSError:
+        stamp = (0.0, 0.0)
+    cached = _users.get(name)
+    if cached and cached[0] == stamp:
+        return cached[1]
     entry = pwd.getpwnam(name)
     groups = sorted({g.gr_gid for g in grp.getgrall() if name in g.gr_mem} | {entry.pw_gid})
-    return entry.pw_uid, entry.pw_gid, groups, entry.pw_dir
+    ids = (entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
+    _users[name] = (stamp, ids)
+    return ids
+
+
+def as_user(argv: list[str], uid: int, gid: int, groups: list[int]) -> list[str]:
+    """Switch user in the exec'd program rather than in a forked Python: spawning stays a cheap vfork."""
+    if uid == 0 and gid == 0:
+        return argv
+    group_arg = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", group_arg, "--", *argv]
 
 
 FILE_TYPES = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
@@ -339,16 +360,15 @@ class Agent:
             stdout, stderr = out_w, err_w
             child_fds += [out_w, err_w]
         try:
+            if not os.path.isdir(cwd):
+                raise FileNotFoundError(errno.ENOENT, "working directory does not exist", cwd)
             proc = subprocess.Popen(
-                message["argv"],
+                as_user(message["argv"], uid, gid, groups),
                 stdin=stdin,
                 stdout=stdout,
                 stderr=stderr,
                 cwd=cwd,
                 env=env,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
                 start_new_session=bool(message.get("session_leader")) and not pty_size,
                 preexec_fn=preexec,
                 close_fds=True,

@@ -227,8 +227,20 @@ class Box:
     def running(self) -> bool:
         return self.unshare is not None and self.unshare.returncode is None
 
-    async def kill(self) -> None:
-        """End every process of the sandbox and remove its files."""
+    async def warm_up(self) -> None:
+        """Run one login shell so the first command of a sandbox does not pay for cold caches."""
+        for user in ("user", "root"):
+            await self.user(user)
+        record = await self.spawn(
+            cmd="/bin/bash", args=["-l", "-c", "true"], envs={}, cwd=None, user="user", tag=None, stdin=False, pty=None
+        )
+        await asyncio.wait_for(record.done.wait(), 10)
+
+    async def kill(self, wait_for_files: bool = True) -> asyncio.Future | None:
+        """End every process of the sandbox (all are gone on return) and remove its files.
+
+        With `wait_for_files=False` the files are removed in the background; the returned future ends then.
+        """
         if self.unshare and self.unshare.returncode is None:
             with contextlib.suppress(OSError):
                 await self.freezer.freeze(False, self._root_pid())
@@ -243,7 +255,11 @@ class Box:
             self.link.close()
         for record in list(self.processes.values()):
             self._finish(record, ExitStatus.from_wait_status(signal.SIGKILL))
-        await asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+        removal = asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+        if wait_for_files:
+            await removal
+            return None
+        return removal
 
     def _remove_files(self) -> None:
         for _ in range(50):

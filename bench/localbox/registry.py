@@ -140,9 +140,9 @@ class Registry:
             profile_lines=q.login_profile(),
         )
 
-    async def _new_box(self, internet: bool) -> Box:
-        box = Box(f"b{secrets.token_hex(6)}", self.config.template_root, self.boxes_dir, self._settings(internet))
-        await box.start(hostname="localhost")
+    async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
+        box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet))
+        await box.start(hostname=sandbox_id)
         return box
 
     def _refill_pool(self) -> None:
@@ -154,18 +154,21 @@ class Registry:
     async def _fill_pool(self) -> None:
         while not self._closing and len(self._pool) < self.config.pool_size:
             try:
-                self._pool.append(await self._new_box(internet=True))
+                box = await self._new_box(internet=True, sandbox_id=self.new_id())
+                await box.warm_up()
+                self._pool.append(box)
             except Exception:
                 log.exception("could not prepare a sandbox in advance")
                 return
 
-    async def _take_box(self, internet: bool) -> Box:
-        while internet and self._pool:
+    async def _take_box(self, internet: bool, sandbox_id: str | None) -> Box:
+        """A prepared box (its id already its hostname) when one fits, else a new one."""
+        while internet and sandbox_id is None and self._pool:
             box = self._pool.pop(0)
             if box.running:
                 self._refill_pool()
                 return box
-        box = await self._new_box(internet)
+        box = await self._new_box(internet, sandbox_id or self.new_id())
         self._refill_pool()
         return box
 
@@ -186,13 +189,8 @@ class Registry:
         auto_resume: bool,
         sandbox_id: str | None = None,
     ) -> tuple[Sandbox, str]:
-        box = await self._take_box(internet)
-        sandbox_id = sandbox_id or self.new_id()
-        try:
-            await box.link.result("configure", hostname=sandbox_id, profile=[])  # type: ignore[union-attr]
-        except Exception:
-            await box.kill()
-            raise
+        box = await self._take_box(internet, sandbox_id)
+        sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(
             id=sandbox_id,
@@ -228,7 +226,10 @@ class Registry:
             return False
         for watcher in list(sandbox.watchers.values()):
             await watcher.close()
-        await sandbox.box.kill()
+        removal = await sandbox.box.kill(wait_for_files=False)
+        if removal is not None:
+            self._tasks.add(removal)
+            removal.add_done_callback(self._tasks.discard)
         return True
 
     async def pause(self, sandbox: Sandbox) -> None:
@@ -267,7 +268,7 @@ class Registry:
         boxes = [s.box for s in self.sandboxes.values()] + self._pool
         self.sandboxes.clear()
         self._pool.clear()
-        await asyncio.gather(*(box.kill() for box in boxes), return_exceptions=True)
+        await asyncio.gather(*(box.kill() for box in boxes), *self._tasks, return_exceptions=True)
         shutil.rmtree(self.config.state_dir, ignore_errors=True)
 
 

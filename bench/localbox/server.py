@@ -137,6 +137,11 @@ class LocalServer:
     async def serve(self) -> None:
         await self.server.serve(sockets=self.sockets)
 
+    def run(self) -> None:
+        """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed)."""
+        with asyncio.Runner(loop_factory=self.server.config.get_loop_factory()) as runner:
+            runner.run(self.serve())
+
 
 @contextlib.contextmanager
 def serving(**options: object) -> Iterator[LocalEndpoint]:
@@ -151,7 +156,7 @@ def in_thread(server: LocalServer) -> Iterator[LocalEndpoint]:
 
     def run() -> None:
         try:
-            asyncio.run(server.serve())
+            server.run()
         except BaseException as exc:  # surfaced to the caller below
             failure.append(exc)
 

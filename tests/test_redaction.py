@@ -145,9 +145,7 @@ def nested_with_secret(draw: st.DrawFn) -> tuple[str, object]:
     tree = draw(
         st.recursive(
             json_leaves,
-            lambda children: st.one_of(
-                st.lists(children, max_size=4), st.dictionaries(filler, children, max_size=4)
-            ),
+            lambda children: st.one_of(st.lists(children, max_size=4), st.dictionaries(filler, children, max_size=4)),
             max_leaves=12,
         )
     )

@@ -107,8 +107,7 @@ def test_matrix_has_one_cell_per_case_and_run(report: Rendered) -> None:
     cells = parse(paths.html).cells
 
     assert sorted(
-        (cell["data-case"], cell["data-run"], cell["data-outcome"], "nc" in cell["class"].split())
-        for cell in cells
+        (cell["data-case"], cell["data-run"], cell["data-outcome"], "nc" in cell["class"].split()) for cell in cells
     ) == sorted(
         [
             ("quickstart/py01_create", local.path.name, "pass", False),
@@ -162,14 +161,8 @@ def test_markdown_summary(report: Rendered) -> None:
     assert f"| case | local · {RUNNER} · {stamp} | b3os-beta · {RUNNER} · {stamp} |" in lines
     assert "| `quickstart/py02_run` | ✘ **NC** |  |" in lines
     assert "| `quickstart/py06_volumes` |  | ⊘ |" in lines
-    assert (
-        f"- **local** `{local.path.name}` — completed: 1 pass, 1 fail · 1 conformant, 1 non-conformant"
-        in lines
-    )
-    assert (
-        f"- **b3os-beta** `{b3os.path.name}` — truncated (no footer: the run did not finish): "
-        in "\n".join(lines)
-    )
+    assert f"- **local** `{local.path.name}` — completed: 1 pass, 1 fail · 1 conformant, 1 non-conformant" in lines
+    assert f"- **b3os-beta** `{b3os.path.name}` — truncated (no footer: the run did not finish): " in "\n".join(lines)
 
 
 def test_markdown_lists_nonconformant_cases_with_a_short_error(

@@ -64,8 +64,7 @@ def test_create_names_the_directory_after_stamp_suite_and_endpoint(tmp_path: Pat
 def test_create_in_the_same_second_adds_a_suffix(tmp_path: Path) -> None:
     now = datetime(2026, 11, 30, 1, 2, 3, tzinfo=UTC)
     names = [
-        RunDir.create(tmp_path, "quickstart", "b3os beta", header(), Redactor(), now=now).path.name
-        for _ in range(3)
+        RunDir.create(tmp_path, "quickstart", "b3os beta", header(), Redactor(), now=now).path.name for _ in range(3)
     ]
 
     assert names == [

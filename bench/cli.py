@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -126,6 +127,8 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     if args.debug_ports:
         print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")
     print("# stop with Ctrl-C: every sandbox is killed and its files removed", flush=True)
+    # uvicorn shuts down cleanly on SIGINT/SIGTERM, then re-raises the signal: both end here, exit 0.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     return 0

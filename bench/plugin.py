@@ -10,9 +10,13 @@ the end (completed, interrupted or aborted), then the report.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
+import platform
 import sys
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,6 +76,9 @@ class BenchSession:
     suites: set[str] = field(default_factory=set)
     selected: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (suite, runner) -> step ids
     results: dict[tuple[str, str], dict[str, StepResult]] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], Future[dict[str, StepResult]]] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
     preflight_error: str | None = None
     exit_code: int | None = None
     _local: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -92,6 +99,7 @@ class BenchSession:
             "key_env": self.endpoint.key_env,
         }
         pins = {runner.name: dict(runner.pins) for runner in self.runners}
+        pins["harness"] = harness_pins()
         header = make_header(endpoint_info, pins, sys.argv)
         header["expectations"] = str(self.endpoint.expectations) if self.endpoint.expectations else None
         self.run_dir = RunDir.create(
@@ -118,14 +126,27 @@ class BenchSession:
         except PreflightError as exc:
             self.preflight_error = str(exc)
 
+    def stop_runners(self) -> None:
+        """Stop every runner still going (each gets SIGTERM, so it can kill its sandboxes) and wait."""
+        self.stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
     def close(self) -> None:
+        self.stop_runners()
         self._local.close()
 
     # --- running ------------------------------------------------------------------------------
     def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
+        """The observed result of one step; the first call starts every selected runner at once."""
+        if not self.jobs:
+            by_name = {r.name: r for r in self.runners}
+            self._pool = ThreadPoolExecutor(max_workers=max(len(self.selected), 1), thread_name_prefix="runner")
+            for key in self.selected:
+                self.jobs[key] = self._pool.submit(self._run, key[0], by_name[key[1]])
         key = (suite, runner.name)
         if key not in self.results:
-            self.results[key] = self._run(suite, runner)
+            self.results[key] = self.jobs[key].result()
         return self.results[key][step]
 
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
@@ -137,6 +158,7 @@ class BenchSession:
         except RunnerEnvError as exc:
             message = f"runner environment {runner.name} could not be built: {exc}"
             return {s: StepResult(s, "error", None, message, {}, False) for s in requested}
+        self.run_dir.set_pins(runner.name, runner.resolved_versions(executable))
         task = {
             "suite": suite,
             "steps": requested,
@@ -162,6 +184,7 @@ class BenchSession:
                 task,
                 step_timeout_s=self.config.getoption("step_timeout"),
                 env=env,
+                stop=self.stop,
             )
         return {step.id: step for step in result.step_results()}
 
@@ -189,7 +212,7 @@ class BenchSession:
     # --- housekeeping -------------------------------------------------------------------------
     def leak_check(self) -> None:
         """Any sandbox of this run still alive is recorded as an error (and killed)."""
-        if self.run_dir is None or self.preflight_error or not self.results:
+        if self.run_dir is None or self.preflight_error or not self.jobs:
             return
         started = time.monotonic()
         metadata = quote(urlencode({quote(RUN_METADATA_KEY): quote(self.run_id)}), safe="")
@@ -222,6 +245,16 @@ class BenchSession:
         self.run_dir.record(record)
         if error and self.exit_code == 0:
             self.exit_code = 1
+
+
+def harness_pins() -> dict[str, str]:
+    """Versions of what the harness itself runs on (the embedded endpoint speaks through these)."""
+    found = {}
+    for package in ("e2b", "connectrpc", "protobuf-py", "uvicorn", "starlette", "httptools", "uvloop", "httpx"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    found["python"] = platform.python_version()
+    return found
 
 
 def _suite_mode(config: pytest.Config) -> bool:
@@ -339,8 +372,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     bench.exit_code = 0 if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) else 1
     if interrupted:
         bench.exit_code = EXIT_INTERRUPTED
-    if not interrupted:
-        bench.leak_check()
+        bench.stop_runners()
+    bench.leak_check()
     status = "interrupted" if interrupted else "completed"
     if exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"

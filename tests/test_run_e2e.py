@@ -58,7 +58,8 @@ def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_pa
     assert {c.outcome for c in quickstart} == {"pass"}
     assert all(c.conformant and c.duration_ms is not None for c in quickstart)
     assert run.footer["status"] == "completed" and run.footer["exit_code"] == 0
-    assert run.header["pins"][PY_RUNNER] == {"e2b": "2.63.0"}
+    assert run.header["pins"][PY_RUNNER]["e2b"] == "2.63.0"
+    assert "connectrpc" in run.header["pins"][PY_RUNNER]  # the whole resolved environment, not only the pin
     leak = [c for c in run.cases if c.case == "leak_check"]
     assert [(c.outcome, c.details["survivors"]) for c in leak] == [("pass", [])]
     junit = ET.parse(run.path / "junit.xml").getroot()
@@ -134,8 +135,12 @@ def test_ctrl_c_leaves_a_valid_run_dir_marked_interrupted(tmp_path: Path, signum
             break
         time.sleep(0.05)
     process.send_signal(signum)
+    interrupted_at = time.monotonic()
     out, err = process.communicate(timeout=120)
 
     assert process.returncode == 130, out + err
+    assert time.monotonic() - interrupted_at < 30
     run = read_run(only_run_dir(tmp_path))
     assert run.footer["status"] == "interrupted"
+    leak = [c for c in run.cases if c.case == "leak_check"]
+    assert [(c.outcome, c.details["survivors"]) for c in leak] == [("pass", [])]

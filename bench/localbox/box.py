@@ -212,6 +212,9 @@ class Box:
             log_tail = (self.dir / "agent.log").read_text(errors="replace")[-1500:]
             await self.kill()
             raise AgentError(f"{exc}; agent log: {log_tail.strip() or '(empty)'}") from exc
+        except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
+            await self.kill()
+            raise
 
     async def _watch_unshare(self) -> None:
         assert self.unshare is not None

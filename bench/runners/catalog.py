@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,30 @@ class Runner:
         from .node import ensure_node_runner
 
         return ensure_node_runner(self.spec)
+
+    def resolved_versions(self, executable: Path) -> dict[str, str]:
+        """Every package the prepared environment really holds (for the run header), not only the pins."""
+        if self.language == "python":
+            probe = (
+                "import importlib.metadata as m, json; "
+                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+            )
+            done = subprocess.run([str(executable), "-I", "-c", probe], capture_output=True, text=True, check=False)
+            found = json.loads(done.stdout) if done.returncode == 0 else {}
+        else:
+            from .node import env_dir as node_env_dir
+            from .node import project_of
+
+            lock = json.loads((node_env_dir(project_of(self.spec)) / "package-lock.json").read_text())
+            found = {
+                path.removeprefix("node_modules/"): entry["version"]
+                for path, entry in lock.get("packages", {}).items()
+                if path.startswith("node_modules/") and "version" in entry
+            }
+            found["node"] = subprocess.run(
+                [str(executable), "--version"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+        return {**dict(sorted(found.items())), **self.pins}
 
     def environment(self, endpoint_env: Mapping[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in PASSED_THROUGH}

@@ -48,6 +48,7 @@ class RunnerResult:
     exit_code: int | None = None
     stderr_tail: str = ""
     timed_out: bool = False
+    stopped: bool = False  # the harness stopped it (Ctrl-C)
     hung_in: str | None = None
     protocol_errors: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
@@ -80,6 +81,8 @@ class RunnerResult:
                 )
 
     def _missing_reason(self, step_id: str) -> str:
+        if self.stopped:
+            return "not run: the run was interrupted"
         if self.timed_out:
             if step_id == self.hung_in:
                 return f"runner timed out after {self.step_timeout_s:g}s in step {step_id}"
@@ -104,6 +107,7 @@ def run_runner(
     env: Mapping[str, str] | None = None,
     on_event: Callable[[Event], None] | None = None,
     kill_grace_s: float = 5.0,
+    stop: threading.Event | None = None,
 ) -> RunnerResult:
     """Run `spec.entry` with `python`, feed it `task`, collect its events.
 
@@ -134,11 +138,11 @@ def run_runner(
     for thread in threads:
         thread.start()
     try:
-        _read_events(lines, result, step_timeout_s, on_event)
-        if not result.timed_out and not _exited_within(process, step_timeout_s):
+        _read_events(lines, result, step_timeout_s, on_event, stop)
+        if not result.timed_out and not result.stopped and not _exited_within(process, step_timeout_s):
             result.timed_out = True
             result.hung_in = _first_missing(result)
-        if result.timed_out:
+        if result.timed_out or result.stopped:
             _signal_group(process, signal.SIGTERM)
             _exited_within(process, kill_grace_s)
     finally:
@@ -156,15 +160,25 @@ def _read_events(
     result: RunnerResult,
     step_timeout_s: float,
     on_event: Callable[[Event], None] | None,
+    stop: threading.Event | None = None,
 ) -> None:
     number = 0
     while True:
-        try:
-            raw = lines.get(timeout=step_timeout_s)
-        except queue.Empty:
-            result.timed_out = True
-            result.hung_in = _first_missing(result)
-            return
+        deadline = time.monotonic() + step_timeout_s
+        raw: bytes | None = b""
+        while raw == b"":
+            if stop is not None and stop.is_set():
+                result.stopped = True
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                result.timed_out = True
+                result.hung_in = _first_missing(result)
+                return
+            try:
+                raw = lines.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                raw = b""
         if raw is None:
             return
         number += 1

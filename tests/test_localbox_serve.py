@@ -1,0 +1,204 @@
+"""`e2b-bench serve` as a process: exports, shutdown clean-up, crash recovery, debug ports, keepalives."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+from bench.localbox.server import LocalEndpoint
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "serve", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+    exports: dict[str, str] = {}
+    assert process.stdout is not None
+    started = time.monotonic()
+    while len(exports) < 3:
+        line = process.stdout.readline()
+        if not line:
+            raise AssertionError(f"serve exited early: {process.stderr.read() if process.stderr else ''}")
+        if match := re.match(r"export (E2B_\w+)=(\S+)", line):
+            exports[match.group(1)] = match.group(2)
+    exports["ready_s"] = f"{time.monotonic() - started:.3f}"
+    return process, exports
+
+
+def agent_pids(marker: str) -> set[int]:
+    """Agents (sandbox pid 1s, and their unshare parents) whose state lives under a path containing `marker`."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"localbox/agent.py" in cmdline and marker.encode() in cmdline:
+                found.add(int(entry))
+    return found
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path / "state"
+
+
+def sandbox_via(exports: dict[str, str]) -> Sandbox:
+    return Sandbox.create(
+        timeout=60,
+        api_key=exports["E2B_API_KEY"],
+        api_url=exports["E2B_API_URL"],
+        sandbox_url=exports["E2B_SANDBOX_URL"],
+    )
+
+
+def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_files(state_dir: Path) -> None:
+    process, exports = start_serve("--state-dir", str(state_dir), "--api-key", "e2b_" + "1" * 40)
+    try:
+        sbx = sandbox_via(exports)
+        sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
+        running = agent_pids(str(state_dir))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+    assert exports["E2B_API_URL"] == exports["E2B_SANDBOX_URL"]
+    assert exports["E2B_API_URL"].startswith("http://127.0.0.1:")
+    assert exports["E2B_API_KEY"] == "e2b_" + "1" * 40
+    assert float(exports["ready_s"]) < 2.0
+    assert len(running) >= 1
+    assert process.returncode == 0
+    assert agent_pids(str(state_dir)) == set()
+    assert not state_dir.exists() or not any(state_dir.rglob("upper"))
+    assert str(state_dir) not in Path("/proc/mounts").read_text()
+
+
+def test_a_crashed_server_leaves_nothing_running_and_the_next_one_cleans_its_files(tmp_path: Path) -> None:
+    process, exports = start_serve()
+    mine = f"server-{process.pid}-"
+    sbx = sandbox_via(exports)
+    sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
+    leftovers = [p for p in Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*")]
+
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while agent_pids(mine) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second, _ = start_serve()
+    second.send_signal(signal.SIGTERM)
+    second.wait(timeout=30)
+
+    assert len(leftovers) == 1
+    assert agent_pids(mine) == set()
+    assert not leftovers[0].exists()
+
+
+def test_serve_refuses_with_one_sentence_when_namespaces_cannot_be_made() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "serve"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": "/nonexistent"},
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "unshare" in done.stderr
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.skipif(not (_free(3000) and _free(49983)), reason="ports 3000 and 49983 are taken on this host")
+def test_debug_ports_serve_clients_that_never_call_the_api() -> None:
+    process, _ = start_serve("--debug-ports")
+    try:
+        code = (
+            "from e2b import Sandbox\n"
+            "s = Sandbox.create()\n"
+            "print(s.sandbox_id, s.commands.run('hostname').stdout.strip(), s.files.write('d.txt', 'x').path)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "E2B_DEBUG": "true", "E2B_API_KEY": "e2b_unused"},
+            timeout=60,
+            check=False,
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["debug_sandbox_id", "debug_sandbox_id", "/home/user/d.txt"]
+
+
+def read_envelopes(body: bytes) -> list[tuple[int, dict]]:
+    frames, offset = [], 0
+    while offset + 5 <= len(body):
+        flags, length = body[offset], int.from_bytes(body[offset + 1 : offset + 5], "big")
+        frames.append((flags, json.loads(body[offset + 5 : offset + 5 + length])))
+        offset += 5 + length
+    return frames
+
+
+def test_keepalives_arrive_at_the_requested_interval_and_the_stream_ends_properly(
+    sandbox: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    request = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "sleep 2.2; echo done"]}}).encode()
+    headers = {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": sandbox._envd_access_token,
+        "Content-Type": "application/connect+json",
+        "Keepalive-Ping-Interval": "1",
+    }
+
+    response = httpx.post(
+        f"{endpoint.sandbox_url}/process.Process/Start",
+        content=b"\0" + len(request).to_bytes(4, "big") + request,
+        headers=headers,
+        timeout=30,
+    )
+
+    frames = read_envelopes(response.content)
+    kinds = [next(iter(f["event"])) if flags == 0 else "end-stream" for flags, f in frames]
+    assert kinds[0] == "start"
+    assert kinds.count("keepalive") == 2
+    assert kinds[-3:] == ["data", "end", "end-stream"]
+    assert frames[-1] == (2, {})
+
+
+def test_stream_input_feeds_stdin_in_order(sandbox: Sandbox) -> None:
+    handle = sandbox.commands.run("cat", background=True, stdin=True)
+
+    sandbox.commands.stream_input(handle.pid, iter([b"one ", b"two ", b"three"]))
+    sandbox.commands.close_stdin(handle.pid)
+
+    assert handle.wait().stdout == "one two three"

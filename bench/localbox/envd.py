@@ -408,9 +408,11 @@ class StrictDecode:
 
 def envd_apps(registry: Registry) -> list[ProcessASGIApplication | FilesystemASGIApplication]:
     codecs = [StrictDecode(proto_json_codec()), StrictDecode(proto_binary_codec())]
+    # Responses are never compressed: older SDKs (e.g. 2.31) send their HTTP client's default
+    # `Accept-Encoding: gzip` yet read unary bodies as plain JSON.
     return [
-        ProcessASGIApplication(ProcessService(registry), codecs=codecs),  # type: ignore[arg-type]
-        FilesystemASGIApplication(FilesystemService(registry), codecs=codecs),  # type: ignore[arg-type]
+        ProcessASGIApplication(ProcessService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
+        FilesystemASGIApplication(FilesystemService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
     ]
 
 

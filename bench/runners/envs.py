@@ -47,6 +47,8 @@ def _py_e2b(version: str) -> RunnerSpec:
 # One line per pinned SDK version.
 RUNNER_SPECS: tuple[RunnerSpec, ...] = (
     _py_e2b("2.63.0"),
+    _py_e2b("2.45.1"),  # the last 2.4x line: creates with POST /sandboxes, connects with /sandboxes/{id}/connect
+    _py_e2b("2.31.0"),  # what openai-agents pins
 )  # fmt: skip
 RUNNERS: dict[str, RunnerSpec] = {spec.name: spec for spec in RUNNER_SPECS}
 DEFAULT_PYTHON_RUNNER = "py-e2b-2.63.0"

@@ -1,0 +1,46 @@
+"""The SDK version matrix: every registered pin against the embedded endpoint, in one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.results import read_run
+from bench.runners.catalog import available_runners
+
+REPO = Path(__file__).resolve().parents[1]
+# SDKs up to 2.50 create and connect through the v1 routes, from 2.51 through /v2.
+V1_ROUTES = {"py-e2b-2.45.1", "py-e2b-2.31.0", "js-e2b-2.50.0"}
+
+
+def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "run", "--matrix", "--results-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:]
+    (run_path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = read_run(run_path)
+    runners = set(available_runners())
+    assert {c.runner for c in run.cases if c.suite == "quickstart"} == runners
+    assert V1_ROUTES <= runners
+    for case in run.cases:
+        assert case.conformant, case
+        assert case.outcome == "pass" or (case.outcome == "skip" and case.error.startswith("not in this SDK"))
+    for runner in runners:
+        creates = [
+            json.loads(line)["url"].split("/", 3)[3]
+            for line in (run_path / "wire" / f"{runner}.jsonl").read_text().splitlines()
+            if json.loads(line)["method"] == "POST" and json.loads(line)["url"].endswith("sandboxes")
+        ]
+        expected = "sandboxes" if runner in V1_ROUTES else "v2/sandboxes"
+        assert creates and set(creates) == {expected}, (runner, creates)

@@ -32,7 +32,7 @@ def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) ->
     run = read_run(run_path)
     runners = set(available_runners())
     assert {c.runner for c in run.cases if c.suite == "quickstart"} == runners
-    assert V1_ROUTES <= runners
+    assert runners >= V1_ROUTES
     for case in run.cases:
         assert case.conformant, case
         assert case.outcome == "pass" or (case.outcome == "skip" and case.error.startswith("not in this SDK"))

@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    suites = args.suites or [str(REPO_ROOT / "sandboxes")]
+    suites = args.suites or [str(REPO_ROOT / name) for name in ("sandboxes", "frameworks")]
     pytest_args = [
         *suites,
         "--bench",

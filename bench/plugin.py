@@ -39,6 +39,7 @@ from .wire import WireProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RUN_METADATA_KEY = "e2b-bench-run"
+SUITE_DIRS = ("sandboxes", "frameworks")  # where suite modules live
 EXIT_PREFLIGHT = 2
 EXIT_INTERRUPTED = 130
 STASH = pytest.StashKey["BenchSession"]()
@@ -150,7 +151,7 @@ class BenchSession:
         return self.results[key][step]
 
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
-        steps = load_steps(suite, runner.manifest_table)
+        steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
         requested = with_dependencies(steps, self.selected.get((suite, runner.name), []))
         assert self.run_dir is not None
         try:
@@ -179,7 +180,7 @@ class BenchSession:
                 {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
             )
             result = run_runner(
-                runner.spec,
+                runner.for_suite(suite),
                 executable,
                 task,
                 step_timeout_s=self.config.getoption("step_timeout"),
@@ -260,7 +261,8 @@ def harness_pins() -> dict[str, str]:
 def _suite_mode(config: pytest.Config) -> bool:
     if config.getoption("bench"):
         return True
-    return any(Path(arg.split("::")[0]).resolve().is_relative_to(REPO_ROOT / "sandboxes") for arg in config.args)
+    suite_roots = [REPO_ROOT / name for name in SUITE_DIRS]
+    return any(Path(arg.split("::")[0]).resolve().is_relative_to(root) for arg in config.args for root in suite_roots)
 
 
 def _bench(config: pytest.Config) -> BenchSession | None:
@@ -314,7 +316,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for runner in runners:
         if not runner.has_suite(suite):
             continue
-        for step in load_steps(suite, runner.manifest_table):
+        for step in load_steps(suite, runner.table(suite)):  # type: ignore[arg-type]
             cases.append(pytest.param((suite, runner, step.id), id=f"{runner.name}/{step.id}"))
     metafunc.parametrize("case", cases)
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,15 +36,22 @@ class Runner:
     def language(self) -> str:
         return self.spec.language
 
-    @property
-    def manifest_table(self) -> str:
-        return MANIFEST_TABLES[self.spec.language]
+    def table(self, suite: str) -> str | None:
+        """The manifest table holding this runner's steps of `suite` (None: it has none)."""
+        tables = _manifest().get(suite, {})
+        for name in (self.spec.family, MANIFEST_TABLES.get(self.spec.language)):
+            if name and name in tables:
+                return name
+        return None
 
     def has_suite(self, suite: str) -> bool:
-        import tomllib
+        return self.table(suite) is not None
 
-        with MANIFEST_PATH.open("rb") as handle:
-            return self.manifest_table in tomllib.load(handle).get(suite, {})
+    def for_suite(self, suite: str) -> RunnerSpec:
+        """The spec with the entry script of `suite` (each suite table names its own)."""
+        table = self.table(suite)
+        entry = _manifest()[suite][table].get("entry") if table else None
+        return dataclasses.replace(self.spec, entry=entry) if entry else self.spec
 
     def prepare(self) -> Path:
         """Build (or reuse) the pinned environment; returns the interpreter that runs the entry script."""
@@ -85,6 +94,11 @@ class Runner:
 
             env = runner_env(node_env_dir(project_of(self.spec)), env)
         return env
+
+
+def _manifest() -> dict:
+    with MANIFEST_PATH.open("rb") as handle:
+        return tomllib.load(handle)
 
 
 def _all_specs() -> list[RunnerSpec]:

@@ -31,6 +31,8 @@ class RunnerSpec:
     language: str
     pins: Mapping[str, str] = field(hash=False)
     entry: str
+    # Manifest table this runner's steps live in, when not its language's (e.g. one per framework).
+    family: str | None = None
 
     @property
     def entry_path(self) -> Path:

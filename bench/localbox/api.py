@@ -21,19 +21,29 @@ DEFAULT_TIMEOUT_V1 = 15
 DEFAULT_TIMEOUT_V2 = 300
 MAX_TIMEOUT = 24 * 3600
 PAGE_LIMIT = 100
+TEMPLATE_BUILD_ROUTES = (
+    "/v3/templates",
+    "/v2/templates",
+    "/templates",
+    "/v2/templates/{template_id}/builds/{build_id}",
+)
 
 
 class ApiError(Exception):
     """An error answered as E2B does: `{"code": <status>, "message": ...}`."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, error_code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.error_code = error_code
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status)
+def error_response(status: int, message: str, error_code: str | None = None) -> JSONResponse:
+    body: dict[str, object] = {"code": status, "message": message}
+    if error_code:
+        body["error_code"] = error_code
+    return JSONResponse(body, status_code=status)
 
 
 async def json_body(request: Request) -> dict[str, Any]:
@@ -84,9 +94,17 @@ class Api:
             Route("/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/v2/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/sandboxes/{sandbox_id}/metrics", self.metrics, methods=["GET"]),
+            *(Route(path, self.template_build, methods=["POST"]) for path in TEMPLATE_BUILD_ROUTES),
         ]
 
     # --- helpers -------------------------------------------------------------------------------
+    def _refuse_options(self, call: str, body: dict) -> None:
+        option = self.registry.quirks.refused_option(call, body)
+        if option:
+            raise ApiError(
+                400, f"unsupported_option: '{option}' is not supported by this endpoint", "unsupported_option"
+            )
+
     def _sandbox(self, request: Request) -> Sandbox:
         sandbox_id = request.path_params["sandbox_id"]
         sandbox = self.registry.get(sandbox_id)
@@ -130,9 +148,7 @@ class Api:
         template_id = next((t for t, alias in TEMPLATES.items() if template in (t, alias)), None)
         if template_id is None:
             raise ApiError(404, f"template '{template}' not found")
-        refused = sorted(self.registry.quirks.refuse_create_options & body.keys())
-        if refused:
-            raise ApiError(400, f"unsupported_option: {refused[0]} is not supported by this endpoint")
+        self._refuse_options("create", body)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:
@@ -235,7 +251,7 @@ class Api:
 
     async def pause(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
-        await json_body(request)
+        self._refuse_options("pause", await json_body(request))
         if sandbox.state == "paused":
             raise ApiError(409, f"sandbox {sandbox.id} is already paused")
         await self.registry.pause(sandbox)
@@ -252,12 +268,20 @@ class Api:
     async def connect(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
         body = await json_body(request)
+        self._refuse_options("connect", body)
         timeout_s = _int(body, "timeout", DEFAULT_TIMEOUT_V2)
         if sandbox.state == "paused":
             await self.registry.resume(sandbox, timeout_s)
             return self._created(sandbox, sandbox.mint_token(), 201)
         sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
         return self._created(sandbox, sandbox.mint_token(), 200)
+
+    async def template_build(self, request: Request) -> Response:
+        await json_body(request)
+        if self.registry.quirks.template_build_501:
+            raise ApiError(501, "template builds are not implemented by this endpoint", "not_implemented")
+        # The embedded endpoint serves the `base` template only; building others is not provided yet.
+        raise ApiError(501, "the embedded endpoint cannot build templates yet (only 'base' exists)")
 
     async def metrics(self, request: Request) -> Response:
         sandbox = self._sandbox(request)

@@ -35,6 +35,9 @@ RPC_CONTENT_TYPES = (
 )
 MAX_REST_BODY = 1 << 20
 DEBUG_SANDBOX_ID = "debug_sandbox_id"
+WATCH_METHODS = {
+    f"/filesystem.Filesystem/{name}" for name in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher")
+}
 HOST_ROUTE = re.compile(r"^\d+-([a-z0-9-]+)\.")  # 49983-<sandbox id>.<domain>
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -182,6 +185,9 @@ class LocalboxApp:
         app = next((a for prefix, a in self.rpc.items() if path.startswith(prefix)), None)
         if path not in self.rpc_paths:
             response = connect_json_error(404, "unimplemented", f"no such method: {path}")
+        elif self.registry.quirks.watch_dir_404 and path in WATCH_METHODS:
+            # Such an endpoint has no watch routes at all: its proxy answers in E2B's REST error shape.
+            response = error_response(404, f"{path} is not supported by this endpoint")
         elif scope["method"] != "POST":
             response = connect_json_error(405, "unimplemented", f"{scope['method']} is not allowed on {path}")
         elif _header(scope, b"content-type").split(";")[0].strip().lower() not in RPC_CONTENT_TYPES:
@@ -244,7 +250,7 @@ class LocalboxApp:
     @staticmethod
     async def _api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.message)
+        return error_response(exc.status, exc.message, exc.error_code)
 
     @staticmethod
     async def _http_error(request: Request, exc: Exception) -> Response:

@@ -330,7 +330,6 @@ class FilesystemService(EnvdBase, Filesystem):
         self, request: fs_pb.WatchDirRequest, ctx: RequestContext
     ) -> AsyncIterator[fs_pb.WatchDirResponse]:
         sandbox = self.sandbox(ctx)
-        sandbox.quirks.check_watch()
         path, user = await self.path(sandbox, ctx, request.path)
         watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
         interval = _keepalive_interval(ctx)
@@ -351,7 +350,6 @@ class FilesystemService(EnvdBase, Filesystem):
         self, request: fs_pb.CreateWatcherRequest, ctx: RequestContext
     ) -> fs_pb.CreateWatcherResponse:
         sandbox = self.sandbox(ctx)
-        sandbox.quirks.check_watch()
         path, user = await self.path(sandbox, ctx, request.path)
         watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
         watcher_id = uuid.uuid4().hex

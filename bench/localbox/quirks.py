@@ -25,9 +25,10 @@ class Quirks:
     refuse_pty: bool = False
     refuse_gzip_upload: bool = False
     refuse_signed_urls: bool = False
-    watch_dir_404: bool = False
+    watch_dir_404: bool = False  # the watch RPCs answer HTTP 404 in E2B's REST error shape
     metrics_404: bool = False
     template_build_501: bool = False
+    # Lifecycle options answered 400 `unsupported_option` naming the field (see OPTION_FIELDS).
     refuse_create_options: frozenset[str] = field(default_factory=frozenset)
     token_prefix: str = ""
     sandbox_id_prefix: str = ""
@@ -39,9 +40,13 @@ class Quirks:
         if self.refuse_pty and getattr(request, "pty", None) is not None:
             raise ConnectError(Code.INVALID_ARGUMENT, "pty is not supported")
 
-    def check_watch(self) -> None:
-        if self.watch_dir_404:
-            raise ConnectError(Code.NOT_FOUND, "watchDir is not supported")
+    def refused_option(self, call: str, body: dict) -> str | None:
+        """The first option of a create/pause/connect body this endpoint refuses, by its wire name."""
+        for option in sorted(self.refuse_create_options):
+            found = OPTION_FIELDS[option](call, body)
+            if found:
+                return found
+        return None
 
     def command_cwd(self, cwd: str | None) -> str | None:
         return cwd or None
@@ -56,7 +61,55 @@ class Quirks:
         }
 
 
-PROFILES: dict[str, Quirks] = {"e2b": Quirks()}
+def _create_member(name: str):
+    return lambda call, body: name if call == "create" and body.get(name) not in (None, {}, []) else None
+
+
+def _network(call: str, body: dict) -> str | None:
+    extra = sorted(set(body.get("network") or {}) - {"allowOut", "denyOut"}) if call == "create" else []
+    return f"network.{extra[0]}" if extra else None
+
+
+def _memory_false(wanted: str, field_name: str):
+    return lambda call, body: field_name if call == wanted and body.get(field_name.split(".")[-1]) is False else None
+
+
+def _auto_resume(call: str, body: dict) -> str | None:
+    enabled = (body.get("autoResume") or {}).get("enabled") if call == "create" else None
+    return "lifecycle.autoResume" if enabled else None
+
+
+# Refusable options: name -> how to find it in a request body ("create", "pause" or "connect").
+OPTION_FIELDS = {
+    "mcp": _create_member("mcp"),
+    "volumeMounts": _create_member("volumeMounts"),
+    "iam": _create_member("iam"),
+    "network": _network,
+    "autoResume": _auto_resume,
+    "onTimeoutFilesystem": _memory_false("create", "autoPauseMemory"),
+    "pauseWithoutMemory": _memory_false("pause", "memory"),
+    "connectReboot": _memory_false("connect", "memory"),
+}
+
+# A third-party compatibility layer with every deviation documented for it.
+B3OS_BETA = Quirks(
+    cwd_override="/workspace",
+    session_leader=True,
+    end_on_exit=True,
+    refuse_stdin=True,
+    refuse_pty=True,
+    refuse_gzip_upload=True,
+    refuse_signed_urls=True,
+    watch_dir_404=True,
+    metrics_404=True,
+    template_build_501=True,
+    refuse_create_options=frozenset(OPTION_FIELDS),
+    token_prefix="b3os_et_",
+    sandbox_id_prefix="sbx-",
+    token_error="envd_token_invalid: the access token is missing, wrong or expired",
+)
+
+PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA}
 
 
 def build(profile: str = "e2b", overrides: list[str] = ()) -> Quirks:  # type: ignore[assignment]

@@ -20,13 +20,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
 
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
 from .expectations import Expectations, ExpectationsError, judge
+from .housekeeping import RUN_METADATA_KEY, kill_survivors
 from .junit import write_junit
 from .redaction import Redactor
 from .report import render
@@ -38,7 +38,6 @@ from .runners.protocol import StepResult, run_runner
 from .wire import WireProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RUN_METADATA_KEY = "e2b-bench-run"
 SUITE_DIRS = ("sandboxes", "frameworks")  # where suite modules live
 EXIT_PREFLIGHT = 2
 EXIT_INTERRUPTED = 130
@@ -216,17 +215,10 @@ class BenchSession:
         if self.run_dir is None or self.preflight_error or not self.jobs:
             return
         started = time.monotonic()
-        metadata = quote(urlencode({quote(RUN_METADATA_KEY): quote(self.run_id)}), safe="")
-        headers = {"X-API-KEY": self.key or ""}
         survivors: list[str] = []
         error: str | None = None
         try:
-            with httpx.Client(base_url=self.endpoint.api_url, headers=headers, timeout=15) as client:
-                listed = client.get(f"/v2/sandboxes?metadata={metadata}")
-                listed.raise_for_status()
-                survivors = [s["sandboxID"] for s in listed.json()]
-                for sandbox_id in survivors:
-                    client.delete(f"/sandboxes/{sandbox_id}")
+            survivors = kill_survivors(self.endpoint.api_url, self.key, self.run_id)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             error = f"leak check could not list sandboxes: {exc}"
         if survivors:

@@ -56,13 +56,38 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--profile", default="e2b", help="quirk profile (e2b = faithful)")
     serve.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE], repeatable")
     serve.add_argument("--debug-ports", action="store_true", help="also answer on 3000 (API) and 49983 (envd)")
-    serve.add_argument("--bench", action="store_true", help="measure the endpoint against local baselines and exit")
+    serve.add_argument("--bench", action="store_true", help="run a short `bench` against this server and exit")
     serve.set_defaults(handler=cmd_serve)
 
     report = commands.add_parser("report", help="render the HTML report and Markdown summary of run directories")
     report.add_argument("run_dirs", nargs="+", type=Path)
     report.add_argument("--out", type=Path, default=None, help="default: reports/out/")
     report.set_defaults(handler=cmd_report)
+
+    bench = commands.add_parser(
+        "bench",
+        help="time the SDKs against an endpoint, as ratios to local baselines; write results/ and a report",
+        description="Time to interactive (sequential, staggered, burst), commands.run('true') and 20 MiB transfers "
+        "for each runner, next to a bare spawn, a loopback round trip and a disk copy measured in the same run.",
+    )
+    bench.add_argument("--endpoint", default=os.environ.get("E2B_BENCH_ENDPOINT", "local"))
+    bench.add_argument(
+        "--runner", action="append", default=[], help="runner name, repeatable (default: one per language)"
+    )
+    bench.add_argument(
+        "-n",
+        type=int,
+        default=None,
+        dest="count",
+        help="samples per measure (default 100 on the embedded endpoint; required elsewhere)",
+    )
+    bench.add_argument("--modes", default="sequential,staggered,burst", help="time-to-interactive modes")
+    bench.add_argument("--interval-ms", type=float, default=50.0, help="launch interval of the staggered mode")
+    bench.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock limit of the measurements")
+    bench.add_argument("--transfer-mib", type=float, default=20.0, help="size of the upload and download")
+    bench.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
+    bench.add_argument("--no-report", action="store_true")
+    bench.set_defaults(handler=cmd_bench)
 
     runners = commands.add_parser("runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
@@ -116,10 +141,11 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         print(f"e2b-bench serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     endpoint = server.endpoint
-    if args.bench:
-        from .localbox.selfbench import run_selfbench
+    if args.bench:  # `e2b-bench bench` on this server: 30 samples, the Python SDK, quirks as given
+        from .benchmark import BenchOptions, run_bench
 
-        return run_selfbench(server)
+        options = BenchOptions(runners=("py-e2b-2.63.0",), count=30, results_dir=REPO_ROOT / "results", report=False)
+        return run_bench(options, server=server)
     active = quirks.active()
     print(f"# e2b-bench embedded endpoint (profile {args.profile}{f', quirks {active}' if active else ''})")
     for name, value in endpoint.env().items():
@@ -132,6 +158,31 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     return 0
+
+
+def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
+    from .benchmark import BenchError, BenchOptions, parse_modes, run_bench
+
+    try:
+        modes = parse_modes(args.modes)
+    except BenchError as exc:
+        print(f"e2b-bench bench: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    options = BenchOptions(
+        endpoint=args.endpoint,
+        runners=tuple(args.runner),
+        count=args.count,
+        modes=modes,
+        interval_ms=args.interval_ms,
+        max_seconds=args.max_seconds,
+        results_dir=Path(args.results_dir),
+        transfer_mib=args.transfer_mib,
+        report=not args.no_report,
+        argv=tuple(sys.argv),
+    )
+    # Ctrl-C and SIGTERM both end in the benchmark's clean-up (interrupted, exit 130).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    return run_bench(options)
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:

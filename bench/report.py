@@ -18,6 +18,7 @@ from bench.results import OUTCOMES, Run, atomic_write, read_run
 TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
 SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
 ERROR_PREVIEW = 200
+REGRESSION = 1.2  # a benchmark ratio this much above the first run's is flagged
 FRAME_COLUMNS = [
     *("run_id", "endpoint", "stamp", "row", "column"),
     *("id", "runner", "outcome", "expected", "conformant", "duration_ms", "error", "note", "details"),
@@ -160,6 +161,7 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
         }
         for row in sorted(grid.index)
     ]
+    bench = _bench_model(runs, redactor)
     model: dict[str, Any] = redactor.redact_obj(
         {
             "runs": [asdict(summary) for summary in _summaries(runs, frame)],
@@ -170,7 +172,117 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             "symbols": SYMBOLS,
         }
     )
+    model["bench"] = bench  # its charts are markup, already redacted
     return model
+
+
+def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
+    from .benchmark import comparison_text
+
+    stats = doc["stats"]
+    figures = {key: stats[f"{key}_ms"] for key in ("median", "p95", "p99", "min", "max")}
+    return {
+        "measure": measure_id,
+        "title": doc["title"],
+        "ok": f"{stats['ok']}/{stats['attempted']}",
+        "failed": stats["ok"] < stats["attempted"],
+        **{key: "—" if value is None else f"{value:.2f}" for key, value in figures.items()},
+        "all_ready": f"{doc['all_ready_ms']:.0f} ms" if doc.get("all_ready_ms") and doc["mode"] != "sequential" else "",
+        "comparison": comparison_text(doc),
+        "target": doc["target"]["text"] if doc["target"] else "",
+        "met": None if doc["target"] is None else doc["target"]["met"],
+        "stopped": doc.get("stopped"),
+    }
+
+
+def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
+    """The benchmark section: per run and runner a distribution chart and table; across runs, the ratios."""
+    from markupsafe import Markup
+
+    from .benchmark import read_bench
+    from .charts import Distribution, distribution_chart
+
+    documents = [(run, doc) for run in runs if (doc := read_bench(run.path)) is not None]
+    entries = []
+    for run, doc in documents:
+        baseline_rows = [
+            Distribution(
+                f"baseline: {name}", b["samples"], b["stats"]["median_ms"] or 0, b["stats"]["p95_ms"] or 0, True
+            )
+            for name, b in doc["baselines"].items()
+        ]
+        runners = []
+        for name, entry in doc["runners"].items():
+            rows = [
+                Distribution(
+                    measure_id,
+                    [s["ms"] for s in m["samples"] if s["ok"] and s["ms"] is not None],
+                    m["stats"]["median_ms"] or 0,
+                    m["stats"]["p95_ms"] or 0,
+                )
+                for measure_id, m in entry["measures"].items()
+            ]
+            chart = distribution_chart([*rows, *baseline_rows], f"{name} latency distributions, {run.run_id}")
+            table = {
+                "name": name,
+                "rows": [_bench_table_row(mid, m) for mid, m in entry["measures"].items()],
+                "error": entry["error"],
+            }
+            runners.append({**redactor.redact_obj(table), "svg": Markup(redactor.redact_text(chart))})
+        summary = redactor.redact_obj(
+            {
+                "run_id": run.run_id,
+                "endpoint": run.header["endpoint"]["name"],
+                "stamp": _stamp(run),
+                "settings": doc["settings"],
+                "baselines": [
+                    {"name": name, "title": b["title"], "median": f"{b['stats']['median_ms'] or 0:.2f}"}
+                    for name, b in doc["baselines"].items()
+                ],
+                "notes": doc["notes"],
+            }
+        )
+        entries.append({**summary, "runners": runners})
+    return {"runs": entries, "comparison": _bench_comparison(documents, redactor)}
+
+
+def _bench_comparison(documents: list[tuple[Run, dict[str, Any]]], redactor: Redactor) -> dict[str, Any] | None:
+    """Ratios of the same runner x measure across runs; one more than REGRESSION x the first run's is flagged."""
+    from markupsafe import Markup
+
+    from .charts import Point, comparison_chart
+
+    if len(documents) < 2:
+        return None
+    keys = list(
+        dict.fromkeys(
+            (runner, measure)
+            for _, doc in documents
+            for runner, e in doc["runners"].items()
+            for measure in e["measures"]
+        )
+    )
+    legend = [f"{run.header['endpoint']['name']} · {_stamp(run)}" for run, _ in documents]
+    points, table = [], []
+    for runner, measure in keys:
+        row = f"{runner} {measure}"
+        ratios = [
+            doc["runners"].get(runner, {}).get("measures", {}).get(measure, {}).get("ratio") for _, doc in documents
+        ]
+        reference = next((r for r in ratios if r), None)
+        cells = []
+        for series, ratio in enumerate(ratios):
+            if ratio:
+                points.append(Point(row, series, ratio, f"{legend[series]}: {ratio:.2f}x baseline"))
+            cells.append(
+                {
+                    "text": f"{ratio:.2f}x" if ratio else "—",
+                    "regression": bool(ratio and reference and ratio > reference * REGRESSION),
+                }
+            )
+        table.append({"row": redactor.redact_text(row), "cells": cells})
+    chart = comparison_chart([f"{r} {m}" for r, m in keys], points, legend, "x baseline")
+    return {"svg": Markup(redactor.redact_text(chart)), "legend": redactor.redact_obj(legend), "rows": table}
 
 
 def _environment(templates: Path) -> jinja2.Environment:

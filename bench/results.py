@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
 
 from bench.redaction import Redactor
 
@@ -57,9 +58,20 @@ def utc_now(now: datetime | None = None) -> str:
 
 
 @cache
+def _schemas() -> Registry:
+    """Every schema of bench/schemas, so one may refer to another (`run.schema.json#/$defs/header`)."""
+    found = [
+        json.loads(entry.read_text("utf-8"))
+        for entry in resources.files("bench").joinpath("schemas").iterdir()
+        if entry.name.endswith(".schema.json")
+    ]
+    return Registry().with_resources((schema["$id"], Resource.from_contents(schema)) for schema in found)
+
+
+@cache
 def _validator(name: str) -> Draft202012Validator:
     text = resources.files("bench").joinpath("schemas", f"{name}.schema.json").read_text("utf-8")
-    return Draft202012Validator(json.loads(text))
+    return Draft202012Validator(json.loads(text), registry=_schemas())
 
 
 def schema_errors(name: str, obj: Any) -> list[str]:

@@ -1,0 +1,575 @@
+"""`e2b-bench bench`: time the unmodified SDKs against an endpoint, next to local baselines of the same run.
+
+Each runner (a pinned SDK environment) gets one task listing its measures (`plan`): time to
+interactive (create -> first `commands.run("true")` done) sequential, staggered and in a burst; the
+same through a plain HTTP client (Python only: what the SDK itself adds); `commands.run("true")` on a
+ready sandbox; an upload and a download of the transfer size, verified by SHA-256. Runners go one
+after another, so they never compete for the endpoint; every sample they report is kept.
+
+Bounds: a count per measure and a wall clock (`max_seconds`, shared between the runners). At the limit
+no new operation starts; an operation still going gets `STOP_GRACE_S` more before its runner is
+stopped (SIGTERM: it kills its sandboxes). At the end every sandbox tagged with the run id is listed
+and killed. Against a non-local endpoint the count must be given: the sandboxes cost money.
+
+Results: a run directory (suite `bench`) with one case per runner x measure (cases.jsonl, junit.xml,
+so CI can gate on it) and `bench.json` (bench.schema.json): samples, statistics (bench/stats.py),
+the baseline each measure is compared with and the ratio to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from . import baselines as base
+from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
+from .expectations import Expectations, ExpectationsError, judge
+from .housekeeping import kill_survivors, run_metadata
+from .junit import write_junit
+from .redaction import Redactor
+from .results import CaseRecord, RunDir, case_id, make_header, utc_now, validate
+from .runners.catalog import Runner, available_runners, default_runners
+from .runners.envs import RunnerEnvError
+from .runners.protocol import Event, run_runner
+from .stats import METHOD, TRIM_FRACTION, Summary, summarize
+
+SUITE = "bench"
+BENCH_SCHEMA = "e2b-bench/bench/1"
+BENCH_JSON = "bench.json"
+MODES = ("sequential", "staggered", "burst")
+DEFAULT_LOCAL_COUNT = 100
+DEFAULT_INTERVAL_MS = 50.0
+DEFAULT_MAX_SECONDS = 120.0
+DEFAULT_TRANSFER_MIB = 20
+TRANSFER_COUNT = 5  # at most, each way
+STOP_GRACE_S = 10.0
+BASELINE_COUNT = 30
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+BURST_TARGET = (100, 5000.0)  # a burst of 100 all ready within 5 s
+
+
+class BenchError(Exception):
+    """The benchmark cannot run as asked; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One thing a runner times, and what it is compared with."""
+
+    id: str
+    kind: str
+    title: str
+    baseline: tuple[str, ...]  # summed medians of these baselines
+    max_ratio: float | None  # the embedded endpoint's target, as median / baseline
+    mode: str | None = None
+    languages: tuple[str, ...] = ("python", "js")
+
+
+MEASURES: tuple[Measure, ...] = (
+    *(
+        Measure(f"tti.{mode}", "tti", f"create -> first commands.run('true') done, {mode}", (base.SPAWN,), 10.0, mode)
+        for mode in MODES
+    ),
+    Measure("tti_http.sequential", "tti_http", "the same create + Start with a plain HTTP client (no SDK)",
+            (base.SPAWN,), None, "sequential", ("python",)),
+    Measure("run_true", "run_true", "commands.run('true') on a ready sandbox", (base.SPAWN, base.LOOPBACK), 3.0),
+    Measure("upload", "upload", "files.write of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
+    Measure("download", "download", "files.read of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
+)  # fmt: skip
+BY_ID = {measure.id: measure for measure in MEASURES}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    endpoint: str = "local"
+    runners: tuple[str, ...] = ()
+    count: int | None = None
+    modes: tuple[str, ...] = MODES
+    interval_ms: float = DEFAULT_INTERVAL_MS
+    max_seconds: float = DEFAULT_MAX_SECONDS
+    results_dir: Path = Path("results")
+    transfer_mib: float = DEFAULT_TRANSFER_MIB
+    report: bool = True
+    argv: tuple[str, ...] = ()
+
+    @property
+    def transfer_bytes(self) -> int:
+        return int(self.transfer_mib * (1 << 20))
+
+
+def parse_modes(text: str) -> tuple[str, ...]:
+    modes = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown or not modes:
+        raise BenchError(f"--modes takes a comma-separated list of {', '.join(MODES)}, not {text!r}")
+    return modes
+
+
+def plan(options: BenchOptions, runner: Runner, count: int) -> list[dict[str, Any]]:
+    """The measures of one runner's task, in the order it takes them."""
+    tasks = []
+    for measure in MEASURES:
+        if runner.language not in measure.languages or (measure.mode and measure.mode not in options.modes):
+            continue
+        task: dict[str, Any] = {"id": measure.id, "kind": measure.kind, "count": count}
+        if measure.mode:
+            task["mode"] = measure.mode
+        if measure.mode == "staggered":
+            task["interval_ms"] = options.interval_ms
+        if measure.kind in ("upload", "download"):
+            task.update(count=min(count, TRANSFER_COUNT), bytes=options.transfer_bytes)
+        tasks.append(task)
+    return tasks
+
+
+def sandboxes_planned(tasks: Sequence[Mapping[str, Any]]) -> int:
+    """Sandboxes a task creates at most: one per time-to-interactive sample, one for the other measures."""
+    return sum(t["count"] for t in tasks if t["kind"] in ("tti", "tti_http")) + 1
+
+
+# --- running -------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunnerOutcome:
+    """What one runner reported: samples and measure events by measure id."""
+
+    runner: Runner
+    planned: list[dict[str, Any]]
+    samples: dict[str, list[Event]] = field(default_factory=dict)
+    measures: dict[str, Event] = field(default_factory=dict)
+    footer: Event | None = None
+    exit_code: int | None = None
+    stderr_tail: str = ""
+    error: str | None = None
+    pins: dict[str, str] = field(default_factory=dict)
+
+    def on_event(self, event: Event) -> None:
+        if event["type"] == "sample":
+            self.samples.setdefault(str(event.get("measure")), []).append(event)
+        elif event["type"] == "measure":
+            self.measures[str(event.get("id"))] = event
+
+
+def select_runners(names: Sequence[str]) -> list[Runner]:
+    known = available_runners()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise BenchError(f"unknown runner {unknown[0]!r}; known: {', '.join(sorted(known))}")
+    chosen = [known[name] for name in names] if names else default_runners()
+    missing = [runner.name for runner in chosen if not runner.has_suite(SUITE)]
+    if missing:
+        raise BenchError(f"runner {missing[0]} has no benchmark entry script (no [{SUITE}.*] table in the manifest)")
+    return chosen
+
+
+def check_count(endpoint: Endpoint, count: int | None) -> int:
+    """The count to use: explicit against anything but the embedded endpoint, where sandboxes cost money."""
+    if count is None:
+        if endpoint.kind != "local":
+            raise BenchError(
+                f"endpoint {endpoint.name!r} ({endpoint.api_url}) is not the embedded one: give the number of "
+                "samples per measure with -n N, since every sample creates a sandbox billed to that account"
+            )
+        return DEFAULT_LOCAL_COUNT
+    if count < 1:
+        raise BenchError(f"-n must be at least 1, not {count}")
+    return count
+
+
+@contextlib.contextmanager
+def _bound_endpoint(endpoint: Endpoint, server: Any | None) -> Iterator[tuple[Endpoint, str | None]]:
+    """The endpoint with its URLs and key; the embedded one is served for the duration."""
+    if endpoint.kind != "local":
+        yield endpoint, endpoint.api_key()
+        return
+    from .localbox.server import in_thread, serving
+
+    with in_thread(server) if server is not None else serving() as local:
+        yield endpoint.bound(local.api_url), local.api_key
+
+
+def run_bench(options: BenchOptions, out: TextIO = sys.stdout, server: Any | None = None) -> int:
+    """Run the benchmark as the CLI does; returns the exit code. `server`: an embedded server to measure."""
+    try:
+        endpoint = resolve(options.endpoint) if server is None else resolve("local")
+        count = check_count(endpoint, options.count)
+        runners = select_runners(options.runners)
+        expectations = Expectations.load(endpoint.expectations)
+        if options.max_seconds <= 0 or options.interval_ms < 0 or options.transfer_bytes < 1:
+            raise BenchError("--max-seconds and the transfer size must be positive, --interval-ms not negative")
+    except (BenchError, EndpointError, ExpectationsError) as exc:
+        print(f"e2b-bench bench: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with _bound_endpoint(endpoint, server) as (bound, key):
+        try:
+            preflight(bound, key)
+        except PreflightError as exc:
+            print(f"e2b-bench bench: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        return Benchmark(options, bound, key, runners, count, expectations, out).run()
+
+
+class Benchmark:
+    """One benchmark run against a reachable endpoint."""
+
+    def __init__(
+        self,
+        options: BenchOptions,
+        endpoint: Endpoint,
+        key: str | None,
+        runners: list[Runner],
+        count: int,
+        expectations: Expectations,
+        out: TextIO,
+    ) -> None:
+        self.options, self.endpoint, self.key, self.runners = options, endpoint, key, runners
+        self.count, self.expectations, self.out = count, expectations, out
+        self.redactor = Redactor([key])
+        self.stop = threading.Event()
+        self.outcomes: list[RunnerOutcome] = []
+        self.baselines: dict[str, list[float]] = {}
+        self.notes: list[str] = []
+
+    def run(self) -> int:
+        executables = {}
+        for runner in self.runners:
+            try:
+                executables[runner.name] = runner.prepare()
+            except RunnerEnvError as exc:
+                print(f"e2b-bench bench: runner environment {runner.name} could not be built: {exc}", file=sys.stderr)
+                return EXIT_USAGE
+        info = {k: getattr(self.endpoint, k) for k in ("name", "kind", "api_url", "sandbox_url", "key_env")}
+        pins = {r.name: r.resolved_versions(executables[r.name]) for r in self.runners}
+        from .plugin import harness_pins
+
+        pins["harness"] = harness_pins()
+        header = make_header(info, pins, list(self.options.argv) or sys.argv)
+        run_dir = RunDir.create(self.options.results_dir, SUITE, self.endpoint.name, header, self.redactor)
+        run_id = run_dir.path.name
+        status, exit_code = "completed", EXIT_OK
+        # The wall clock covers the SDK measurements; the baselines are bounded by their own count.
+        started = deadline = time.monotonic()
+        timer = threading.Timer(self.options.max_seconds + STOP_GRACE_S, self.stop.set)
+        timer.daemon = True
+        try:
+            self.baselines = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
+            started = time.monotonic()
+            deadline = started + self.options.max_seconds
+            timer.start()
+            for index, runner in enumerate(self.runners):
+                share = (deadline - time.monotonic()) / (len(self.runners) - index)
+                self.outcomes.append(self._run_one(runner, executables[runner.name], run_id, share))
+        except KeyboardInterrupt:
+            self.stop.set()
+            status, exit_code = "interrupted", EXIT_INTERRUPTED
+        except base.BaselineError as exc:
+            self.notes.append(str(exc))
+            status, exit_code = "aborted", EXIT_FAILED
+        finally:
+            timer.cancel()
+        elapsed = time.monotonic() - started
+        if elapsed > self.options.max_seconds or any(
+            e.get("stopped") for o in self.outcomes for e in o.measures.values()
+        ):
+            self.notes.append(f"stopped at the wall-clock limit of {self.options.max_seconds:g}s")
+        survivors, sweep_error = self._sweep(run_id)
+        document = self._document(run_dir, survivors, sweep_error, elapsed)
+        records = self._record(run_dir, document)
+        if exit_code == EXIT_OK and not all(record.conformant for record in records):
+            exit_code = EXIT_FAILED
+        run_dir.write_json(BENCH_JSON, document)
+        run_dir.write_text("junit.xml", write_junit(run_dir.path))
+        run_dir.finish(status, exit_code)  # type: ignore[arg-type]
+        print_table(document, self.out)
+        print(f"run directory: {run_dir.path}", file=self.out)
+        if self.options.report:
+            from .report import render
+
+            with contextlib.suppress(Exception):
+                print(f"report: {render([run_dir.path], run_dir.path, self.redactor).html}", file=self.out)
+        return exit_code
+
+    def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float) -> RunnerOutcome:
+        tasks = plan(self.options, runner, self.count)
+        outcome = RunnerOutcome(runner=runner, planned=tasks)
+        if self.stop.is_set():
+            outcome.error = "not run: the wall-clock limit was reached"
+            return outcome
+        task = {
+            "suite": SUITE,
+            "runner": runner.name,
+            "run_id": run_id,
+            "metadata": run_metadata(run_id),
+            "deadline_s": max(share_s, 0.0),
+            "sandbox_timeout_s": int(self.options.max_seconds + 2 * STOP_GRACE_S + 60),
+            "measures": tasks,
+        }
+        env = runner.environment({"E2B_API_KEY": self.key or "", **self.endpoint.sdk_env()})
+        result = run_runner(
+            runner.for_suite(SUITE),
+            executable,
+            task,
+            step_timeout_s=max(share_s, 0.0) + STOP_GRACE_S + 60,
+            env=env,
+            on_event=outcome.on_event,
+            stop=self.stop,
+        )
+        outcome.footer, outcome.exit_code, outcome.stderr_tail = result.footer, result.exit_code, result.stderr_tail
+        outcome.pins = dict((result.hello or {}).get("pins") or {})
+        if result.stopped:
+            outcome.error = "stopped: the wall-clock limit was reached while an operation was still going"
+        elif result.timed_out:
+            outcome.error = "runner went silent for too long and was stopped"
+        elif result.footer is None:
+            outcome.error = f"runner died: exit code {result.exit_code}; stderr tail: {result.stderr_tail[-500:]}"
+        return outcome
+
+    def _sweep(self, run_id: str) -> tuple[list[str], str | None]:
+        try:
+            return kill_survivors(self.endpoint.api_url, self.key, run_id), None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            return [], f"could not list the run's sandboxes: {exc}"
+
+    # --- results ---------------------------------------------------------------------------------
+    def _document(self, run_dir: RunDir, survivors: list[str], sweep_error: str | None, elapsed: float) -> dict:
+        baseline_docs = {
+            name: {"title": base.TITLES[name], "samples": [round(v, 4) for v in values],
+                   "stats": summarize(values).to_dict()}
+            for name, values in self.baselines.items()
+        }  # fmt: skip
+        runners = {}
+        for outcome in self.outcomes:
+            measures = {t["id"]: self._measure_doc(outcome, t) for t in outcome.planned}
+            runners[outcome.runner.name] = {
+                "language": outcome.runner.language,
+                "pins": outcome.pins or dict(outcome.runner.pins),
+                "completed": outcome.footer is not None and outcome.error is None,
+                "error": outcome.error,
+                "exit_code": outcome.exit_code,
+                "stderr_tail": outcome.stderr_tail[-2000:] or None,
+                "measures": measures,
+            }
+        header = json.loads((run_dir.path / RunDir.RUN_JSON).read_text("utf-8"))["header"]
+        document = {
+            "schema": BENCH_SCHEMA,
+            "header": header,
+            "settings": {
+                "count": self.count,
+                "modes": list(self.options.modes),
+                "interval_ms": self.options.interval_ms,
+                "max_seconds": self.options.max_seconds,
+                "transfer_bytes": self.options.transfer_bytes,
+                "trim_fraction": TRIM_FRACTION,
+                "stats_method": METHOD,
+                "targets": self.endpoint.kind == "local",
+            },
+            "baselines": baseline_docs,
+            "runners": runners,
+            "elapsed_s": round(elapsed, 3),
+            "notes": self.notes,
+            "cleanup": {"survivors": survivors, "error": sweep_error},
+            "finished_at": utc_now(),
+        }
+        validate("bench", self.redactor.redact_obj(document), where=str(run_dir.path / BENCH_JSON))
+        return document
+
+    def _measure_doc(self, outcome: RunnerOutcome, task: Mapping[str, Any]) -> dict[str, Any]:
+        measure = BY_ID[task["id"]]
+        event = outcome.measures.get(measure.id, {})
+        samples = sorted(outcome.samples.get(measure.id, []), key=lambda s: s.get("index", 0))
+        kept = [
+            {k: sample.get(k) for k in ("index", "ok", "ms", "start_ms", "error", "parts") if k in sample}
+            for sample in samples
+        ]
+        ok = [float(s["ms"]) for s in samples if s.get("ok") and isinstance(s.get("ms"), int | float)]
+        attempted = max(int(event.get("attempted", len(samples))), len(samples))
+        stats = summarize(ok, attempted)
+        doc: dict[str, Any] = {
+            "title": measure.title,
+            "kind": measure.kind,
+            "mode": measure.mode,
+            "planned": int(task["count"]),
+            "attempted": attempted,
+            "client": event.get("client"),
+            "warmup": event.get("warmup", 0),
+            "stopped": event.get("stopped"),
+            "error": event.get("error") or (outcome.error if not event else None),
+            "bytes": task.get("bytes"),
+            "interval_ms": task.get("interval_ms"),
+            "samples": kept,
+            "stats": stats.to_dict(),
+            "wall_ms": event.get("wall_ms"),
+            "all_ready_ms": None,
+            "rate_mb_s": None,
+        }
+        if measure.kind in ("tti", "tti_http") and ok:
+            doc["all_ready_ms"] = round(max(float(s["start_ms"]) + float(s["ms"]) for s in samples if s.get("ok")), 3)
+        if task.get("bytes") and stats.median_ms:
+            doc["rate_mb_s"] = round(int(task["bytes"]) / (stats.median_ms / 1000) / 1e6, 1)
+        doc.update(self._comparison(measure, stats, doc))
+        return doc
+
+    def _comparison(self, measure: Measure, stats: Summary, doc: Mapping[str, Any]) -> dict[str, Any]:
+        medians = [summarize(self.baselines.get(name, [])).median_ms for name in measure.baseline]
+        baseline_ms = sum(m for m in medians if m is not None) if None not in medians else None
+        ratio = stats.median_ms / baseline_ms if stats.median_ms is not None and baseline_ms else None
+        target = None
+        if self.endpoint.kind == "local" and measure.max_ratio is not None:
+            target = {
+                "text": f"median <= {measure.max_ratio:g}x {' + '.join(measure.baseline)}",
+                "max_ratio": measure.max_ratio,
+                "met": ratio is not None and ratio <= measure.max_ratio,
+            }
+            count, limit_ms = BURST_TARGET
+            if measure.mode == "burst" and doc["planned"] >= count:
+                all_ready = doc["all_ready_ms"]
+                burst_met = all_ready is not None and all_ready <= limit_ms and stats.ok == doc["planned"]
+                target = {
+                    "text": f"{target['text']}; a burst of {count} all ready <= {limit_ms / 1000:g}s",
+                    "max_ratio": measure.max_ratio,
+                    "max_all_ready_ms": limit_ms,
+                    "met": bool(target["met"] and burst_met),
+                }
+        return {
+            "baseline": {"of": list(measure.baseline), "median_ms": baseline_ms},
+            "ratio": round(ratio, 3) if ratio is not None else None,
+            "target": target,
+        }
+
+    def _record(self, run_dir: RunDir, document: Mapping[str, Any]) -> list[CaseRecord]:
+        records = []
+        for runner, entry in document["runners"].items():
+            for measure_id, doc in entry["measures"].items():
+                outcome, error = _verdict(doc)
+                identifier = case_id(SUITE, runner, measure_id)
+                details = {k: doc[k] for k in ("stats", "baseline", "ratio", "target", "stopped", "planned")}
+                verdict = judge(outcome, details, error, self.expectations.for_case(identifier))  # type: ignore[arg-type]
+                if outcome == "skip":  # cut by the wall-clock limit the user chose: as asked, not a failure
+                    verdict = dataclasses.replace(verdict, expected="skip", conformant=True, note="--max-seconds")
+                records.append(
+                    CaseRecord(
+                        id=identifier,
+                        suite=SUITE,
+                        runner=runner,
+                        case=measure_id,
+                        outcome=verdict.outcome,
+                        expected=verdict.expected,
+                        conformant=verdict.conformant,
+                        duration_ms=doc["wall_ms"],
+                        error=error,
+                        details=details,
+                        note=verdict.note,
+                    )
+                )
+        cleanup = document["cleanup"]
+        leak = cleanup["error"] or (
+            f"{len(cleanup['survivors'])} sandbox(es) of this run were still alive at the end: "
+            f"{', '.join(cleanup['survivors'])}"
+            if cleanup["survivors"]
+            else None
+        )
+        records.append(
+            CaseRecord(
+                id=case_id("housekeeping", "harness", "leak_check"),
+                suite="housekeeping",
+                runner="harness",
+                case="leak_check",
+                outcome="error" if leak else "pass",
+                expected="pass",
+                conformant=leak is None,
+                error=leak,
+                details={"survivors": cleanup["survivors"]},
+            )
+        )
+        for record in records:
+            run_dir.record(record)
+        return records
+
+
+def _verdict(doc: Mapping[str, Any]) -> tuple[str, str | None]:
+    """A measure as a case: pass when every attempted sample succeeded."""
+    stats = doc["stats"]
+    if doc["attempted"] == 0:
+        if doc["stopped"] or (doc["error"] or "").startswith("not run"):
+            return "skip", "not run: the wall-clock limit was reached"
+        return "error", doc["error"] or "no sample was reported"
+    failed = stats["attempted"] - stats["ok"]
+    if failed or doc["error"]:
+        errors = sorted({s["error"] for s in doc["samples"] if s.get("error")})
+        reason = f"{failed} of {stats['attempted']} samples failed" + (f": {errors[0]}" if errors else "")
+        return "fail", doc["error"] or reason
+    return "pass", None
+
+
+# --- reading and printing ------------------------------------------------------------------------
+
+
+def read_bench(run_dir: Path) -> dict[str, Any] | None:
+    """The run's bench.json, validated; None when the run is not a benchmark."""
+    path = run_dir / BENCH_JSON
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text("utf-8"))
+    validate("bench", document, where=str(path))
+    return dict(document)
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def comparison_text(doc: Mapping[str, Any]) -> str:
+    """The ratio as a reader wants it: `12.3x spawn`, or for transfers the share of the disk copy rate."""
+    if doc["ratio"] is None:
+        return "—"
+    names = " + ".join(doc["baseline"]["of"])
+    if doc["kind"] in ("upload", "download"):
+        return f"{100 / doc['ratio']:.0f}% of {names} rate ({doc['rate_mb_s']:.0f} MB/s)"
+    return f"{doc['ratio']:.1f}x {names}"
+
+
+def target_text(doc: Mapping[str, Any]) -> str:
+    target = doc["target"]
+    if target is None:
+        return ""
+    return f"{'met' if target['met'] else 'MISSED'} ({target['text']})"
+
+
+def print_table(document: Mapping[str, Any], out: TextIO) -> None:
+    print(f"e2b-bench bench · endpoint {document['header']['endpoint']['name']} · "
+          f"{document['header']['run_id']}", file=out)  # fmt: skip
+    print("baselines: " + " · ".join(
+        f"{name} p50 {_ms(b['stats']['median_ms'])} ms" for name, b in document["baselines"].items()
+    ), file=out)  # fmt: skip
+    columns = f"{'runner':16} {'measure':20} {'ok':>9} {'p50':>8} {'p95':>8} {'p99':>8} {'min':>8} {'max':>8}"
+    print(f"{columns}  vs baseline / target (ms)", file=out)
+    for runner, entry in document["runners"].items():
+        for measure_id, doc in entry["measures"].items():
+            s = doc["stats"]
+            extra = f" all ready {_ms(doc['all_ready_ms'])}" if doc["mode"] == "burst" and doc["all_ready_ms"] else ""
+            print(
+                f"{runner:16} {measure_id:20} {s['ok']:>4}/{s['attempted']:<4} "
+                + " ".join(f"{_ms(s[k]):>8}" for k in ("median_ms", "p95_ms", "p99_ms", "min_ms", "max_ms"))
+                + f"  {comparison_text(doc)}{extra}  {target_text(doc)}".rstrip(),
+                file=out,
+            )
+        if entry["error"]:
+            print(f"{runner:16} {entry['error']}", file=out)
+    for note in document["notes"]:
+        print(f"note: {note}", file=out)
+    cleanup = document["cleanup"]
+    if cleanup["survivors"] or cleanup["error"]:
+        print(f"clean-up: killed {len(cleanup['survivors'])} surviving sandbox(es) {cleanup['error'] or ''}", file=out)

@@ -1,0 +1,198 @@
+"""`e2b-bench bench`: statistics, bench.json, the count and wall-clock bounds, the report's charts."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import httpx
+import pytest
+
+from bench.benchmark import BenchOptions, read_bench, run_bench
+from bench.housekeeping import tagged_sandboxes
+from bench.localbox.server import LocalEndpoint
+from bench.report import render
+from bench.results import read_run
+from bench.stats import percentile, summarize, trim
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNERS = ("py-e2b-2.63.0", "js-e2b-2.51.0")
+
+
+# --- statistics --------------------------------------------------------------------------------
+
+
+def test_trim_drops_five_percent_from_each_end_of_twenty_samples() -> None:
+    values = [float(v) for v in range(20, 0, -1)]  # 20..1, unsorted
+    assert trim(values) == [float(v) for v in range(2, 20)]
+
+
+def test_trim_keeps_everything_below_twenty_samples() -> None:
+    assert trim([3.0, 1.0, 2.0]) == [1.0, 2.0, 3.0]
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    ordered = [float(v) for v in range(1, 11)]  # 1..10
+    assert (percentile(ordered, 50), percentile(ordered, 95), percentile(ordered, 99)) == (5.0, 10.0, 10.0)
+    assert percentile(ordered, 0) == 1.0
+    assert percentile([float(v) for v in range(1, 101)], 95) == 95.0
+
+
+def test_summary_of_twenty_samples_with_an_outlier_and_two_failures() -> None:
+    values = [10.0] * 9 + [20.0] * 9 + [1.0, 1000.0]  # 20 successes: 1 and 1000 are trimmed
+    summary = summarize(values, attempted=22)
+    assert summary.trimmed == 1
+    assert summary.median_ms == 15.0  # mean of the two middle values of 18
+    assert (summary.p95_ms, summary.p99_ms) == (20.0, 20.0)
+    assert summary.mean_ms == 15.0
+    assert (summary.min_ms, summary.max_ms) == (1.0, 1000.0)  # untrimmed
+    assert summary.success_rate == pytest.approx(20 / 22)
+
+
+def test_summary_without_a_success_has_no_figures() -> None:
+    summary = summarize([], attempted=3)
+    assert summary.success_rate == 0.0
+    assert summary.median_ms is None and summary.max_ms is None
+
+
+# --- a real small run --------------------------------------------------------------------------
+
+
+def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", "bench", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    results = tmp_path_factory.mktemp("bench-results")
+    runners = [arg for name in RUNNERS for arg in ("--runner", name)]
+    done = cli("-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--results-dir", str(results), *runners)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
+    return run_dir
+
+
+def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) -> None:
+    document = read_bench(small_run)  # validates against bench.schema.json
+    assert document is not None
+    assert read_run(small_run).status == "completed"
+    assert set(document["runners"]) == set(RUNNERS)
+    python = document["runners"]["py-e2b-2.63.0"]["measures"]
+    assert set(python) == {"tti.sequential", "tti.burst", "tti_http.sequential", "run_true", "upload", "download"}
+    assert set(document["runners"]["js-e2b-2.51.0"]["measures"]) == set(python) - {"tti_http.sequential"}
+    for entry in document["runners"].values():
+        for measure in entry["measures"].values():
+            assert [s["index"] for s in measure["samples"]] == list(range(3))
+            assert all(s["ok"] for s in measure["samples"]), measure["samples"]
+            assert measure["ratio"] is not None and measure["ratio"] > 0
+    assert set(document["baselines"]) == {"spawn", "loopback_rtt", "disk_copy"}
+    assert document["cleanup"] == {"survivors": [], "error": None}
+
+
+def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:
+    env = {"E2B_API_KEY": "e2b_x", "E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9"}
+    done = cli("--endpoint", "env", "--results-dir", str(tmp_path), env=env)
+    assert done.returncode == 2
+    assert "give the number of samples per measure with -n N" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_wall_clock_limit_stops_cleanly_and_leaves_no_sandbox(endpoint: LocalEndpoint, tmp_path: Path) -> None:
+    options = BenchOptions(
+        endpoint="env",  # the session's embedded endpoint, through E2B_API_URL/E2B_SANDBOX_URL
+        runners=("py-e2b-2.63.0",),
+        count=500,
+        modes=("sequential", "burst"),
+        max_seconds=3,
+        results_dir=tmp_path,
+        transfer_mib=1,
+        report=False,
+    )
+    started = time.monotonic()
+    assert run_bench(options, out=open(os.devnull, "w")) == 0  # noqa: SIM115
+    assert time.monotonic() - started < 30
+    (run_dir,) = list(tmp_path.iterdir())
+    document = read_bench(run_dir)
+    assert document is not None
+    measures = document["runners"]["py-e2b-2.63.0"]["measures"]
+    assert 0 < measures["tti.sequential"]["attempted"] < 500
+    assert measures["tti.sequential"]["stopped"] == "deadline"
+    assert measures["tti.burst"]["attempted"] == 0
+    assert any("wall-clock limit" in note for note in document["notes"])
+    outcomes = {case.case: case.outcome for case in read_run(run_dir).cases}
+    assert outcomes["tti.burst"] == "skip" and outcomes["leak_check"] == "pass"
+    with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}) as client:
+        assert tagged_sandboxes(client, run_dir.name) == []
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+class Charts(HTMLParser):
+    """The bench sections of a report and the SVG charts inside them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[str] = []
+        self.charts: list[tuple[str, str]] = []  # (class, runner of the enclosing figure)
+        self.rows: list[str] = []
+        self.external: list[str] = []
+        self._runner = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "section" and "bench" in (found.get("class") or "").split():
+            self.sections.append(found.get("data-run") or "comparison")
+        if tag == "figure":
+            self._runner = found.get("data-runner") or ""
+        if tag == "svg":
+            self.charts.append((found.get("class") or "", self._runner))
+        if tag == "g" and found.get("class") == "row":
+            self.rows.append(found.get("data-label") or "")
+        for name in ("src", "href"):
+            if (found.get(name) or "").startswith(("http:", "https:", "//")) and tag != "svg":
+                self.external.append(found[name] or "")
+
+
+def test_report_has_a_distribution_chart_per_runner_and_a_comparison_across_runs(
+    small_run: Path, tmp_path: Path
+) -> None:
+    again = tmp_path / (small_run.name + "-again")
+    shutil.copytree(small_run, again)
+    for name in ("run.json", "bench.json"):
+        document = json.loads((again / name).read_text())
+        document["header"]["run_id"] = again.name
+        (again / name).write_text(json.dumps(document))
+    page = Charts()
+    page.feed(render([small_run, again], tmp_path / "out").html.read_text())
+    assert page.sections == [small_run.name, again.name, "comparison"]
+    distributions = [runner for kind, runner in page.charts if kind == "chart distribution"]
+    assert distributions == [*RUNNERS, *RUNNERS]
+    assert [kind for kind, _ in page.charts].count("chart comparison") == 1
+    assert {"tti.sequential", "tti.burst", "baseline: spawn"} <= set(page.rows)
+    assert page.external == []
+
+
+@pytest.mark.bench
+def test_full_benchmark_of_the_embedded_endpoint(tmp_path: Path) -> None:
+    """The full-size run (100 samples per measure, both SDKs): minutes, so only under `-m bench`."""
+    done = cli("--results-dir", str(tmp_path), timeout=600)
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run_dir,) = list(tmp_path.iterdir())
+    document = read_bench(run_dir)
+    assert document is not None and document["cleanup"]["survivors"] == []

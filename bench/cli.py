@@ -59,6 +59,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bench", action="store_true", help="run a short `bench` against this server and exit")
     serve.set_defaults(handler=cmd_serve)
 
+    model = commands.add_parser(
+        "model",
+        help="run the scripted OpenAI-compatible model on loopback",
+        description="Serve /v1/chat/completions and /v1/responses (streamed or not) with the scripted proof-task "
+        "policy; every exchange is printed as one redacted JSON line.",
+    )
+    model.add_argument("--host", default="127.0.0.1")
+    model.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    model.set_defaults(handler=cmd_model)
+
     report = commands.add_parser("report", help="render the HTML report and Markdown summary of run directories")
     report.add_argument("run_dirs", nargs="+", type=Path)
     report.add_argument("--out", type=Path, default=None, help="default: reports/out/")
@@ -183,6 +193,27 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
     # Ctrl-C and SIGTERM both end in the benchmark's clean-up (interrupted, exit 130).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     return run_bench(options)
+
+
+def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
+    import json
+
+    from .model import ModelServer
+
+    def show(exchange: dict) -> None:
+        print(json.dumps(exchange, ensure_ascii=False), flush=True)
+
+    try:
+        server = ModelServer(host=args.host, port=args.port, on_exchange=show)
+    except OSError as exc:
+        print(f"e2b-bench model: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"# e2b-bench scripted model: base URL {server.endpoint.base_url()} (model {server.endpoint.model})")
+    print("# any API key works; stop with Ctrl-C", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    return 0
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:

@@ -28,6 +28,7 @@ from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resol
 from .expectations import Expectations, ExpectationsError, judge
 from .housekeeping import RUN_METADATA_KEY, kill_survivors
 from .junit import write_junit
+from .model.server import ModelServer
 from .redaction import Redactor
 from .report import render
 from .results import CaseRecord, RunDir, case_id, make_header
@@ -60,6 +61,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--quirk-profile", default="e2b", help="quirk profile of the embedded endpoint")
     group.addoption("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     group.addoption("--no-report", action="store_true", help="do not render the report at the end")
+    group.addoption(
+        "--model-base-url",
+        default=None,
+        help="OpenAI-compatible base URL of a real model for the framework suite (default: the scripted model)",
+    )
+    group.addoption("--model", default=None, help="model name to ask for (with --model-base-url)")
+    group.addoption(
+        "--model-key-env",
+        default=None,
+        help="NAME of the environment variable holding the model's API key (never the key itself)",
+    )
+    group.addoption("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
 
 
 @dataclass
@@ -81,6 +94,7 @@ class BenchSession:
     stop: threading.Event = field(default_factory=threading.Event)
     preflight_error: str | None = None
     exit_code: int | None = None
+    model: ModelChoice | None = None  # set when a framework runner is selected
     _local: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
@@ -91,6 +105,8 @@ class BenchSession:
     def start(self, suites: list[str]) -> None:
         if self.endpoint.kind == "local":
             self._start_local()
+        if any(runner.spec.family for runner in self.runners):
+            self.model = self._start_model()
         endpoint_info = {
             "name": self.endpoint.name,
             "kind": self.endpoint.kind,
@@ -119,6 +135,22 @@ class BenchSession:
         self.key = local.api_key
         self.redactor.add(local.api_key)
         self.endpoint = self.endpoint.bound(local.api_url)
+
+    def _start_model(self) -> ModelChoice:
+        """A real model when `--model-base-url` is given, else the scripted one, served for the session."""
+        base_url = self.config.getoption("model_base_url")
+        if base_url:
+            key_env = self.config.getoption("model_key_env") or ""
+            key = os.environ.get(key_env, "") if key_env else ""
+            if key:
+                self.redactor.add(key)
+            name = self.config.getoption("model") or ""
+            return ModelChoice(base_url=base_url.rstrip("/"), name=name, key_env=key_env, key=key, scripted=None)
+        from .model import serving_model
+
+        scripted = self._local.enter_context(serving_model(redactor=self.redactor))
+        endpoint = scripted.endpoint
+        return ModelChoice(endpoint.url, endpoint.model, SCRIPTED_KEY_ENV, SCRIPTED_KEY, scripted=scripted)
 
     def check_endpoint(self) -> None:
         try:
@@ -164,8 +196,9 @@ class BenchSession:
             "steps": requested,
             "depends": {s.id: list(s.depends) for s in steps},
             "run_id": self.run_id,
+            "runner": runner.name,
             "metadata": {RUN_METADATA_KEY: self.run_id},
-            "options": {},
+            "options": self._options(runner),
         }
         with WireProxy(
             self.endpoint.api_url,
@@ -175,18 +208,40 @@ class BenchSession:
             self.redactor,
             domain=self.endpoint.domain,
         ) as proxy:
-            env = runner.environment(
-                {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
-            )
+            endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
+            if runner.spec.family and self.model is not None and self.model.key_env:
+                endpoint_env[self.model.key_env] = self.model.key
             result = run_runner(
                 runner.for_suite(suite),
                 executable,
                 task,
                 step_timeout_s=self.config.getoption("step_timeout"),
-                env=env,
+                env=runner.environment(endpoint_env),
+                on_event=lambda event: self._on_event(runner, event),
                 stop=self.stop,
             )
         return {step.id: step for step in result.step_results()}
+
+    def _options(self, runner: Runner) -> dict[str, Any]:
+        """Task options: a framework runner is told which model to use and what to ask it."""
+        if not runner.spec.family or self.model is None:
+            return {}
+        from .model import TASK_PROMPT
+
+        return {
+            "model": self.model.for_runner(runner.name),
+            "prompt": TASK_PROMPT,
+            "attempts": self.config.getoption("attempts"),
+        }
+
+    def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
+        """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+        if event.get("type") != "transcript" or self.run_dir is None:
+            return
+        transcript = dict(event.get("transcript") or {})
+        if self.model is not None and self.model.scripted is not None:
+            transcript["model_exchanges"] = self.model.scripted.transcript.exchanges(runner.name)
+        self.run_dir.write_json(f"{runner.name}.json", transcript)
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         identifier = case_id(suite, runner.name, step)
@@ -238,6 +293,26 @@ class BenchSession:
         self.run_dir.record(record)
         if error and self.exit_code == 0:
             self.exit_code = 1
+
+
+SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
+SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model framework runners talk to: a real one (`--model-base-url`) or the session's scripted one."""
+
+    base_url: str
+    name: str
+    key_env: str
+    key: str = field(repr=False)
+    scripted: ModelServer | None
+
+    def for_runner(self, runner: str) -> dict[str, Any]:
+        """What a runner's task says about the model: never the key, only the variable holding it."""
+        base_url = self.scripted.endpoint.base_url(runner) if self.scripted is not None else self.base_url
+        return {"base_url": base_url, "name": self.name, "key_env": self.key_env, "scripted": self.scripted is not None}
 
 
 def harness_pins() -> dict[str, str]:

@@ -18,6 +18,8 @@ from bench.results import OUTCOMES, Run, atomic_write, read_run
 TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
 SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
 ERROR_PREVIEW = 200
+SYMPTOM_PREVIEW = 600  # what a failing cell shows of its error: enough for the observed symptom
+FAILING = ("fail", "error", "deviation")
 REGRESSION = 1.2  # a benchmark ratio this much above the first run's is flagged
 FRAME_COLUMNS = [
     *("run_id", "endpoint", "stamp", "row", "column"),
@@ -101,10 +103,10 @@ def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
     return summaries
 
 
-def _preview(error: str | None) -> str:
-    """The error on one line, at most `ERROR_PREVIEW` characters."""
+def _preview(error: str | None, limit: int = ERROR_PREVIEW) -> str:
+    """The error on one line, at most `limit` characters."""
     text = " ".join((error or "").split())
-    return text if len(text) <= ERROR_PREVIEW else text[: ERROR_PREVIEW - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
@@ -114,6 +116,7 @@ def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
     if not record["conformant"]:
         title += f" · non-conformant (expected {record['expected']})"
     error = record["error"] if isinstance(record["error"], str) else None
+    symptom = _preview(error, SYMPTOM_PREVIEW) if record["outcome"] in FAILING else ""
     return {
         "anchor": f"case-{index}",
         "id": record["id"],
@@ -130,6 +133,7 @@ def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
         "note": record["note"] if isinstance(record["note"], str) else None,
         "error": error,
         "error_preview": _preview(error),
+        "symptom": symptom,
         "details_json": json.dumps(record["details"], indent=2, sort_keys=True, ensure_ascii=False),
     }
 
@@ -169,6 +173,7 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             "matrix": matrix,
             "cells": cells,
             "nonconformant": [cell for cell in cells if not cell["conformant"]],
+            "failing": [cell for cell in cells if cell["symptom"]],
             "symbols": SYMBOLS,
         }
     )

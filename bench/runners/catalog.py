@@ -6,13 +6,12 @@ import dataclasses
 import json
 import os
 import subprocess
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .envs import RUNNER_SPECS, RunnerSpec, ensure_python_env
-from .manifest import MANIFEST_PATH
+from .manifest import load_manifest
 
 # Which manifest table a language's steps live in.
 MANIFEST_TABLES = {"python": "python", "js": "ts"}
@@ -39,10 +38,9 @@ class Runner:
     def table(self, suite: str) -> str | None:
         """The manifest table holding this runner's steps of `suite` (None: it has none)."""
         tables = _manifest().get(suite, {})
-        for name in (self.spec.family, MANIFEST_TABLES.get(self.spec.language)):
-            if name and name in tables:
-                return name
-        return None
+        # A family runner (a framework) has only its family's table; SDK runners have their language's.
+        name = self.spec.family or MANIFEST_TABLES.get(self.spec.language)
+        return name if name in tables else None
 
     def has_suite(self, suite: str) -> bool:
         return self.table(suite) is not None
@@ -97,17 +95,18 @@ class Runner:
 
 
 def _manifest() -> dict:
-    with MANIFEST_PATH.open("rb") as handle:
-        return tomllib.load(handle)
+    return load_manifest()
 
 
 def _all_specs() -> list[RunnerSpec]:
+    from .frameworks import FRAMEWORK_RUNNER_SPECS
+
     specs = list(RUNNER_SPECS)
     try:
         from .node import NODE_RUNNER_SPECS
     except ImportError:
-        return specs
-    return specs + list(NODE_RUNNER_SPECS)
+        return specs + list(FRAMEWORK_RUNNER_SPECS)
+    return specs + list(NODE_RUNNER_SPECS) + list(FRAMEWORK_RUNNER_SPECS)
 
 
 def available_runners() -> dict[str, Runner]:
@@ -115,8 +114,8 @@ def available_runners() -> dict[str, Runner]:
 
 
 def default_runners() -> list[Runner]:
-    """One runner per language: the newest pin of each."""
-    chosen: dict[str, Runner] = {}
+    """One runner per language (the newest SDK pin of each) and one per framework family."""
+    chosen: dict[tuple[str, str | None], Runner] = {}
     for runner in available_runners().values():
-        chosen.setdefault(runner.language, runner)
+        chosen.setdefault((runner.language, runner.spec.family), runner)
     return list(chosen.values())

@@ -33,12 +33,22 @@ class RunnerSpec:
     entry: str
     # Manifest table this runner's steps live in, when not its language's (e.g. one per framework).
     family: str | None = None
+    # Directory (repo-relative) of a fully pinned environment: `requirements.txt` compiled with
+    # `uv pip compile` for Python, `package.json` + `package-lock.json` for Node. Without it, `pins` is installed.
+    project: str | None = None
 
     @property
     def entry_path(self) -> Path:
         return REPO_ROOT / self.entry
 
+    @property
+    def lock_path(self) -> Path | None:
+        return REPO_ROOT / self.project / "requirements.txt" if self.project else None
+
     def requirements(self) -> list[str]:
+        """What `uv pip install` is given: the lock file when there is one, else the pins."""
+        if self.lock_path is not None:
+            return ["--requirement", str(self.lock_path)]
         return [f"{package}=={version}" for package, version in sorted(self.pins.items())]
 
 
@@ -62,11 +72,13 @@ def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def env_dir(spec: RunnerSpec, cache_dir: Path) -> Path:
-    """`<cache>/runners/<name>-<hash>`: the hash covers the pins and the interpreter version."""
+    """`<cache>/runners/<name>-<hash>`: the hash covers the pins, the lock file and the interpreter version."""
     identity = {
         "pins": dict(sorted(spec.pins.items())),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
     }
+    if spec.lock_path is not None:
+        identity["lock"] = hashlib.sha256(spec.lock_path.read_bytes()).hexdigest()
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir / "runners" / f"{spec.name}-{digest}"
 

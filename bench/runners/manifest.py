@@ -1,4 +1,8 @@
-"""The step manifest of the SDK suites (`sandboxes/e2b/manifest.toml`)."""
+"""The step manifests: one format, one table per suite and runner family.
+
+`sandboxes/e2b/manifest.toml` holds the SDK suites, `frameworks/manifest.toml` the framework suite;
+a suite lives in exactly one of them.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,13 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.runners.envs import REPO_ROOT
 
 MANIFEST_PATH = REPO_ROOT / "sandboxes" / "e2b" / "manifest.toml"
+FRAMEWORKS_MANIFEST_PATH = REPO_ROOT / "frameworks" / "manifest.toml"
+MANIFEST_PATHS = (MANIFEST_PATH, FRAMEWORKS_MANIFEST_PATH)
 
 
 class ManifestError(Exception):
@@ -23,14 +30,29 @@ class Step:
     depends: tuple[str, ...]
 
 
-def load_steps(suite: str, language: str, path: Path = MANIFEST_PATH) -> list[Step]:
-    """Steps of one suite for one language, in run order."""
-    with path.open("rb") as handle:
-        manifest = tomllib.load(handle)
+def load_manifest(paths: Iterable[Path] = MANIFEST_PATHS) -> dict[str, Any]:
+    """Every suite of the manifests, `{suite: {table: {...}}}`; a suite defined twice is an error."""
+    suites: dict[str, Any] = {}
+    for path in paths:
+        if not path.is_file():
+            continue
+        with path.open("rb") as handle:
+            manifest = tomllib.load(handle)
+        for suite, tables in manifest.items():
+            if suite in suites:
+                raise ManifestError(f"suite {suite!r} is defined in more than one manifest ({path})")
+            suites[suite] = tables
+    return suites
+
+
+def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step]:
+    """Steps of one suite for one language (or runner family), in run order."""
+    manifest = load_manifest([path] if path is not None else MANIFEST_PATHS)
     try:
         table = manifest[suite][language]
     except KeyError:
-        raise ManifestError(f"{path} has no [{suite}.{language}] table") from None
+        where = path or " or ".join(str(p) for p in MANIFEST_PATHS)
+        raise ManifestError(f"{where} has no [{suite}.{language}] table") from None
     steps = [
         Step(id=raw["id"], title=raw["title"], depends=tuple(raw.get("depends", ()))) for raw in table.get("steps", ())
     ]

@@ -63,6 +63,8 @@ def find_node(environ: Mapping[str, str] = os.environ) -> Path:
 
 def project_of(spec: RunnerSpec) -> Path:
     """The Node project directory that pins `spec`."""
+    if spec.project is not None:
+        return REPO_ROOT / spec.project
     if spec.name not in PROJECT_DIRS:
         raise RunnerEnvError(f"runner {spec.name} is not a registered Node runner ({', '.join(PROJECT_DIRS)})")
     return PROJECT_DIRS[spec.name]

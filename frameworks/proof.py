@@ -1,0 +1,357 @@
+"""The proof task and symptom probes, shared by the Python framework runners.
+
+A framework runner (`frameworks/<name>/runner.py`) describes its framework as a `Framework`: how to
+open a session (an E2B backend and its sandbox, made the framework's way), run the agent once, read
+a file and run a command through that backend. This module does the rest: the JSON-lines protocol
+(docs/ARCHITECTURE.md), the steps of `frameworks/manifest.toml`, up to `attempts` tries of the
+proof task, the pass rule, and the transcript (`transcript` events, which the harness writes to
+`<runner>.json`).
+
+Pass rule of the proof task: a `uname` call's own result shows `Linux`, the answer's first word is
+`Linux`, and a read of /home/user/proof.txt through the same backend after the answer contains the
+`uname` output. It runs in the framework's pinned environment: standard library only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RUN_TAG = "e2b-bench-run"
+PROOF_PATH = "/home/user/proof.txt"
+EXPECTED_WORD = "Linux"
+EXCERPT_CHARS = 2000
+DEFAULT_ATTEMPTS = 2
+PROBES = {
+    "fw02_exit_code": "exit 5",
+    "fw03_late_output": "sleep 1; echo late",
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    """The OpenAI-compatible model the agent talks to; the key is read from the variable `key_env` names."""
+
+    base_url: str
+    name: str
+    key_env: str
+    scripted: bool
+
+    @property
+    def key(self) -> str:
+        return os.environ.get(self.key_env, "")
+
+
+@dataclass
+class ToolRecord:
+    """One tool call as the framework ran it: what the model asked, what the tool returned."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str
+    error: bool = False
+
+
+@dataclass
+class Run:
+    """One agent run: its tool calls (in order) and its final answer."""
+
+    calls: list[ToolRecord] = field(default_factory=list)
+    answer: str | None = None
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A command run straight through the framework's backend."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str = ""
+
+
+class Session(ABC):
+    """One backend and its sandbox, opened by `Framework.session` and closed (sandbox killed) after use."""
+
+    sandbox_id: str | None = None
+
+    @abstractmethod
+    async def ask(self, prompt: str, run: Run) -> None:
+        """Run the agent on `prompt`, recording its tool calls and answer into `run` as they become known."""
+
+    @abstractmethod
+    async def read(self, path: str) -> str:
+        """Read a file through the framework's backend."""
+
+    @abstractmethod
+    async def run(self, command: str) -> Probe:
+        """Run a shell command through the framework's backend."""
+
+
+class Framework(ABC):
+    """What a runner says about its framework."""
+
+    name: str
+    packages: tuple[str, ...]
+
+    @property
+    @abstractmethod
+    def backend(self) -> str:
+        """Which E2B backend runs: the framework's own (upstream) or this project's implementation."""
+
+    @property
+    def tagging(self) -> str:
+        """How this run's sandboxes are found again (metadata tag, or why not)."""
+        return f"metadata {{{RUN_TAG!r}: <run id>}}"
+
+    @abstractmethod
+    def session(self, model: Model, metadata: dict[str, str]) -> contextlib.AbstractAsyncContextManager[Session]:
+        """A fresh backend (and sandbox) for one attempt or for the probes; closing it kills the sandbox."""
+
+
+def excerpt(value: str | None) -> str | None:
+    if value is None or len(value) <= EXCERPT_CHARS:
+        return value
+    return value[:EXCERPT_CHARS] + f"... [{len(value) - EXCERPT_CHARS} more chars]"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def output_text(result: str) -> str:
+    """A tool result's output: `stdout` (or `content`/`output`) when the result is a JSON object."""
+    try:
+        parsed = json.loads(result)
+    except ValueError:
+        return result
+    if isinstance(parsed, dict):
+        for key in ("stdout", "content", "output", "result"):
+            if isinstance(parsed.get(key), str):
+                return str(parsed[key])
+    return result
+
+
+def uname_line(text: str) -> str | None:
+    """The line of `uname -a` output in `text` (the first one naming Linux)."""
+    return next((line.strip() for line in text.splitlines() if EXPECTED_WORD in line), None)
+
+
+def judge(run: Run, verify: dict[str, Any]) -> dict[str, Any]:
+    """The pass rule, with one problem sentence per broken part (tool failures first: they are the symptoms)."""
+    problems = [f"{c.name} failed: {one_line(c.result)}" for c in run.calls if c.error]
+    uname_calls = [c for c in run.calls if "uname" in json.dumps(c.arguments)]
+    line = next((found for c in uname_calls if (found := uname_line(output_text(c.result)))), None)
+    if "error" in verify:
+        problems.append(f"verify read of {PROOF_PATH} failed: {verify['error']}")
+    elif line is not None and line not in verify.get("content", ""):
+        problems.append(f"verify read of {PROOF_PATH} lacks the uname output: {one_line(verify.get('content', ''))!r}")
+    if not uname_calls:
+        problems.append("the agent never ran uname")
+    elif line is None:
+        shown = "; ".join(repr(one_line(c.result, 120)) for c in uname_calls)
+        problems.append(f"no uname result shows {EXPECTED_WORD!r}: {shown}")
+    words = (run.answer or "").split()
+    answer_word = words[0].strip(".,:;!`'\"") if words else ""
+    if answer_word != EXPECTED_WORD:
+        problems.append(f"answer {one_line(run.answer or '', 120)!r} does not start with {EXPECTED_WORD!r}")
+    return {"passed": not problems, "uname_output": line, "answer_word": answer_word, "problems": problems}
+
+
+def exception_text(exc: BaseException) -> str:
+    return one_line(f"{type(exc).__name__}: {exc}", 600)
+
+
+class Runner:
+    """Runs the requested steps of one framework and reports them (JSON lines on the original stdout)."""
+
+    def __init__(self, framework: Framework, task: dict[str, Any]) -> None:
+        self.framework = framework
+        self.task = task
+        options = dict(task.get("options") or {})
+        model = options.get("model") or {}
+        self.model = Model(
+            base_url=str(model.get("base_url", "")),
+            name=str(model.get("name", "")),
+            key_env=str(model.get("key_env", "")),
+            scripted=bool(model.get("scripted", False)),
+        )
+        self.prompt = str(options.get("prompt", ""))
+        self.attempts = max(1, int(options.get("attempts", DEFAULT_ATTEMPTS)))
+        self.metadata = {RUN_TAG: str(task.get("run_id") or "unset")}
+        self.transcript: dict[str, Any] = {
+            "framework": framework.name,
+            "runner": task.get("runner"),
+            "backend": framework.backend,
+            "sandbox_tagging": framework.tagging,
+            "model": {"base_url": self.model.base_url, "name": self.model.name, "scripted": self.model.scripted},
+            "task": self.prompt,
+            "attempts": [],
+            "probes": {},
+            "sandboxes": [],
+        }
+        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+        os.dup2(2, 1)  # anything a framework prints goes to stderr, never into the protocol
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self._out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
+        self._out.flush()
+
+    def emit_transcript(self) -> None:
+        self.emit({"type": "transcript", "transcript": self.transcript})
+
+    @contextlib.asynccontextmanager
+    async def _session(self) -> AsyncIterator[Session]:
+        async with self.framework.session(self.model, self.metadata) as session:
+            try:
+                yield session
+            finally:
+                if session.sandbox_id and session.sandbox_id not in self.transcript["sandboxes"]:
+                    self.transcript["sandboxes"].append(session.sandbox_id)
+
+    async def proof_task(self, details: dict[str, Any]) -> str | None:
+        """Up to `attempts` agent runs, each on a fresh sandbox; the error of the last, or None once one passes."""
+        error = None
+        for number in range(1, self.attempts + 1):
+            run, verify, record = Run(), {}, {"attempt": number}
+            started = time.perf_counter()
+            try:
+                async with self._session() as session:
+                    try:
+                        await session.ask(self.prompt, run)
+                    except Exception as exc:  # a framework that gives up is an observed behaviour
+                        record["error"] = exception_text(exc)
+                        record["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
+                    try:
+                        verify = {"content": excerpt(await session.read(PROOF_PATH))}
+                    except Exception as exc:
+                        verify = {"error": exception_text(exc)}
+                    record["sandbox_id"] = session.sandbox_id
+            except Exception as exc:  # opening or closing the session
+                record.setdefault("error", exception_text(exc))
+                verify = verify or {"error": "not read: the session failed"}
+            verdict = judge(run, verify)
+            if "error" in record:
+                verdict["problems"].insert(0, f"the agent run raised {one_line(record['error'])}")
+                verdict["passed"] = False
+            record.update(
+                tool_calls=[{**asdict(c), "result": excerpt(c.result)} for c in run.calls],
+                answer=run.answer,
+                verify_read=verify,
+                verdict=verdict,
+                duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            )
+            self.transcript["attempts"].append(record)
+            self.emit_transcript()
+            details.update(attempt=number, answer=run.answer, verify_read=verify, problems=verdict["problems"])
+            if verdict["passed"]:
+                return None
+            error = f"attempt {number}/{self.attempts}: " + "; ".join(verdict["problems"])
+        return error
+
+    async def probe(self, step: str, session: Session, details: dict[str, Any]) -> str | None:
+        command = PROBES[step]
+        try:
+            probe = await session.run(command)
+        except Exception as exc:
+            details["raised"] = exception_text(exc)
+            return f"`{command}` raised {exception_text(exc)}"
+        details.update(command=command, exit_code=probe.exit_code, stdout=probe.stdout, stderr=probe.stderr)
+        if step == "fw02_exit_code" and probe.exit_code != 5:
+            return f"`{command}` reported as exit code {probe.exit_code} (expected 5)"
+        if step == "fw03_late_output" and probe.stdout.strip() != "late":
+            return f"no output from `{command}`: stdout {probe.stdout!r} (expected 'late'), exit code {probe.exit_code}"
+        return None
+
+    async def steps(self, requested: list[str]) -> None:
+        probe_session: Session | None = None
+        async with contextlib.AsyncExitStack() as stack:
+            for step in requested:
+                details: dict[str, Any] = {}
+                started = time.perf_counter()
+                try:
+                    if step == "fw01_proof_task":
+                        error = await self.proof_task(details)
+                    elif step in PROBES:
+                        if probe_session is None:
+                            probe_session = await stack.enter_async_context(self._session())
+                        error = await self.probe(step, probe_session, details)
+                        self.transcript["probes"][step] = details
+                    else:
+                        self._step(step, "error", 0.0, f"runner has no implementation of step {step}", {})
+                        continue
+                except Exception as exc:
+                    error = exception_text(exc)
+                    details["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
+                duration = round((time.perf_counter() - started) * 1000, 3)
+                self._step(step, "fail" if error else "pass", duration, error, details)
+                self.emit_transcript()
+
+    def _step(self, step: str, outcome: str, duration: float, error: str | None, details: dict[str, Any]) -> None:
+        event = {"type": "step", "id": step, "outcome": outcome, "duration_ms": duration, "error": error}
+        self.emit({**event, "details": details})
+
+
+def versions(packages: tuple[str, ...]) -> dict[str, str]:
+    found = {}
+    for package in packages:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    return found
+
+
+async def kill_sandboxes(ids: list[str]) -> dict[str, str]:
+    """Kill whatever the sessions left alive (they kill their own; this is the safety net)."""
+    from e2b import AsyncSandbox
+
+    report = {}
+    for sandbox_id in ids:
+        try:
+            report[sandbox_id] = "killed" if await AsyncSandbox.kill(sandbox_id) else "already gone"
+        except Exception as exc:
+            report[sandbox_id] = exception_text(exc)
+    return report
+
+
+def main(make: Callable[[], Framework]) -> int:
+    """The runner's entry point: read the task, say hello, run the steps, report clean-up in the footer."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    task = json.loads(sys.stdin.read())
+    os.environ.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+    framework = make()
+    runner = Runner(framework, task)
+    runner.emit(
+        {
+            "type": "hello",
+            "runner": task.get("runner"),
+            "pins": versions(framework.packages),
+            "language": "python",
+            "framework": framework.name,
+            "backend": framework.backend,
+        }
+    )
+    requested = list(task.get("steps") or ["fw01_proof_task", *PROBES])
+
+    async def run() -> dict[str, str]:
+        try:
+            await runner.steps(requested)
+        finally:
+            cleanup = await kill_sandboxes(runner.transcript["sandboxes"])
+        return cleanup
+
+    cleanup = asyncio.run(run())
+    runner.transcript["cleanup"] = cleanup
+    runner.emit_transcript()
+    runner.emit({"type": "footer", "completed": True, "cleanup": cleanup})
+    return 0

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+
+from bench import asgi
 
 from .app import LocalboxApp
 from .quirks import Quirks
@@ -83,16 +82,6 @@ def check_host() -> None:
         raise HostError("this kernel has no overlayfs (try 'modprobe overlay'): sandbox roots cannot be mounted")
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    # proto must be IPPROTO_TCP, or asyncio does not set TCP_NODELAY on accepted connections (+40 ms)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    sock.set_inheritable(True)
-    return sock
-
-
 class LocalServer:
     """The embedded endpoint's uvicorn server, bound before it starts so port 0 works."""
 
@@ -119,9 +108,9 @@ class LocalServer:
             pool_size=pool_size,
         )
         self.registry = Registry(config)
-        self.sockets = [_bind(host, port)]
+        self.sockets = [asgi.bind(host, port)]
         if debug_ports:
-            self.sockets += [_bind(host, DEBUG_API_PORT), _bind(host, DEBUG_ENVD_PORT)]
+            self.sockets += [asgi.bind(host, DEBUG_API_PORT), asgi.bind(host, DEBUG_ENVD_PORT)]
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
         app = LocalboxApp(self.registry, debug=debug_ports)
@@ -139,8 +128,7 @@ class LocalServer:
 
     def run(self) -> None:
         """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed)."""
-        with asyncio.Runner(loop_factory=self.server.config.get_loop_factory()) as runner:
-            runner.run(self.serve())
+        asgi.run(self.server, self.sockets)
 
 
 @contextlib.contextmanager
@@ -152,22 +140,5 @@ def serving(**options: object) -> Iterator[LocalEndpoint]:
 
 @contextlib.contextmanager
 def in_thread(server: LocalServer) -> Iterator[LocalEndpoint]:
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            server.run()
-        except BaseException as exc:  # surfaced to the caller below
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="e2b-bench-localbox", daemon=True)
-    thread.start()
-    while not server.server.started:
-        if failure or not thread.is_alive():
-            raise RuntimeError(f"embedded endpoint failed to start: {failure[0] if failure else 'exited'}")
-        thread.join(0.01)
-    try:
+    with asgi.in_thread(server.server, server.sockets, "embedded endpoint"):
         yield server.endpoint
-    finally:
-        server.server.should_exit = True
-        thread.join(30)

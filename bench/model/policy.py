@@ -136,7 +136,9 @@ def first_word(text: str) -> str:
 
 
 def _is_uname(call: Call, box: Toolbox) -> bool:
-    return box.shell is not None and call.name == box.shell.name and "uname" in str(call.arguments.get(box.shell_param))
+    if box.shell is None or call.name != box.shell.name:
+        return False
+    return "uname" in str(call.arguments.get(box.shell_param or "command"))
 
 
 def _is_write(call: Call, box: Toolbox) -> bool:

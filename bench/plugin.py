@@ -394,7 +394,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec and "case" in callspec.params:
+        # Not a tuple: pytest's placeholder for a suite that none of the selected runners has (skipped).
+        if callspec and isinstance(callspec.params.get("case"), tuple):
             suite, runner, step = callspec.params["case"]
             session.suites.add(suite)
             session.selected.setdefault((suite, runner.name), []).append(step)

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="e2b", help="quirk profile of the embedded endpoint (local only)")
     run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     run.add_argument("--no-report", action="store_true")
+    run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
+    run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
     run.add_argument("suites", nargs="*", default=[], help="suite paths under sandboxes/ (default: all)")
     run.set_defaults(handler=cmd_run)
 
@@ -123,6 +125,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(f"--quirk={quirk}" for quirk in args.quirk),
         *(["--matrix"] if args.matrix else []),
         *(["--no-report"] if args.no_report else []),
+        *(["--expectations", args.expectations] if args.expectations else []),
+        *([] if args.include_slow or "-m" in extra else ["-m", "not slow and not bench"]),
         *extra,
     ]  # fmt: skip
     os.chdir(REPO_ROOT)

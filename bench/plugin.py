@@ -10,6 +10,7 @@ the end (completed, interrupted or aborted), then the report.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import os
 import platform
@@ -61,6 +62,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--quirk-profile", default="e2b", help="quirk profile of the embedded endpoint")
     group.addoption("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     group.addoption("--no-report", action="store_true", help="do not render the report at the end")
+    group.addoption("--expectations", default=None, help="declarations file to judge against (default: the endpoint's)")
     group.addoption(
         "--model-base-url",
         default=None,
@@ -247,6 +249,8 @@ class BenchSession:
         identifier = case_id(suite, runner.name, step)
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
+        if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement
+            observed.details.setdefault("observed_outcome", observed.outcome)
         record = CaseRecord(
             id=identifier,
             suite=suite,
@@ -342,7 +346,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _suite_mode(config):
         return
     try:
-        endpoint = resolve(config.getoption("endpoint"))
+        endpoint = _with_profile(resolve(config.getoption("endpoint")), config)
         expectations = Expectations.load(endpoint.expectations)
         runners = _selected_runners(config)
     except (EndpointError, ExpectationsError, KeyError) as exc:
@@ -357,6 +361,22 @@ def pytest_configure(config: pytest.Config) -> None:
         expectations=expectations,
     )
     config.stash[STASH] = session
+
+
+def _with_profile(endpoint: Endpoint, config: pytest.Config) -> Endpoint:
+    """The embedded endpoint under a quirk profile is named after it and judged by its declarations."""
+    explicit = config.getoption("expectations")
+    profile = config.getoption("quirk_profile")
+    if endpoint.kind == "local" and (profile != "e2b" or config.getoption("quirk")):
+        name = f"local-{profile}" if profile != "e2b" else "local"
+        if config.getoption("quirk"):
+            name += "+quirks"
+        declared = REPO_ROOT / "expectations" / f"{profile}.toml"
+        expectations = declared if profile != "e2b" and declared.exists() else endpoint.expectations
+        endpoint = dataclasses.replace(endpoint, name=name, expectations=expectations)
+    if explicit:
+        endpoint = dataclasses.replace(endpoint, expectations=Path(explicit))
+    return endpoint
 
 
 def _selected_runners(config: pytest.Config) -> list[Runner]:
@@ -384,10 +404,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if not runner.has_suite(suite):
             continue
         for step in load_steps(suite, runner.table(suite)):  # type: ignore[arg-type]
-            cases.append(pytest.param((suite, runner, step.id), id=f"{runner.name}/{step.id}"))
+            marks = [pytest.mark.slow] if step.slow else []
+            cases.append(pytest.param((suite, runner, step.id), id=f"{runner.name}/{step.id}", marks=marks))
     metafunc.parametrize("case", cases)
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what will really run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = _bench(config)
     if session is None:

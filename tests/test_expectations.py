@@ -76,10 +76,13 @@ def test_load_none_expects_every_case_to_pass() -> None:
     assert Expectations.load(None).for_case("quickstart/py-e2b-2.63.0/py01_create") == DEFAULT
 
 
-def test_shipped_local_declares_nothing() -> None:
+def test_shipped_local_declares_only_its_missing_template_builds() -> None:
     local = Expectations.load(REPO / "expectations" / "local.toml")
 
-    assert (local.name, dict(local.cases)) == ("local", {})
+    assert local.name == "local"
+    assert sorted(local.cases) == ["probes/*/pr11_template_build", "refusals/*/rf13_template_build"]
+    assert {d.outcome for d in local.cases.values()} == {"refused"}
+    assert local.for_case("quickstart/py-e2b-2.63.0/py01_create").outcome == "pass"
 
 
 def test_for_endpoint_without_a_file_declares_nothing(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from bench.runners.manifest import load_steps
 
 REPO = Path(__file__).resolve().parents[1]
 PY_RUNNER = "py-e2b-2.63.0"
+QUICKSTART = "sandboxes/e2b/test_quickstart.py"
 CANARY = "e2b_canary0123456789abcdef0123456789abcdef"
 
 
@@ -48,7 +49,7 @@ def closed_port() -> int:
 
 
 def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_path: Path) -> None:
-    done = bench("run", "--runner", PY_RUNNER, "--results-dir", str(tmp_path))
+    done = bench("run", QUICKSTART, "--runner", PY_RUNNER, "--results-dir", str(tmp_path))
 
     assert done.returncode == 0, done.stdout + done.stderr
     run = read_run(only_run_dir(tmp_path))
@@ -102,7 +103,11 @@ def test_the_api_key_and_envd_tokens_never_reach_disk(tmp_path: Path) -> None:
     results, reports = tmp_path / "results", tmp_path / "reports"
     with serving(api_key=CANARY) as local:
         env = {"E2B_API_KEY": CANARY, "E2B_API_URL": local.api_url, "E2B_SANDBOX_URL": local.sandbox_url}
-        done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(results), env=env)
+        # Every suite of the runner: probes and token rules carry signed URLs and raw tokens too.
+        done = bench(
+            "run", "--endpoint", "env", "--expectations", "expectations/local.toml", "--runner", PY_RUNNER,
+            "--results-dir", str(results), env=env,
+        )  # fmt: skip
     rendered = bench("report", str(only_run_dir(results)), "--out", str(reports))
 
     assert done.returncode == 0, done.stdout + done.stderr
@@ -122,7 +127,7 @@ def test_the_api_key_and_envd_tokens_never_reach_disk(tmp_path: Path) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGINT])
 def test_ctrl_c_leaves_a_valid_run_dir_marked_interrupted(tmp_path: Path, signum: int) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.cli", "run", "--runner", PY_RUNNER, "--results-dir", str(tmp_path)],
+        [sys.executable, "-m", "bench.cli", "run", QUICKSTART, "--runner", PY_RUNNER, "--results-dir", str(tmp_path)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

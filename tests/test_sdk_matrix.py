@@ -18,7 +18,16 @@ V1_ROUTES = {"py-e2b-2.45.1", "py-e2b-2.31.0", "js-e2b-2.50.0"}
 
 def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "run", "--matrix", "sandboxes", "--results-dir", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "run",
+            "--matrix",
+            "sandboxes/e2b/test_quickstart.py",
+            "--results-dir",
+            str(tmp_path),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

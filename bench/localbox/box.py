@@ -365,7 +365,8 @@ class Box:
             loop.add_reader(fd, self._read_output, record, fd, kind)
         self.processes[record.pid] = record
         if record.pid in self._early_exits:
-            self._on_process_exit(record.pid, self._early_exits.pop(record.pid))
+            # Not now: the caller subscribes right after this returns, and must not miss the end.
+            loop.call_soon(self._on_process_exit, record.pid, self._early_exits.pop(record.pid))
         return record
 
     def _read_output(self, record: ProcessRecord, fd: int, kind: str) -> None:

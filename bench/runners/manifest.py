@@ -28,6 +28,7 @@ class Step:
     id: str
     title: str
     depends: tuple[str, ...]
+    slow: bool = False  # waits on purpose (e.g. a 60 s expiry): pytest marker `slow`
 
 
 def load_manifest(paths: Iterable[Path] = MANIFEST_PATHS) -> dict[str, Any]:
@@ -54,7 +55,8 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
         where = path or " or ".join(str(p) for p in MANIFEST_PATHS)
         raise ManifestError(f"{where} has no [{suite}.{language}] table") from None
     steps = [
-        Step(id=raw["id"], title=raw["title"], depends=tuple(raw.get("depends", ()))) for raw in table.get("steps", ())
+        Step(id=raw["id"], title=raw["title"], depends=tuple(raw.get("depends", ())), slow=bool(raw.get("slow")))
+        for raw in table.get("steps", ())
     ]
     known: set[str] = set()
     for step in steps:

@@ -18,7 +18,7 @@ from typing import Any
 from bench.runners.envs import REPO_ROOT, RunnerSpec
 
 STDERR_TAIL_BYTES = 4096
-OUTCOMES = frozenset({"pass", "fail", "error", "skip"})
+OUTCOMES = frozenset({"pass", "fail", "error", "skip", "refused", "deviation"})
 
 Event = dict[str, Any]
 

@@ -43,8 +43,8 @@ class Deviation(Exception):
 class Refused(Exception):
     """The endpoint refused the call; `details` carries status_code, error_code and message."""
 
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
+    def __init__(self, summary: str, **details: Any) -> None:
+        super().__init__(summary)
         self.details = {key: value for key, value in details.items() if value is not None}
 
 

@@ -139,7 +139,9 @@ def test_ag2_and_adk_pass_on_b3os_beta(b3os: FrameworkRun, runner: str) -> None:
     assert {c.outcome for c in b3os.run.cases if c.runner == runner} == {"pass"}
 
 
-def test_pydantic_ai_harness_on_b3os_beta_reads_exit_codes_as_0_and_cannot_read_files(b3os: FrameworkRun) -> None:
+def test_pydantic_ai_harness_on_b3os_beta_reads_exit_codes_as_0_cannot_read_and_refuses_the_proof_path(
+    b3os: FrameworkRun,
+) -> None:
     exit_code = b3os.case(HARNESS, "fw02_exit_code")
     late = b3os.case(HARNESS, "fw03_late_output")
     proof = b3os.case(HARNESS, "fw01_proof_task")
@@ -149,27 +151,14 @@ def test_pydantic_ai_harness_on_b3os_beta_reads_exit_codes_as_0_and_cannot_read_
     assert exit_code.error == "`exit 5` reported as exit code 0 (expected 5)"
     assert (late.outcome, late.details["stdout"]) == ("fail", "")
     assert proof.outcome == "fail" and [a["attempt"] for a in attempts] == [1, 2]
-    for attempt in attempts:
-        # setsid forks and returns 0 at once, so `test -p` "succeeds": every read is taken for a FIFO ...
-        assert attempt["verify_read"] == {
-            "error": f"OSError: Could not read {PROOF!r}: FIFO reads are not supported",
-        }
-        # ... and `pwd -P` (the workspace root) prints nothing before the end is reported.
-        assert "`pwd -P` exited 0 and printed ''" in attempt["error"]
-    assert "FIFO reads are not supported" in proof.error and "`pwd -P` exited 0" in proof.error
-
-
-def test_pydantic_ai_harness_with_output_kept_refuses_the_proof_file_as_outside_workspace(tmp_path: Path) -> None:
-    # Without the lost output, `pwd -P` names the login profile's /workspace: the file tools' root.
-    kept = bench_run(tmp_path, "--profile", "b3os-beta", "--quirk", "end_on_exit=false", "--runner", HARNESS)
-
-    (attempt, _) = kept.transcript(HARNESS)["attempts"]
-    results = {call["name"]: call for call in attempt["tool_calls"]}
     outside = f"`{PROOF}` is outside the project root `/workspace`"
-    assert results["write_file"]["error"] and results["write_file"]["result"].startswith(outside)
-    assert results["read_file"]["result"].startswith(outside)
-    assert attempt["verify_read"]["error"].endswith("FIFO reads are not supported")
-    assert kept.case(HARNESS, "fw02_exit_code").details["exit_code"] == 0
+    for attempt in attempts:
+        # `pwd -P` prints /workspace (the login profile's cd) before the end: that becomes the root ...
+        results = {call["name"]: call for call in attempt["tool_calls"]}
+        assert results["write_file"]["error"] and results["write_file"]["result"].startswith(outside)
+        # ... and setsid's parent exits 0 at once, so `test -p` "succeeds": every read is taken for a FIFO.
+        assert attempt["verify_read"] == {"error": f"OSError: Could not read {PROOF!r}: FIFO reads are not supported"}
+    assert "FIFO reads are not supported" in proof.error
 
 
 def test_tanstack_on_b3os_beta_loses_exit_codes_and_late_output_and_its_spawn_is_refused(b3os: FrameworkRun) -> None:
@@ -181,9 +170,8 @@ def test_tanstack_on_b3os_beta_loses_exit_codes_and_late_output_and_its_spawn_is
     assert (exit_code.outcome, exit_code.details["exit_code"]) == ("fail", 0)
     assert (late.outcome, late.details["stdout"], late.details["exit_code"]) == ("fail", "", 0)
     assert spawn.outcome == "fail" and STDIN_REFUSED in spawn.error
-    assert proof.outcome == "fail" and "no uname result shows 'Linux'" in proof.error
-    uname = b3os.transcript(TANSTACK)["attempts"][-1]["tool_calls"][0]
-    assert json.loads(uname["result"]) == {"stdout": "", "stderr": "", "exitCode": 0}
+    # `uname -a` prints at once, before the end is reported: the proof task itself still passes.
+    assert proof.outcome == "pass"
 
 
 def test_the_report_puts_both_profiles_side_by_side_with_each_failure_s_symptom(

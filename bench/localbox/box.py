@@ -29,6 +29,7 @@ SIGNAL_NAMES = {
     signal.SIGALRM: "alarm clock", signal.SIGFPE: "floating point exception", signal.SIGILL: "illegal instruction",
 }  # fmt: skip
 READ_CHUNK = 1 << 16
+END_ON_EXIT_GRACE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ class Box:
         self.template_root = template_root
         self.dir = state_dir / name
         self.settings = settings
-        self.freezer = Freezer(name)
+        # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
+        self.freezer = Freezer(f"{state_dir.parent.name}/{name}")
         self.link: AgentLink | None = None
         self.unshare: asyncio.subprocess.Process | None = None
         self.agent_host_pid: int | None = None
@@ -247,13 +249,21 @@ class Box:
         if self.unshare and self.unshare.returncode is None:
             with contextlib.suppress(OSError):
                 await self.freezer.freeze(False, self._root_pid())
-            for pid in self.freezer.pids(self._root_pid()):
+            root = self._root_pid()
+            for pid in self.freezer.pids(root):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                self.unshare.send_signal(signal.SIGKILL)
+            # pid 1's death ends every process of the namespace; unshare exits once pid 1 is reaped,
+            # so when it has, nothing of the sandbox is left. (Killing unshare first would not wait.)
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(root, signal.SIGKILL)  # type: ignore[arg-type]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.unshare.wait(), 5)
+            if self.unshare.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.unshare.send_signal(signal.SIGKILL)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.unshare.wait(), 5)
         if self.link:
             self.link.close()
         for record in list(self.processes.values()):
@@ -397,10 +407,10 @@ class Box:
             self._early_exits[pid] = raw_status
             return
         record.exit = ExitStatus.from_wait_status(raw_status)
-        if self.settings.end_on_exit:
-            self._finish(record, record.exit)
-        else:
-            self._maybe_finish(record)
+        if self.settings.end_on_exit and record.outputs:
+            # Such an endpoint ends a command shortly after its process exits, whatever is still to come.
+            asyncio.get_running_loop().call_later(END_ON_EXIT_GRACE_S, self._finish, record, record.exit)
+        self._maybe_finish(record)
 
     def _maybe_finish(self, record: ProcessRecord) -> None:
         if record.exit is not None and not record.outputs:

@@ -32,6 +32,7 @@ CPU_COUNT = 2
 MEMORY_MB = 512
 DISK_SIZE_MB = 2048
 CLIENT_ID = "e2b-bench"
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/freezer/e2b-bench"), Path("/sys/fs/cgroup/e2b-bench"))
 ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -269,6 +270,7 @@ class Registry:
         self.sandboxes.clear()
         self._pool.clear()
         await asyncio.gather(*(box.kill() for box in boxes), *self._tasks, return_exceptions=True)
+        remove_server_cgroups(self.config.state_dir.name)
         shutil.rmtree(self.config.state_dir, ignore_errors=True)
 
 
@@ -282,8 +284,8 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"unshare" in cmdline and b"agent.py" in cmdline:
                 _kill_tree(pid)
-        for cgroup in (Path("/sys/fs/cgroup/freezer/e2b-bench"), Path("/sys/fs/cgroup/e2b-bench")):
-            path = cgroup / box_dir.name
+        for cgroup in CGROUP_ROOTS:
+            path = cgroup / boxes_dir.parent.name / box_dir.name
             if path.exists():
                 with contextlib.suppress(OSError):
                     (path / ("freezer.state" if "freezer" in str(cgroup) else "cgroup.freeze")).write_text(
@@ -300,7 +302,14 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
                         time.sleep(0.02)
         shutil.rmtree(box_dir, ignore_errors=True)
         removed.append(box_dir.name)
+    remove_server_cgroups(boxes_dir.parent.name)
     return removed
+
+
+def remove_server_cgroups(server: str) -> None:
+    for root in CGROUP_ROOTS:
+        with contextlib.suppress(OSError):
+            (root / server).rmdir()
 
 
 def _kill_tree(pid: int) -> None:

@@ -85,7 +85,9 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
     assert exports["E2B_API_URL"] == exports["E2B_SANDBOX_URL"]
     assert exports["E2B_API_URL"].startswith("http://127.0.0.1:")
     assert exports["E2B_API_KEY"] == "e2b_" + "1" * 40
-    assert float(exports["ready_s"]) < 2.0
+    # Ready in under 2 s on an idle machine (about 1.3 s here, interpreter start included); the margin is
+    # for a loaded one, such as a test run with parallel workers.
+    assert float(exports["ready_s"]) < 4.0
     assert len(running) >= 1
     assert process.returncode == 0
     assert agent_pids(str(state_dir)) == set()
@@ -148,7 +150,12 @@ def test_debug_ports_serve_clients_that_never_call_the_api() -> None:
             [sys.executable, "-c", code],
             capture_output=True,
             text=True,
-            env={**os.environ, "E2B_DEBUG": "true", "E2B_API_KEY": "e2b_unused"},
+            # Without the session endpoint's E2B_*_URL: they would win over debug mode's localhost ports.
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("E2B_")},
+                "E2B_DEBUG": "true",
+                "E2B_API_KEY": "e2b_unused",
+            },
             timeout=60,
             check=False,
         )

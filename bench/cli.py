@@ -101,6 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-report", action="store_true")
     bench.set_defaults(handler=cmd_bench)
 
+    detect = commands.add_parser(
+        "detect", help="prove every quirk of the embedded endpoint is flagged (probes + refusals, one run per quirk)"
+    )
+    detect.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
+    detect.set_defaults(handler=cmd_detect)
+
     runners = commands.add_parser("runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
@@ -233,6 +239,12 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     print(f"report: {paths.html}")
     print(f"summary: {paths.markdown}")
     return 0
+
+
+def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:
+    from .detection import main as detect_main
+
+    return detect_main(args.results_dir)
 
 
 def cmd_runners(args: argparse.Namespace, extra: list[str]) -> int:

@@ -290,6 +290,21 @@ def _bench_comparison(documents: list[tuple[Run, dict[str, Any]]], redactor: Red
     return {"svg": Markup(redactor.redact_text(chart)), "legend": redactor.redact_obj(legend), "rows": table}
 
 
+def _detection(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """Rows of the quirk x flagged-cases table, from `e2b-bench detect` runs."""
+    return [
+        {
+            "run": run.run_id,
+            "quirk": case.case,
+            "detected": case.conformant,
+            "flagged": list(case.details.get("flagged", [])),
+        }
+        for run in runs
+        for case in run.cases
+        if case.suite == "detection"
+    ]
+
+
 def _environment(templates: Path) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates),
@@ -310,6 +325,7 @@ def render(
     redactor = redactor or Redactor()
     runs = [read_run(path, allow_truncated=True) for path in run_dirs]
     model = _model(runs, redactor)
+    model["detection"] = _detection(runs)
     environment = _environment(templates)
     paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
     for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):

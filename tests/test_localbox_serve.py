@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,18 +45,21 @@ def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[subproce
     return process, exports
 
 
-def agent_pids(marker: str) -> set[int]:
-    """Agents (sandbox pid 1s, and their unshare parents) whose state lives under a path containing `marker`."""
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def sandbox_pids(server_dir: Path) -> set[int]:
+    """Live processes holding the sandboxes of a server (from their pid files) and their pid 1s."""
     found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"localbox/agent.py" in cmdline and marker.encode() in cmdline:
-                found.add(int(entry))
-    return found
+    for pid_file in server_dir.glob("**/boxes/*/pid"):
+        holder = int(pid_file.read_text())
+        with contextlib.suppress(OSError):
+            found |= {holder, *map(int, Path(f"/proc/{holder}/task/{holder}/children").read_text().split())}
+    return {pid for pid in found if alive(pid)}
 
 
 @pytest.fixture
@@ -77,7 +81,7 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
     try:
         sbx = sandbox_via(exports)
         sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
-        running = agent_pids(str(state_dir))
+        running = sandbox_pids(state_dir)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -90,29 +94,29 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
     assert float(exports["ready_s"]) < 4.0
     assert len(running) >= 1
     assert process.returncode == 0
-    assert agent_pids(str(state_dir)) == set()
+    assert {pid for pid in running if alive(pid)} == set()
     assert not state_dir.exists() or not any(state_dir.rglob("upper"))
     assert str(state_dir) not in Path("/proc/mounts").read_text()
 
 
 def test_a_crashed_server_leaves_nothing_running_and_the_next_one_cleans_its_files(tmp_path: Path) -> None:
     process, exports = start_serve()
-    mine = f"server-{process.pid}-"
     sbx = sandbox_via(exports)
     sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
     leftovers = [p for p in Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*")]
+    running = set().union(*(sandbox_pids(p) for p in leftovers))
 
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=10)
     deadline = time.monotonic() + 10
-    while agent_pids(mine) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in running) and time.monotonic() < deadline:
         time.sleep(0.05)
     second, _ = start_serve()
     second.send_signal(signal.SIGTERM)
     second.wait(timeout=30)
 
-    assert len(leftovers) == 1
-    assert agent_pids(mine) == set()
+    assert len(leftovers) == 1 and len(running) >= 2
+    assert {pid for pid in running if alive(pid)} == set()
     assert not leftovers[0].exists()
 
 

@@ -31,7 +31,6 @@ import sys
 import termios
 import time
 
-CONTROL_FD = int(json.loads(sys.argv[1])["control_fd"]) if len(sys.argv) > 1 else 3
 MAX_MESSAGE = 1 << 20
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -505,24 +504,92 @@ class Agent:
         return {}
 
 
-def main() -> None:
-    config = json.loads(sys.argv[1])
+def run_agent(config: dict) -> None:
+    """Become the sandbox: join its cgroup, mount and enter its root, serve the server's requests."""
     sock = socket.socket(fileno=config["control_fd"])
-    if config.get("cgroup_procs"):
-        for path in config["cgroup_procs"]:
+    try:
+        for path in config.get("cgroup_procs") or []:
             with open(path, "w") as f:
                 f.write("0")
-    setup_root(config)
-    drop_capabilities()
-    os.environ.clear()
+        setup_root(config)
+        drop_capabilities()
+        os.environ.clear()
+    except Exception as exc:  # reported to the server, which turns it into a clear create error
+        with contextlib.suppress(OSError):
+            sock.send(json.dumps({"op": "failed", "error": str(exc)}).encode())
+        time.sleep(0.05)
+        raise
     Agent(sock, config).serve()
+
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+PR_SET_PDEATHSIG = 1
+libc.unshare.argtypes = [ctypes.c_int]
+
+
+def start_sandbox(config: dict) -> None:
+    """In a fresh child of the zygote: new namespaces, then pid 1 of them, as `unshare --fork --kill-child`."""
+    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | (CLONE_NEWNET if config.get("net") else 0)
+    _check(libc.unshare(flags), "unshare")
+    pid = os.fork()
+    if pid == 0:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        try:
+            run_agent(config)
+        finally:
+            os._exit(0)
+    os.close(config["control_fd"])
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def zygote(control_fd: int) -> None:
+    """Fork-server: sandboxes are forked from this already-started interpreter (a fresh one costs ~60 ms)."""
+    sock = socket.socket(fileno=control_fd)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    while True:
+        readable, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+        if sock in readable:
+            data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 1)
+            if not data:
+                return  # the server is gone: sandboxes already started live on until theirs closes
+            config = json.loads(data)
+            config["control_fd"] = fds[0]
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                signal.set_wakeup_fd(-1)
+                os.close(wake_r)
+                os.close(wake_w)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                try:
+                    start_sandbox(config)
+                finally:
+                    os._exit(1)
+            os.close(fds[0])
+            sock.send(json.dumps({"pid": pid}).encode())
+
+
+def main() -> None:
+    if sys.argv[1] == "--zygote":
+        zygote(int(sys.argv[2]))
+        return
+    run_agent(json.loads(sys.argv[1]))
 
 
 if __name__ == "__main__":
     try:
         main()
-    except Exception as exc:  # reported to the server, which turns it into a clear create error
-        with contextlib.suppress(OSError):
-            socket.socket(fileno=CONTROL_FD).send(json.dumps({"op": "failed", "error": str(exc)}).encode())
-        time.sleep(0.05)
+    except Exception:
         sys.exit(1)

@@ -157,19 +157,99 @@ def _namespace_pids(root_pid: int) -> list[int]:
     return found
 
 
+class Holder:
+    """The process holding a sandbox's namespaces: it exits once pid 1 of the sandbox has been reaped."""
+
+    def __init__(self, pid: int, exited: asyncio.Future) -> None:
+        self.pid = pid
+        self.exited = exited
+
+    @classmethod
+    def of_pid(cls, pid: int) -> Holder:
+        """Watch any process (not only our children) through a pidfd."""
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future = loop.create_future()
+        pidfd = os.pidfd_open(pid)
+
+        def done() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(pidfd, done)
+        return cls(pid, exited)
+
+    @property
+    def alive(self) -> bool:
+        return not self.exited.done()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.exited), timeout)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+class Zygote:
+    """A fork-server (agent.py --zygote) sandboxes are forked from: no interpreter start per sandbox."""
+
+    def __init__(self, process: subprocess.Popen, sock: socket.socket) -> None:
+        self.process = process
+        self.sock = sock
+        self.lock = asyncio.Lock()
+
+    @classmethod
+    def start(cls) -> Zygote:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(AGENT_PATH), "--zygote", str(child.fileno())],
+            pass_fds=[child.fileno()],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        child.close()
+        return cls(process, parent)
+
+    async def launch(self, config: dict, control: socket.socket) -> int:
+        """Fork one sandbox; returns the pid of the process that holds its namespaces."""
+
+        def exchange() -> int:
+            socket.send_fds(self.sock, [json.dumps(config).encode()], [control.fileno()])
+            reply = self.sock.recv(65536)
+            if not reply:
+                raise AgentError("the sandbox fork-server exited")
+            return int(json.loads(reply)["pid"])
+
+        async with self.lock:
+            return await asyncio.get_running_loop().run_in_executor(None, exchange)
+
+    def close(self) -> None:
+        self.sock.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(2)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
 class Box:
     """Namespaces + overlay root + agent for one sandbox; all sandbox I/O goes through here."""
 
-    def __init__(self, name: str, template_root: Path, state_dir: Path, settings: BoxSettings) -> None:
+    def __init__(
+        self, name: str, template_root: Path, state_dir: Path, settings: BoxSettings, zygote: Zygote | None = None
+    ) -> None:
         self.name = name
+        self.zygote = zygote
         self.template_root = template_root
         self.dir = state_dir / name
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
         self.freezer = Freezer(f"{state_dir.parent.name}/{name}")
         self.link: AgentLink | None = None
-        self.unshare: asyncio.subprocess.Process | None = None
-        self.agent_host_pid: int | None = None
+        self.holder: Holder | None = None
         self.processes: dict[int, ProcessRecord] = {}
         self._early_exits: dict[int, int] = {}
         self._users: dict[str, dict] = {}
@@ -190,12 +270,34 @@ class Box:
             "cgroup_procs": [self.freezer.procs_file] if self.freezer.procs_file else [],
             "net": not self.settings.internet,
         }
+        if self.zygote is not None:
+            self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
+        else:
+            self.holder = await self._unshare(config, child_sock)
+        child_sock.close()
+        (self.dir / "pid").write_text(str(self.holder.pid))
+        self.link = AgentLink(parent_sock, self._on_process_exit)
+        asyncio.get_running_loop().create_task(self._watch_unshare())
+        try:
+            await self.link.ready(timeout)
+            await self.link.result("configure", hostname=hostname, profile=list(self.settings.profile_lines))
+        except (AgentError, TimeoutError) as exc:
+            log = self.dir / "agent.log"
+            log_tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            await self.kill()
+            raise AgentError(f"{exc}; agent log: {log_tail.strip() or '(empty)'}") from exc
+        except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
+            await self.kill()
+            raise
+
+    async def _unshare(self, config: dict, child_sock: socket.socket) -> Holder:
+        """Without a fork-server: `unshare` + a fresh interpreter per sandbox."""
         command = ["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child"]
         if not self.settings.internet:
             command.append("--net")
         command += ["--", sys.executable, "-I", "-S", str(AGENT_PATH), json.dumps(config)]
         with open(self.dir / "agent.log", "wb") as log:
-            self.unshare = await asyncio.create_subprocess_exec(
+            process = await asyncio.create_subprocess_exec(
                 *command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -203,24 +305,12 @@ class Box:
                 pass_fds=[child_sock.fileno()],
                 start_new_session=True,
             )
-        child_sock.close()
-        (self.dir / "pid").write_text(str(self.unshare.pid))
-        self.link = AgentLink(parent_sock, self._on_process_exit)
-        asyncio.get_running_loop().create_task(self._watch_unshare())
-        try:
-            await self.link.ready(timeout)
-            await self.link.result("configure", hostname=hostname, profile=list(self.settings.profile_lines))
-        except (AgentError, TimeoutError) as exc:
-            log_tail = (self.dir / "agent.log").read_text(errors="replace")[-1500:]
-            await self.kill()
-            raise AgentError(f"{exc}; agent log: {log_tail.strip() or '(empty)'}") from exc
-        except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
-            await self.kill()
-            raise
+        exited = asyncio.ensure_future(process.wait())
+        return Holder(process.pid, exited)
 
     async def _watch_unshare(self) -> None:
-        assert self.unshare is not None
-        await self.unshare.wait()
+        assert self.holder is not None
+        await asyncio.shield(self.holder.exited)
         if self.link:
             self.link.close()
         for record in list(self.processes.values()):
@@ -230,7 +320,7 @@ class Box:
 
     @property
     def running(self) -> bool:
-        return self.unshare is not None and self.unshare.returncode is None
+        return self.holder is not None and self.holder.alive
 
     async def warm_up(self) -> None:
         """Run one login shell so the first command of a sandbox does not pay for cold caches."""
@@ -246,24 +336,21 @@ class Box:
 
         With `wait_for_files=False` the files are removed in the background; the returned future ends then.
         """
-        if self.unshare and self.unshare.returncode is None:
+        if self.holder and self.holder.alive:
             with contextlib.suppress(OSError):
                 await self.freezer.freeze(False, self._root_pid())
             root = self._root_pid()
             for pid in self.freezer.pids(root):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            # pid 1's death ends every process of the namespace; unshare exits once pid 1 is reaped,
-            # so when it has, nothing of the sandbox is left. (Killing unshare first would not wait.)
+            # pid 1's death ends every process of the namespace; the holder exits once pid 1 is reaped,
+            # so when it has, nothing of the sandbox is left. (Killing the holder first would not wait.)
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(root, signal.SIGKILL)  # type: ignore[arg-type]
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.unshare.wait(), 5)
-            if self.unshare.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.unshare.send_signal(signal.SIGKILL)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.unshare.wait(), 5)
+            await self.holder.wait(5)
+            if self.holder.alive:
+                self.holder.kill()
+                await self.holder.wait(5)
         if self.link:
             self.link.close()
         for record in list(self.processes.values()):
@@ -283,10 +370,10 @@ class Box:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _root_pid(self) -> int | None:
-        if not self.unshare:
+        if not self.holder:
             return None
         try:
-            children = Path(f"/proc/{self.unshare.pid}/task/{self.unshare.pid}/children").read_text().split()
+            children = Path(f"/proc/{self.holder.pid}/task/{self.holder.pid}/children").read_text().split()
             return int(children[0]) if children else None
         except OSError:
             return None

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .box import Box, BoxSettings
+from .box import Box, BoxSettings, Zygote
 from .quirks import Quirks
 
 if TYPE_CHECKING:
@@ -120,6 +120,7 @@ class Registry:
         self._reaper: asyncio.Task | None = None
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
+        self.zygote: Zygote | None = None
 
     @property
     def quirks(self) -> Quirks:
@@ -127,6 +128,8 @@ class Registry:
 
     async def start(self) -> None:
         self.boxes_dir.mkdir(parents=True, exist_ok=True)
+        if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
+            self.zygote = Zygote.start()
         await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)
         self._reaper = asyncio.create_task(self._reap_expired())
         self._refill_pool()
@@ -142,7 +145,7 @@ class Registry:
         )
 
     async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
-        box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet))
+        box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet), self.zygote)
         await box.start(hostname=sandbox_id)
         return box
 
@@ -270,6 +273,8 @@ class Registry:
         self.sandboxes.clear()
         self._pool.clear()
         await asyncio.gather(*(box.kill() for box in boxes), *self._tasks, return_exceptions=True)
+        if self.zygote is not None:
+            self.zygote.close()
         remove_server_cgroups(self.config.state_dir.name)
         shutil.rmtree(self.config.state_dir, ignore_errors=True)
 
@@ -282,7 +287,7 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
         with contextlib.suppress(OSError, ValueError):
             pid = int(pid_file.read_text())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-            if b"unshare" in cmdline and b"agent.py" in cmdline:
+            if b"agent.py" in cmdline:
                 _kill_tree(pid)
         for cgroup in CGROUP_ROOTS:
             path = cgroup / boxes_dir.parent.name / box_dir.name

@@ -1,0 +1,299 @@
+// What every JS SDK suite script shares (runner.mjs: quickstart, probes.mjs: probes): loading the SDK
+// under test, the JSON-lines protocol, the step registry, the dependency plan and clean-up.
+//
+// The SDK is loaded from the project whose node_modules is the first entry of NODE_PATH (falling back
+// to a node_modules beside this file). Protocol (JSON lines, docs/ARCHITECTURE.md): one task object on
+// stdin; `hello`, one `step` per step run, `footer` on stdout. The task carries the step ids (`steps`,
+// in run order) and their prerequisites (`depends`, id -> [ids]) from the suite's `ts` table of
+// sandboxes/e2b/manifest.toml: prerequisites run before the steps needing them, and an id without a
+// `step(...)` is an error. Option `crash_after: <id>` makes the runner SIGKILL itself after that step
+// (fault injection). Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the
+// process environment, plus the task's `env`, so the SDK configures itself exactly as for a user.
+//
+// A step records what it observed in `obs` and ends in one of these ways: it returns (`pass`), throws
+// `Fail` (an assertion about E2B's documented behaviour did not hold: `fail`), `Deviation` (a probe
+// observed behaviour that differs from E2B's: `deviation`), `Refused` (the endpoint refused the call;
+// status, code and message are recorded for the declarations to match: `refused`) or `NotInSdk` (the
+// pinned SDK lacks the API: `skip`). Any other exception is an observed SDK failure (`fail`).
+
+import { writeSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { delimiter, dirname } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+
+export const LANGUAGE = 'js'
+export const RUN_TAG = 'e2b-bench-run'
+const EXCERPT_CHARS = 2048
+
+// --- the SDK under test ------------------------------------------------------------------------
+
+function sdkRoots() {
+  const fromPath = (process.env.NODE_PATH || '').split(delimiter).filter(Boolean)
+  // `require.resolve(..., {paths})` looks in `<path>/node_modules`: hand it the project directory.
+  const projects = fromPath.map((entry) => (entry.endsWith('node_modules') ? dirname(entry) : entry))
+  return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
+}
+
+async function loadSdk() {
+  const require = createRequire(import.meta.url)
+  const paths = sdkRoots()
+  const manifest = require(require.resolve('e2b/package.json', { paths }))
+  const module = await import(pathToFileURL(require.resolve('e2b', { paths })).href)
+  return { sdk: module, version: manifest.version }
+}
+
+// --- outcomes ----------------------------------------------------------------------------------
+
+/** An assertion about the endpoint's observable behaviour did not hold. */
+export class Fail extends Error {}
+
+/** A probe observed behaviour that differs from E2B's. */
+export class Deviation extends Error {}
+
+/** The endpoint refused the call; `details` carries status_code, error_code and message. */
+export class Refused extends Error {
+  constructor(summary, details) {
+    super(summary)
+    this.details = Object.fromEntries(Object.entries(details).filter(([, value]) => value !== undefined && value !== null))
+  }
+}
+
+/** The pinned SDK has no API for what the step exercises. */
+export class NotInSdk extends Error {}
+
+export function expect(condition, message) {
+  if (!condition) throw new Fail(message)
+}
+
+/** The SDK must offer `owner[name]` as a function, or the step is skipped for this pin. */
+export function need(owner, name, what) {
+  if (typeof owner?.[name] !== 'function') throw new NotInSdk(`not in this SDK: ${what}`)
+}
+
+export function show(value) {
+  if (value instanceof Date) return value.toISOString()
+  return JSON.stringify(value) ?? String(value)
+}
+
+export function excerpt(value) {
+  if (typeof value === 'string' && value.length > EXCERPT_CHARS) {
+    return `${value.slice(0, EXCERPT_CHARS)}... [${value.length - EXCERPT_CHARS} more chars]`
+  }
+  return value
+}
+
+export function oneLine(text) {
+  const flat = String(text).trim().replaceAll('\r', '\\r').replaceAll('\n', '\\n')
+  return flat.length <= 500 ? flat : `${flat.slice(0, 500)}...`
+}
+
+export function errorDetails(err) {
+  const details = { exception: err?.name ?? typeof err, message: excerpt(String(err?.message ?? err)) }
+  for (const key of ['statusCode', 'exitCode', 'error', 'stdout', 'stderr']) {
+    try {
+      if (err?.[key] !== undefined) details[key] = excerpt(err[key])
+    } catch {
+      // A getter of a half-built error: the class and message are enough.
+    }
+  }
+  return details
+}
+
+/** Await `promise`, which must reject with the SDK class `cls`; return the error. */
+export async function expectRejects(promise, cls, what, obs, key) {
+  let value
+  try {
+    value = await promise
+  } catch (err) {
+    obs[key] = errorDetails(err)
+    expect(err instanceof cls && err.name === cls.name, `${what} raised ${err?.name}: ${oneLine(err?.message)}, expected ${cls.name}`)
+    return err
+  }
+  obs[key] = { returned: excerpt(show(value)) }
+  throw new Fail(`${what} returned ${oneLine(excerpt(show(value)))} instead of raising ${cls.name}`)
+}
+
+export function sameList(actual, wanted) {
+  return Array.isArray(actual) && actual.length === wanted.length && actual.every((item, i) => item === wanted[i])
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+export async function until(predicate, timeoutMs) {
+  const deadline = Date.now() + timeoutMs
+  while (!predicate()) {
+    if (Date.now() > deadline) return false
+    await sleep(20)
+  }
+  return true
+}
+
+// --- steps -------------------------------------------------------------------------------------
+
+const STEPS = new Map()
+
+export function step(id, run) {
+  STEPS.set(id, run)
+}
+
+export class Context {
+  constructor(sdk, task) {
+    const options = task.options ?? {}
+    this.sdk = sdk
+    this.runId = String(task.run_id ?? 'unset')
+    this.template = options.template
+    this.sandboxTimeoutMs = Number(options.sandbox_timeout_s ?? 120) * 1000
+    this.sandbox = null
+    this.sandboxId = null
+    this.created = []
+    this.killed = new Set()
+    this.state = {}
+  }
+
+  get metadata() {
+    return { [RUN_TAG]: this.runId }
+  }
+
+  /** A sandbox tagged with the run (always killed at the end). */
+  async newSandbox(options = {}) {
+    const opts = { timeoutMs: this.sandboxTimeoutMs, metadata: this.metadata, ...options }
+    const sandbox = this.template
+      ? await this.sdk.Sandbox.create(this.template, opts)
+      : await this.sdk.Sandbox.create(opts)
+    this.created.push(sandbox.sandboxId)
+    return sandbox
+  }
+
+  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed at the end. */
+  async adopt(creating) {
+    const stray = await creating
+    this.created.push(stray.sandboxId)
+    return stray
+  }
+}
+
+function emit(event) {
+  // Synchronous write: an event is on the pipe before the next step starts (or the process dies).
+  writeSync(1, `${JSON.stringify(event)}\n`)
+}
+
+function readStdin() {
+  return new Promise((resolve, reject) => {
+    const chunks = []
+    process.stdin.on('data', (chunk) => chunks.push(chunk))
+    process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
+    process.stdin.on('error', reject)
+  })
+}
+
+/** The requested steps with their prerequisites (from `depends`) placed before them. */
+function plan(requested, depends) {
+  const ordered = []
+  const visit = (id) => {
+    if (ordered.includes(id)) return
+    for (const dep of depends[id] ?? []) visit(dep)
+    ordered.push(id)
+  }
+  for (const id of requested) visit(id)
+  return ordered
+}
+
+async function runStep(ctx, id, depends, outcomes) {
+  const event = { type: 'step', id }
+  const blocker = (depends[id] ?? []).find((dep) => outcomes.get(dep) !== 'pass')
+  if (blocker !== undefined) {
+    return { ...event, outcome: 'error', duration_ms: 0, error: `depends on ${blocker}`, details: {} }
+  }
+  const run = STEPS.get(id)
+  if (run === undefined) {
+    return { ...event, outcome: 'error', duration_ms: 0, error: `no implementation for step ${id}`, details: {} }
+  }
+  const obs = {}
+  const started = performance.now()
+  let outcome = 'pass'
+  let error = null
+  try {
+    await run(ctx, obs)
+  } catch (err) {
+    if (err instanceof NotInSdk) {
+      outcome = 'skip'
+      error = err.message
+    } else if (err instanceof Fail) {
+      outcome = 'fail'
+      error = oneLine(err.message)
+    } else if (err instanceof Deviation) {
+      outcome = 'deviation'
+      error = oneLine(err.message)
+    } else if (err instanceof Refused) {
+      outcome = 'refused'
+      error = oneLine(err.message)
+      Object.assign(obs, err.details)
+    } else {
+      // Any SDK exception is an observed behaviour of the endpoint.
+      outcome = 'fail'
+      error = oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`)
+      obs.raised = errorDetails(err)
+      obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
+    }
+  }
+  const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
+  return { ...event, outcome, duration_ms, error, details: obs }
+}
+
+async function cleanup(ctx) {
+  const report = {}
+  for (const id of ctx.created) {
+    if (ctx.killed.has(id)) continue
+    try {
+      report[id] = (await ctx.sdk.Sandbox.kill(id)) ? 'killed' : 'already gone'
+    } catch (err) {
+      report[id] = oneLine(`${err?.name}: ${err?.message}`)
+    }
+    ctx.killed.add(id)
+  }
+  return report
+}
+
+/** Run the task's suite (`suite`) with the steps the calling script registered; returns the exit code. */
+export async function main(suite) {
+  // The SDK or a dependency must never write on the protocol stream.
+  for (const level of ['log', 'info', 'debug', 'warn']) console[level] = console.error
+  const task = JSON.parse(await readStdin())
+  for (const [key, value] of Object.entries(task.env ?? {})) process.env[key] = String(value)
+  const { sdk, version } = await loadSdk()
+  emit({ type: 'hello', runner: task.runner ?? `js-e2b-${version}`, pins: { e2b: version }, language: LANGUAGE })
+  if ((task.suite ?? suite) !== suite) {
+    console.error(`runner: unknown suite ${show(task.suite)}, this runner runs ${show(suite)}`)
+    emit({ type: 'footer', completed: false, reason: `unknown suite ${task.suite}` })
+    return 2
+  }
+  const ctx = new Context(sdk, task)
+  const depends = task.depends ?? {}
+  const steps = plan(task.steps ?? [], depends)
+  const crashAfter = task.options?.crash_after
+  const outcomes = new Map()
+  const started = performance.now()
+  // A harness that gives up on a hung step sends SIGTERM: kill the sandboxes, report nothing more.
+  let terminating = false
+  process.once('SIGTERM', () => {
+    terminating = true
+    cleanup(ctx).finally(() => process.exit(143))
+  })
+  let cleaned = {}
+  try {
+    for (const id of steps) {
+      const event = await runStep(ctx, id, depends, outcomes)
+      if (terminating) break
+      outcomes.set(id, event.outcome)
+      emit(event)
+      // Fault injection for the harness's own tests: die the hardest way right after this step.
+      if (id === crashAfter) process.kill(process.pid, 'SIGKILL')
+    }
+  } finally {
+    if (!terminating) cleaned = await cleanup(ctx)
+  }
+  if (terminating) return 143
+  const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
+  emit({ type: 'footer', completed: true, duration_ms, cleanup: cleaned })
+  return 0
+}

@@ -166,7 +166,9 @@ def select_runners(names: Sequence[str]) -> list[Runner]:
     unknown = [name for name in names if name not in known]
     if unknown:
         raise BenchError(f"unknown runner {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    chosen = [known[name] for name in names] if names else default_runners()
+    if not names:  # the default: the newest SDK pin of each language that has a benchmark script
+        return [runner for runner in default_runners() if runner.has_suite(SUITE)]
+    chosen = [known[name] for name in names]
     missing = [runner.name for runner in chosen if not runner.has_suite(SUITE)]
     if missing:
         raise BenchError(f"runner {missing[0]} has no benchmark entry script (no [{SUITE}.*] table in the manifest)")
@@ -435,11 +437,11 @@ class Benchmark:
             if measure.mode == "burst" and doc["planned"] >= count:
                 all_ready = doc["all_ready_ms"]
                 burst_met = all_ready is not None and all_ready <= limit_ms and stats.ok == doc["planned"]
+                # A burst is judged by when all of it is ready: each sample waits for the others by design.
                 target = {
-                    "text": f"{target['text']}; a burst of {count} all ready <= {limit_ms / 1000:g}s",
-                    "max_ratio": measure.max_ratio,
+                    "text": f"a burst of {count} all ready <= {limit_ms / 1000:g}s",
                     "max_all_ready_ms": limit_ms,
-                    "met": bool(target["met"] and burst_met),
+                    "met": bool(burst_met),
                 }
         return {
             "baseline": {"of": list(measure.baseline), "median_ms": baseline_ms},

@@ -25,16 +25,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from driver import RUN_TAG, Protocol, one_line
+
 LANGUAGE = "python"
 SUITE = "bench"
-RUN_TAG = "e2b-bench-run"
 TRANSFER_PATH = "/tmp/e2b-bench-transfer.bin"
 WARMUP = {"run_true": 2, "upload": 1, "download": 1}
-
-
-def one_line(text: str) -> str:
-    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
-    return text if len(text) <= 300 else text[:300] + "..."
 
 
 def describe(exc: BaseException) -> str:
@@ -49,18 +45,6 @@ def ready(started: float, created_ms: float) -> dict[str, Any]:
     """A successful time-to-interactive sample: first command done now, the sandbox created after `created_ms`."""
     total = ms_since(started)
     return {"ok": True, "ms": total, "parts": {"create_ms": created_ms, "first_run_ms": round(total - created_ms, 3)}}
-
-
-class Protocol:
-    """JSON-lines events on the original stdout; anything else printed goes to stderr."""
-
-    def __init__(self) -> None:
-        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-        os.dup2(2, 1)
-
-    def emit(self, event: dict[str, Any]) -> None:
-        self._out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
-        self._out.flush()
 
 
 class Bench:

@@ -102,7 +102,7 @@ def ensure_python_env(spec: RunnerSpec, cache_dir: Path | None = None) -> Path:
     if _is_ready(directory, python):
         return python
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(directory.with_name(directory.name + ".lock")):
+    with file_lock(directory.with_name(directory.name + ".lock")):
         # Another worker may have finished the build while this one waited for the lock.
         if _is_ready(directory, python):
             return python
@@ -115,7 +115,8 @@ def _is_ready(directory: Path, python: Path) -> bool:
 
 
 @contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock held by a file, so parallel workers do not build the same environment twice."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

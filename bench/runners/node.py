@@ -7,17 +7,15 @@ harness points it at the project's installed packages with `NODE_PATH` (see `run
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
-from bench.runners.envs import REPO_ROOT, RunnerEnvError, RunnerSpec, default_cache_dir
+from bench.runners.envs import REPO_ROOT, RunnerEnvError, RunnerSpec, default_cache_dir, file_lock
 
 TS_QUICKSTART = "sandboxes/e2b/ts/runner.mjs"
 PROJECT_FILES = ("package.json", "package-lock.json")
@@ -88,7 +86,7 @@ def ensure_node_env(project_dir: Path, cache_dir: Path | None = None) -> Path:
     if _is_ready(directory):
         return directory
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(directory.with_name(directory.name + ".lock")):
+    with file_lock(directory.with_name(directory.name + ".lock")):
         # Another worker may have finished the build while this one waited for the lock.
         if not _is_ready(directory):
             _build(project_dir, directory)
@@ -111,16 +109,6 @@ def runner_env(env_directory: Path, base: Mapping[str, str] = os.environ) -> dic
 
 def _is_ready(directory: Path) -> bool:
     return (directory / _READY_MARKER).is_file() and (directory / "node_modules").is_dir()
-
-
-@contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _build(project_dir: Path, directory: Path) -> None:

@@ -34,7 +34,7 @@ import httpx
 from . import baselines as base
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import kill_survivors, run_metadata
+from .housekeeping import kill_survivors, leak_record, run_metadata
 from .junit import write_junit
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, case_id, make_header, utc_now, validate
@@ -475,25 +475,7 @@ class Benchmark:
                     )
                 )
         cleanup = document["cleanup"]
-        leak = cleanup["error"] or (
-            f"{len(cleanup['survivors'])} sandbox(es) of this run were still alive at the end: "
-            f"{', '.join(cleanup['survivors'])}"
-            if cleanup["survivors"]
-            else None
-        )
-        records.append(
-            CaseRecord(
-                id=case_id("housekeeping", "harness", "leak_check"),
-                suite="housekeeping",
-                runner="harness",
-                case="leak_check",
-                outcome="error" if leak else "pass",
-                expected="pass",
-                conformant=leak is None,
-                error=leak,
-                details={"survivors": cleanup["survivors"]},
-            )
-        )
+        records.append(leak_record(cleanup["survivors"], cleanup["error"]))
         for record in records:
             run_dir.record(record)
         return records

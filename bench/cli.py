@@ -8,6 +8,11 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .localbox.server import LocalServer
+    from .model import ModelServer
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXIT_USAGE = 2
@@ -173,7 +178,11 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     if args.debug_ports:
         print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")
     print("# stop with Ctrl-C: every sandbox is killed and its files removed", flush=True)
-    # uvicorn shuts down cleanly on SIGINT/SIGTERM, then re-raises the signal: both end here, exit 0.
+    return in_foreground(server)
+
+
+def in_foreground(server: LocalServer | ModelServer) -> int:
+    """Serve until Ctrl-C or SIGTERM; uvicorn shuts down cleanly, then re-raises the signal: exit 0."""
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
@@ -220,10 +229,7 @@ def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
         return EXIT_USAGE
     print(f"# e2b-bench scripted model: base URL {server.endpoint.base_url()} (model {server.endpoint.model})")
     print("# any API key works; stop with Ctrl-C", flush=True)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
-    return 0
+    return in_foreground(server)
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:

@@ -6,6 +6,8 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from .results import CaseRecord, case_id
+
 RUN_METADATA_KEY = "e2b-bench-run"
 MAX_PAGES = 100
 
@@ -40,3 +42,21 @@ def kill_survivors(api_url: str, key: str | None, run_id: str, timeout_s: float 
         for sandbox_id in survivors:
             client.delete(f"/sandboxes/{sandbox_id}")
     return survivors
+
+
+def leak_record(survivors: list[str], error: str | None, duration_ms: float | None = None) -> CaseRecord:
+    """The `housekeeping/harness/leak_check` case: `error` when a sandbox survived or the check failed."""
+    if survivors and error is None:
+        error = f"{len(survivors)} sandbox(es) of this run were still alive at the end: {', '.join(survivors)}"
+    return CaseRecord(
+        id=case_id("housekeeping", "harness", "leak_check"),
+        suite="housekeeping",
+        runner="harness",
+        case="leak_check",
+        outcome="error" if error else "pass",
+        expected="pass",
+        conformant=error is None,
+        duration_ms=duration_ms,
+        error=error,
+        details={"survivors": survivors},
+    )

@@ -27,7 +27,7 @@ import pytest
 
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import RUN_METADATA_KEY, kill_survivors
+from .housekeeping import RUN_METADATA_KEY, kill_survivors, leak_record
 from .junit import write_junit
 from .model.server import ModelServer
 from .redaction import Redactor
@@ -280,22 +280,9 @@ class BenchSession:
             survivors = kill_survivors(self.endpoint.api_url, self.key, self.run_id)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             error = f"leak check could not list sandboxes: {exc}"
-        if survivors:
-            error = f"{len(survivors)} sandbox(es) of this run were still alive at the end: {', '.join(survivors)}"
-        record = CaseRecord(
-            id=case_id("housekeeping", "harness", "leak_check"),
-            suite="housekeeping",
-            runner="harness",
-            case="leak_check",
-            outcome="error" if error else "pass",
-            expected="pass",
-            conformant=error is None,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
-            error=error,
-            details={"survivors": survivors},
-        )
+        record = leak_record(survivors, error, round((time.monotonic() - started) * 1000, 1))
         self.run_dir.record(record)
-        if error and self.exit_code == 0:
+        if not record.conformant and self.exit_code == 0:
             self.exit_code = 1
 
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from driver import RUN_TAG, Protocol, one_line
+from driver import RUN_TAG, Protocol, kill_sandboxes, one_line
 
 LANGUAGE = "python"
 SUITE = "bench"
@@ -193,10 +193,18 @@ class Bench:
             self.digest = hashlib.sha256(self.payload).hexdigest()
         return self.payload
 
-    def _repeat(self, measure: dict[str, Any], action: Callable[[], None], warmup: int) -> dict[str, Any]:
-        began, attempted = time.perf_counter(), 0
+    def _repeat(
+        self,
+        measure: dict[str, Any],
+        action: Callable[[], None],
+        warmup: int,
+        verify: Callable[[], None] = lambda: None,
+    ) -> dict[str, Any]:
+        """Time `action` alone, then `verify` what it did (untimed): a failed check fails the sample."""
         for _ in range(warmup):
             action()
+            verify()
+        began, attempted = time.perf_counter(), 0
         for index in range(int(measure["count"])):
             if self.expired():
                 break
@@ -205,6 +213,7 @@ class Bench:
             try:
                 action()
                 outcome: dict[str, Any] = {"ok": True, "ms": ms_since(started)}
+                verify()
             except Exception as exc:
                 outcome = {"ok": False, "ms": None, "error": describe(exc)}
             self.sample(measure["id"], index, started_ms, outcome)
@@ -225,7 +234,7 @@ class Bench:
             if found != self.digest:
                 raise AssertionError(f"sha256 of the uploaded file is {found}, expected {self.digest}")
 
-        return self._transfers(measure, send, verify)
+        return self._repeat(measure, send, WARMUP["upload"], verify)
 
     def download(self, measure: dict[str, Any]) -> dict[str, Any]:
         sandbox, payload = self._work_sandbox(), self._payload(int(measure["bytes"]))
@@ -240,44 +249,12 @@ class Bench:
             if found != self.digest:
                 raise AssertionError(f"sha256 of the downloaded bytes is {found}, expected {self.digest}")
 
-        return self._transfers(measure, fetch, verify)
-
-    def _transfers(self, measure: dict[str, Any], transfer: Callable[[], None], verify: Callable[[], None]) -> dict:
-        """Time `transfer` alone, then verify what it moved (untimed): a wrong digest fails the sample."""
-        warmup = WARMUP[measure["kind"]]
-        for _ in range(warmup):
-            transfer()
-            verify()
-        began, attempted = time.perf_counter(), 0
-        for index in range(int(measure["count"])):
-            if self.expired():
-                break
-            attempted += 1
-            started_ms, started = ms_since(began), time.perf_counter()
-            try:
-                transfer()
-                outcome: dict[str, Any] = {"ok": True, "ms": ms_since(started)}
-                verify()
-            except Exception as exc:
-                outcome = {"ok": False, "ms": None, "error": describe(exc)}
-            self.sample(measure["id"], index, started_ms, outcome)
-        return {"attempted": attempted, "wall_ms": ms_since(began), "client": "Sandbox", "warmup": warmup}
+        return self._repeat(measure, fetch, WARMUP["download"], verify)
 
     # --- clean-up --------------------------------------------------------------------------------
     def cleanup(self) -> dict[str, str]:
         """Kill every sandbox this task created and did not see killed."""
-        from e2b import Sandbox
-
-        report: dict[str, str] = {}
-        for sandbox_id in self.created:
-            if sandbox_id in self.killed:
-                continue
-            try:
-                report[sandbox_id] = "killed" if Sandbox.kill(sandbox_id) else "already gone"
-            except Exception as exc:  # reported in the footer, never fatal
-                report[sandbox_id] = describe(exc)
-            self.killed.add(sandbox_id)
-        return report
+        return kill_sandboxes(self.created, self.killed)
 
 
 def _envd_url(created: dict[str, Any]) -> str:

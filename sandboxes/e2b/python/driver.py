@@ -177,19 +177,25 @@ def run_step(ctx: Context, entry: dict[str, Any], outcomes: dict[str, str]) -> d
     return {**event, "outcome": outcome, "duration_ms": duration_ms, "error": error, "details": observed}
 
 
-def cleanup(ctx: Context) -> dict[str, str]:
-    """Kill every sandbox this run created and did not see killed."""
+def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
+    """Kill every sandbox created and not seen killed; what happened to each goes in the footer."""
     from e2b import Sandbox
 
     report: dict[str, str] = {}
-    for sandbox_id in ctx.created:
-        if sandbox_id in ctx.killed:
+    for sandbox_id in created:
+        if sandbox_id in killed:
             continue
         try:
             report[sandbox_id] = "killed" if Sandbox.kill(sandbox_id) else "already gone"
         except Exception as exc:  # reported in the footer, never fatal
             report[sandbox_id] = one_line(f"{type(exc).__name__}: {exc}")
+        killed.add(sandbox_id)
     return report
+
+
+def cleanup(ctx: Context) -> dict[str, str]:
+    """Kill every sandbox this run created and did not see killed."""
+    return kill_sandboxes(ctx.created, ctx.killed)
 
 
 def main(suites: set[str]) -> int:

@@ -9,48 +9,14 @@
 // sandbox created is killed.
 
 import { createHash, randomBytes } from 'node:crypto'
-import { writeSync } from 'node:fs'
-import { createRequire } from 'node:module'
-import { delimiter, dirname } from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
+import { LANGUAGE, RUN_TAG, emit, loadSdk, readStdin, sleep } from './driver.mjs'
 
-const LANGUAGE = 'js'
 const SUITE = 'bench'
-const RUN_TAG = 'e2b-bench-run'
 const TRANSFER_PATH = '/tmp/e2b-bench-transfer.bin'
 const WARMUP = { run_true: 2, upload: 1, download: 1 }
 
-function sdkRoots() {
-  const fromPath = (process.env.NODE_PATH || '').split(delimiter).filter(Boolean)
-  const projects = fromPath.map((entry) => (entry.endsWith('node_modules') ? dirname(entry) : entry))
-  return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
-}
-
-async function loadSdk() {
-  const require = createRequire(import.meta.url)
-  const paths = sdkRoots()
-  const manifest = require(require.resolve('e2b/package.json', { paths }))
-  const module = await import(pathToFileURL(require.resolve('e2b', { paths })).href)
-  return { sdk: module, version: manifest.version }
-}
-
-function emit(event) {
-  // Synchronous write: an event is on the pipe before the next operation starts (or the process dies).
-  writeSync(1, `${JSON.stringify(event)}\n`)
-}
-
-function readStdin() {
-  return new Promise((resolve, reject) => {
-    const chunks = []
-    process.stdin.on('data', (chunk) => chunks.push(chunk))
-    process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
-    process.stdin.on('error', reject)
-  })
-}
-
 const round = (ms) => Math.round(ms * 1000) / 1000
 const msSince = (started) => round(performance.now() - started)
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 function describe(err) {
   const text = `${err?.name ?? 'Error'}: ${err?.message ?? err}`.trim().replaceAll('\n', '\\n')

@@ -34,7 +34,7 @@ function sdkRoots() {
   return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
 }
 
-async function loadSdk() {
+export async function loadSdk() {
   const require = createRequire(import.meta.url)
   const paths = sdkRoots()
   const manifest = require(require.resolve('e2b/package.json', { paths }))
@@ -172,12 +172,12 @@ export class Context {
   }
 }
 
-function emit(event) {
+export function emit(event) {
   // Synchronous write: an event is on the pipe before the next step starts (or the process dies).
   writeSync(1, `${JSON.stringify(event)}\n`)
 }
 
-function readStdin() {
+export function readStdin() {
   return new Promise((resolve, reject) => {
     const chunks = []
     process.stdin.on('data', (chunk) => chunks.push(chunk))

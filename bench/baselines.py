@@ -31,7 +31,7 @@ TITLES = {
     DISK_COPY: "local disk copy of the transfer size",
 }
 WARMUP = 2
-COPY_COUNT = 5
+COPY_COUNT = 10
 
 
 class BaselineError(Exception):

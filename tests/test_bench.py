@@ -91,16 +91,54 @@ def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) 
     assert document is not None
     assert read_run(small_run).status == "completed"
     assert set(document["runners"]) == set(RUNNERS)
-    python = document["runners"]["py-e2b-2.63.0"]["measures"]
-    assert set(python) == {"tti.sequential", "tti.burst", "tti_http.sequential", "run_true", "upload", "download"}
-    assert set(document["runners"]["js-e2b-2.51.0"]["measures"]) == set(python) - {"tti_http.sequential"}
+    for entry in document["runners"].values():  # each plain HTTP reference right after its SDK twin
+        assert list(entry["measures"]) == [
+            "tti.sequential", "tti.burst", "tti_http.sequential", "run_true", "run_true_http",
+            "upload", "upload_http", "download", "download_http",
+        ]  # fmt: skip
     for entry in document["runners"].values():
         for measure in entry["measures"].values():
             assert [s["index"] for s in measure["samples"]] == list(range(3))
             assert all(s["ok"] for s in measure["samples"]), measure["samples"]
             assert measure["ratio"] is not None and measure["ratio"] > 0
     assert set(document["baselines"]) == {"spawn", "loopback_rtt", "disk_copy"}
+    for name, count in (("spawn", 3), ("loopback_rtt", 3), ("disk_copy", 10)):  # measured before and after
+        baseline = document["baselines"][name]
+        assert len(baseline["samples"]) == 2 * count and baseline["stats"]["ok"] == 2 * count
+        assert baseline["median_before_ms"] > 0 and baseline["median_after_ms"] > 0
+    for entry in document["runners"].values():  # every ratio is to the baseline of both measurements
+        for measure in entry["measures"].values():
+            pooled = sum(document["baselines"][name]["stats"]["median_ms"] for name in measure["baseline"]["of"])
+            assert measure["baseline"]["median_ms"] == pytest.approx(pooled)
+            assert measure["ratio"] == pytest.approx(measure["stats"]["median_ms"] / pooled, abs=1e-3)
     assert document["cleanup"] == {"survivors": [], "error": None}
+    for entry in document["runners"].values():  # the burst target is set for 100: a burst of 3 is not judged
+        assert entry["measures"]["tti.burst"]["target"] is None
+        assert entry["measures"]["tti.sequential"]["target"]["max_ratio"] == 10.0
+
+
+def test_small_run_has_the_plain_http_references_with_every_sample(small_run: Path) -> None:
+    document = read_bench(small_run)
+    assert document is not None
+    clients = {"py-e2b-2.63.0": "httpx", "js-e2b-2.51.0": "node:http"}
+    for runner, entry in document["runners"].items():
+        for measure_id, twin_id, warmup in (
+            ("tti_http.sequential", "tti.sequential", 0),
+            ("run_true_http", "run_true", 2),
+            ("upload_http", "upload", 1),
+            ("download_http", "download", 1),
+        ):
+            measure, twin = entry["measures"][measure_id], entry["measures"][twin_id]
+            assert (measure["planned"], measure["attempted"], measure["stats"]["ok"]) == (3, 3, 3), measure
+            assert [s["ok"] for s in measure["samples"]] == [True] * 3
+            assert (measure["client"], measure["warmup"], measure["error"]) == (clients[runner], warmup, None)
+            assert measure["baseline"] == twin["baseline"] and measure["ratio"] > 0
+            assert measure["target"] is None and twin["target"] is not None  # a reference is not judged
+        transfers = [entry["measures"][m] for m in ("upload_http", "download_http")]
+        assert [m["bytes"] for m in transfers] == [1 << 20] * 2 and all(m["rate_mb_s"] > 0 for m in transfers)
+    cases = {(case.runner, case.case): case.outcome for case in read_run(small_run).cases}
+    assert cases[("py-e2b-2.63.0", "run_true_http")] == cases[("js-e2b-2.51.0", "download_http")] == "pass"
+    assert cases[("harness", "leak_check")] == "pass"  # the references' own sandboxes were killed too
 
 
 def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import time
 
 import httpx
@@ -14,12 +16,14 @@ from e2b import (
     FileType,
     PtySize,
     Sandbox,
+    SandboxException,
     SandboxQuery,
     SandboxState,
     TimeoutException,
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 
+from bench.localbox.files import MAX_READ_AHEAD
 from bench.localbox.server import LocalEndpoint
 
 # --- commands ---------------------------------------------------------------------------------
@@ -41,6 +45,47 @@ def test_a_command_runs_in_a_login_shell_as_user_in_home(sandbox: Sandbox) -> No
     result = sandbox.commands.run("echo $0 $(whoami) $(pwd) $HOME; shopt -q login_shell && echo login")
 
     assert result.stdout == "/bin/bash user /home/user /home/user\nlogin\n"
+
+
+def test_the_login_profile_sets_debians_path_for_user_and_root(sandbox: Sandbox) -> None:
+    user_path = sandbox.commands.run("echo $PATH").stdout
+    root_path = sandbox.commands.run("echo $PATH", user="root").stdout
+    sh_path = sandbox.commands.run("env -i sh -l -c 'echo $PATH'").stdout
+
+    assert user_path == sh_path == "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games\n"
+    assert root_path == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+
+
+STATUS_FIELDS = "grep -E '^(Uid|Gid|Groups|SigBlk|CapEff|CapPrm):' /proc/self/status"
+
+
+@pytest.mark.parametrize(
+    ("user", "ids", "caps"),
+    [("user", ("1000", "1000", "1000"), "0000000000000000"), ("root", ("0", "0", "0"), "00000000a00425fb")],
+)
+def test_a_command_has_the_users_ids_default_signals_and_only_its_stdio(
+    sandbox: Sandbox, user: str, ids: tuple[str, str, str], caps: str
+) -> None:
+    status = sandbox.commands.run(STATUS_FIELDS, user=user).stdout
+    ignored = sandbox.commands.run("grep SigIgn /proc/self/status", user=user).stdout.split()[1]
+    terminated = sandbox.commands.run("sleep 30 & kill -TERM $!; wait $!; echo $?", user=user).stdout
+    hung_up = sandbox.commands.run("sleep 30 & kill -HUP $!; wait $!; echo $?", user=user).stdout
+    descriptors = sandbox.commands.run("sleep 5 & ls /proc/$!/fd; kill $!", user=user).stdout.split()
+
+    uid, gid, groups = ids
+    fields = dict(line.split(":\t", 1) for line in status.splitlines())
+    assert fields == {
+        "Uid": "\t".join([uid] * 4),
+        "Gid": "\t".join([gid] * 4),
+        "Groups": f"{groups} ",
+        "SigBlk": "0000000000000000",
+        "CapPrm": caps,
+        "CapEff": caps,
+    }
+    # HUP, INT, QUIT and TERM at their defaults (only glibc's two internal real-time signals may be ignored)
+    assert int(ignored, 16) & ~(3 << 31) == 0
+    assert (terminated, hung_up) == ("143\n", "129\n")
+    assert descriptors == ["0", "1", "2"]
 
 
 def test_create_envs_reach_every_command_and_command_envs_override_them(endpoint: LocalEndpoint) -> None:
@@ -166,6 +211,32 @@ def test_files_round_trip_text_and_bytes_through_every_upload_form(sandbox: Sand
     assert sandbox.files.read("/home/user/gzip.bin", format="bytes", gzip=True) == blob
     assert [i.path for i in infos] == ["/home/user/one.txt", "/tmp/two.txt"]
     assert sandbox.files.read("one.txt") == "first"
+
+
+def test_bodies_larger_than_the_read_ahead_arrive_whole_in_every_upload_form(sandbox: Sandbox) -> None:
+    blob = os.urandom(MAX_READ_AHEAD + (3 << 20) + 1)
+    digest = hashlib.sha256(blob).hexdigest()
+
+    for name, options in (("multipart", {}), ("octet", {"use_octet_stream": True}), ("gzip", {"gzip": True})):
+        sandbox.files.write(f"/tmp/{name}.bin", blob, **options)
+    found = sandbox.commands.run("cd /tmp && sha256sum multipart.bin octet.bin gzip.bin").stdout.split()
+
+    assert found[0::2] == [digest] * 3
+
+
+def test_a_refused_upload_reports_the_refusal_and_writes_nothing(sandbox: Sandbox) -> None:
+    sandbox.commands.run("mkdir -p /home/user/locked && chmod 555 /home/user/locked")
+
+    with pytest.raises(SandboxException) as multipart:
+        sandbox.files.write("/home/user/locked/file.bin", os.urandom(5 << 20))
+    with pytest.raises(SandboxException) as octet:
+        sandbox.files.write("/root/file.bin", os.urandom(5 << 20), use_octet_stream=True)
+    left = sandbox.commands.run("ls -A /home/user/locked; sudo ls -A /root").stdout.split()
+
+    assert str(multipart.value) == "403: permission denied: '/home/user/locked/file.bin'"
+    assert str(octet.value) == "403: permission denied: '/root/file.bin'"
+    assert "file.bin" not in left
+    assert sandbox.files.write("/home/user/after.txt", "still fine").path == "/home/user/after.txt"
 
 
 def test_files_written_as_user_belong_to_user_and_as_root_to_root(sandbox: Sandbox) -> None:

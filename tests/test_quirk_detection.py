@@ -63,7 +63,7 @@ def test_the_faithful_profile_flags_nothing(detection: Run) -> None:
     baseline_run = read_run(detection.path / baseline.details["run_dir"])
 
     assert (baseline.outcome, baseline.details["flagged"]) == ("pass", [])
-    assert len(baseline_run.cases) == 16 + 15 + 1
+    assert len(baseline_run.cases) == 17 + 15 + 1
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))

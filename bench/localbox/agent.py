@@ -148,11 +148,67 @@ def user_ids(name: str) -> tuple[int, int, list[int], str]:
 
 
 def as_user(argv: list[str], uid: int, gid: int, groups: list[int]) -> list[str]:
-    """Switch user in the exec'd program rather than in a forked Python: spawning stays a cheap vfork."""
+    """The pty path's user switch: done by the exec'd program, since that path forks a Python anyway."""
     if uid == 0 and gid == 0:
         return argv
     group_arg = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
     return ["/usr/bin/setpriv", f"--reuid={uid}", f"--regid={gid}", group_arg, "--", *argv]
+
+
+# A command starts with every signal at its default and none blocked, as a process envd starts does;
+# the agent itself ignores SIGTERM/SIGINT/SIGHUP, and ignored signals survive exec.
+DEFAULT_SIGNALS = tuple(s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP))
+
+
+def find_program(name: str, env: dict[str, str]) -> str:
+    """`name` looked up in the command's own PATH, as execvpe would."""
+    if "/" in name:
+        return name
+    found = shutil.which(name, path=os.pathsep.join(os.get_exec_path(env)))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "executable file not found in $PATH", name)
+    return found
+
+
+def spawn_as(
+    argv: list[str], env: dict[str, str], cwd: str, ids: tuple[int, int, list[int]], stdio: list[int], session: bool
+) -> int:
+    """posix_spawn (vfork + exec: no Python runs in the child) `argv` as uid/gid/groups; returns the pid.
+
+    posix_spawn cannot switch users, but POSIX_SPAWN_RESETIDS makes the child's effective ids the parent's
+    real ones and exec copies them to the saved ids. So for the length of the call the agent (single
+    threaded) takes the user's ids as its real ids and groups, keeping root as effective and saved ids, and
+    the child comes out exactly as setpriv would leave it: the user's ids everywhere, no capabilities.
+    """
+    uid, gid, groups = ids
+    program = find_program(argv[0], env)
+    switch = (uid, gid) != (0, 0)
+    # The dup2s run in order: an end already on 0-2 (the agent's own stdio closed) could be overwritten.
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3) if fd < 3 else fd for fd in stdio]
+    os.chdir(cwd)
+    try:
+        os.setgroups(groups)
+        if switch:
+            os.setresgid(gid, 0, 0)
+            os.setresuid(uid, 0, 0)
+        return os.posix_spawn(
+            program,
+            argv,
+            env,
+            file_actions=[(os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(moved)],
+            resetids=switch,
+            setsid=session,
+            setsigmask=(),
+            setsigdef=DEFAULT_SIGNALS,
+        )
+    finally:
+        if switch:
+            os.setresuid(0, 0, 0)
+            os.setresgid(0, 0, 0)
+        os.setgroups([])
+        os.chdir("/")
+        for fd in set(moved) - set(stdio):
+            os.close(fd)
 
 
 FILE_TYPES = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
@@ -232,7 +288,7 @@ class Agent:
     def __init__(self, sock: socket.socket, config: dict) -> None:
         self.sock = sock
         self.config = config
-        self.children: dict[int, subprocess.Popen] = {}
+        self.children: set[int] = set()
         self.watches: dict[int, tuple[int, dict[int, str]]] = {}
         self.next_watch = 1
         self.envs: dict[str, str] = {}
@@ -268,6 +324,8 @@ class Agent:
                     continue
                 if not data:
                     return  # the server went away: the sandbox ends with it
+                for fd in fds:  # commands are spawned without closing fds: none may be inheritable
+                    os.set_inheritable(fd, False)
                 self.dispatch(json.loads(data), fds)
 
     def reap(self) -> None:
@@ -278,9 +336,8 @@ class Agent:
                 return
             if pid == 0:
                 return
-            child = self.children.pop(pid, None)
-            if child is not None:
-                child.returncode = status  # keeps subprocess from waiting on a reaped pid
+            if pid in self.children:
+                self.children.discard(pid)
                 self.send({"op": "exit", "pid": pid, "status": status})
 
     def dispatch(self, message: dict, fds: list[int]) -> None:
@@ -329,49 +386,22 @@ class Agent:
         uid, gid, groups, home = user_ids(message["user"])
         cwd = message.get("cwd") or home
         env = dict(message["env"])
-        pty_size = message.get("pty")
-        parent_fds: list[int] = []
-        child_fds: list[int] = []
-        preexec = None
-        if pty_size:
-            master, slave = os.openpty()
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", pty_size[1], pty_size[0], 0, 0))
-            stdin = stdout = stderr = slave
-            parent_fds = [master]
-            child_fds = [slave]
-
-            def preexec() -> None:
-                os.setsid()
-                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
+        if not os.path.isdir(cwd):
+            raise FileNotFoundError(errno.ENOENT, "working directory does not exist", cwd)
+        if message.get("pty"):
+            return self._spawn_pty(message, (uid, gid, groups), cwd, env)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if message.get("stdin"):
+            stdin, in_w = os.pipe2(os.O_CLOEXEC)
+            parent_fds = [out_r, err_r, in_w]
         else:
-            out_r, out_w = os.pipe2(os.O_CLOEXEC)
-            err_r, err_w = os.pipe2(os.O_CLOEXEC)
-            if message.get("stdin"):
-                in_r, in_w = os.pipe2(os.O_CLOEXEC)
-                stdin = in_r
-                child_fds = [in_r]
-                parent_fds = [out_r, err_r, in_w]
-            else:
-                stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-                child_fds = [stdin]
-                parent_fds = [out_r, err_r]
-            stdout, stderr = out_w, err_w
-            child_fds += [out_w, err_w]
+            stdin = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            parent_fds = [out_r, err_r]
+        child_fds = [stdin, out_w, err_w]
         try:
-            if not os.path.isdir(cwd):
-                raise FileNotFoundError(errno.ENOENT, "working directory does not exist", cwd)
-            proc = subprocess.Popen(
-                as_user(message["argv"], uid, gid, groups),
-                stdin=stdin,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=cwd,
-                env=env,
-                start_new_session=bool(message.get("session_leader")) and not pty_size,
-                preexec_fn=preexec,
-                close_fds=True,
-            )
+            session = bool(message.get("session_leader"))
+            pid = spawn_as(message["argv"], env, cwd, (uid, gid, groups), child_fds, session)
         except BaseException:
             for fd in parent_fds:
                 os.close(fd)
@@ -379,8 +409,43 @@ class Agent:
         finally:
             for fd in child_fds:
                 os.close(fd)
-        self.children[proc.pid] = proc
-        return {"pid": proc.pid}, parent_fds
+        self.children.add(pid)
+        return {"pid": pid}, parent_fds
+
+    def _spawn_pty(
+        self, message: dict, ids: tuple[int, int, list[int]], cwd: str, env: dict[str, str]
+    ) -> tuple[dict, list[int]]:
+        """A session leader with the pty as its controlling terminal: that needs code in the child, so a fork."""
+        cols, rows = message["pty"]
+        master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+        def preexec() -> None:
+            for sig in DEFAULT_SIGNALS:
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        try:
+            proc = subprocess.Popen(
+                as_user(message["argv"], *ids),
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                cwd=cwd,
+                env=env,
+                preexec_fn=preexec,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        proc.returncode = 0  # reaped by `reap`, never waited on through this object
+        self.children.add(proc.pid)
+        return {"pid": proc.pid}, [master]
 
     def op_signal(self, message: dict, fds: list[int]) -> dict:
         pid = message["pid"]
@@ -507,6 +572,7 @@ class Agent:
 def run_agent(config: dict) -> None:
     """Become the sandbox: join its cgroup, mount and enter its root, serve the server's requests."""
     sock = socket.socket(fileno=config["control_fd"])
+    sock.set_inheritable(False)
     try:
         for path in config.get("cgroup_procs") or []:
             with open(path, "w") as f:

@@ -7,14 +7,17 @@ it ends, one `measure` when a measure ends, and a `footer` naming what happened 
 Task: {"suite": "bench", "run_id", "runner", "env", "deadline_s", "sandbox_timeout_s",
        "measures": [{"id", "kind", "mode", "count", "interval_ms", "bytes"}]}
 Kinds: `tti` (create -> first `commands.run("true")` done; mode sequential, staggered or burst),
-`tti_http` (the same create + Start with a plain HTTP client: what the SDK adds is the difference),
 `run_true` (`commands.run("true")` on a ready sandbox), `upload` / `download` (`bytes` random bytes,
-verified by SHA-256). No new operation starts after `deadline_s`; every sandbox created is killed.
+verified by SHA-256). Each has a `<kind>_http` twin doing the same requests with a plain `httpx` client
+and no SDK at all (its own sandboxes, created and killed over the REST API): the SDK's row minus its
+twin's is what the client library adds. No new operation starts after `deadline_s`; every sandbox
+created is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import importlib.metadata
 import json
@@ -22,15 +25,18 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 from driver import RUN_TAG, Protocol, kill_sandboxes, one_line
 
 LANGUAGE = "python"
 SUITE = "bench"
 TRANSFER_PATH = "/tmp/e2b-bench-transfer.bin"
-WARMUP = {"run_true": 2, "upload": 1, "download": 1}
+WARMUP = {"run_true": 2, "run_true_http": 2, "upload": 1, "upload_http": 1, "download": 1, "download_http": 1}
+CONNECT_END_STREAM = 0x02  # envelope flag of a Connect stream's last message (trailers or an error)
 
 
 def describe(exc: BaseException) -> str:
@@ -58,6 +64,8 @@ class Bench:
         self.created: list[str] = []
         self.killed: set[str] = set()
         self.work: Any = None  # the sandbox run_true/upload/download use
+        self.http: PlainHttp | None = None  # the client of the plain HTTP measures, made on first use
+        self.http_work: HttpSandbox | None = None  # the sandbox run_true_http/upload_http/download_http use
         self.payload: bytes | None = None
         self.digest = ""
 
@@ -78,6 +86,25 @@ class Bench:
     def tti_sequential(self, measure: dict[str, Any]) -> dict[str, Any]:
         from e2b import Sandbox
 
+        def create() -> Any:
+            sandbox = Sandbox.create(timeout=self.sandbox_timeout_s, metadata=self.metadata)
+            self.created.append(sandbox.sandbox_id)
+            return sandbox
+
+        def first_command(sandbox: Any) -> object:
+            return sandbox.commands.run("true")
+
+        return self._sequential(measure, create, first_command, self._kill_timed, "Sandbox")
+
+    def _sequential(
+        self,
+        measure: dict[str, Any],
+        create: Callable[[], Any],
+        first_command: Callable[[Any], object],
+        kill: Callable[[Any], float | None],
+        client: str,
+    ) -> dict[str, Any]:
+        """One sandbox at a time: create, first command (timed together), kill (timed apart)."""
         began, attempted = time.perf_counter(), 0
         for index in range(int(measure["count"])):
             if self.expired():
@@ -86,17 +113,17 @@ class Bench:
             started_ms, started = ms_since(began), time.perf_counter()
             sandbox = None
             try:
-                sandbox = Sandbox.create(timeout=self.sandbox_timeout_s, metadata=self.metadata)
-                self.created.append(sandbox.sandbox_id)
+                sandbox = create()
                 created = ms_since(started)
-                sandbox.commands.run("true")
+                first_command(sandbox)
                 outcome = ready(started, created)
             except Exception as exc:  # a failed sample is a result, not a crash
                 outcome = {"ok": False, "ms": None, "error": describe(exc)}
-            if sandbox is not None:
-                outcome.setdefault("parts", {})["kill_ms"] = self._kill_timed(sandbox)
+            killed_ms = kill(sandbox) if sandbox is not None else None
+            if killed_ms is not None:
+                outcome.setdefault("parts", {})["kill_ms"] = killed_ms
             self.sample(measure["id"], index, started_ms, outcome)
-        return {"attempted": attempted, "wall_ms": ms_since(began), "client": "Sandbox"}
+        return {"attempted": attempted, "wall_ms": ms_since(began), "client": client}
 
     def _kill_timed(self, sandbox: Any) -> float | None:
         started = time.perf_counter()
@@ -146,37 +173,27 @@ class Bench:
 
     def tti_http(self, measure: dict[str, Any]) -> dict[str, Any]:
         """Create + Start as the SDK sends them, over one kept-alive plain `httpx` client."""
-        import httpx
+        http = self._plain()
 
-        api_url = os.environ.get("E2B_API_URL") or f"https://api.{os.environ.get('E2B_DOMAIN', 'e2b.app')}"
-        headers = {"X-API-KEY": os.environ.get("E2B_API_KEY", "")}
-        body = {"templateID": "base", "timeout": self.sandbox_timeout_s, "metadata": self.metadata}
-        began, attempted = time.perf_counter(), 0
-        with httpx.Client(timeout=60) as client:
-            for index in range(int(measure["count"])):
-                if self.expired():
-                    break
-                attempted += 1
-                started_ms, started = ms_since(began), time.perf_counter()
-                sandbox_id = None
-                try:
-                    made = client.post(f"{api_url}/v2/sandboxes", json=body, headers=headers)
-                    made.raise_for_status()
-                    answer = made.json()
-                    sandbox_id = str(answer["sandboxID"])
-                    self.created.append(sandbox_id)
-                    created = ms_since(started)
-                    _start_true(client, _envd_url(answer), sandbox_id, answer.get("envdAccessToken"))
-                    outcome = ready(started, created)
-                except Exception as exc:
-                    outcome = {"ok": False, "ms": None, "error": describe(exc)}
-                if sandbox_id is not None:
-                    kill_started = time.perf_counter()
-                    if client.delete(f"{api_url}/sandboxes/{sandbox_id}", headers=headers).status_code < 300:
-                        self.killed.add(sandbox_id)
-                        outcome.setdefault("parts", {})["kill_ms"] = ms_since(kill_started)
-                self.sample(measure["id"], index, started_ms, outcome)
-        return {"attempted": attempted, "wall_ms": ms_since(began), "client": "httpx"}
+        def kill(sandbox: HttpSandbox) -> float | None:
+            started = time.perf_counter()
+            if http.kill(sandbox.id) != "killed":
+                return None  # left to the final clean-up
+            self.killed.add(sandbox.id)
+            return ms_since(started)
+
+        return self._sequential(measure, self._http_create, lambda sandbox: http.start(sandbox, "true"), kill, "httpx")
+
+    def _plain(self) -> PlainHttp:
+        if self.http is None:
+            self.http = PlainHttp()
+        return self.http
+
+    def _http_create(self) -> HttpSandbox:
+        """A sandbox made with a plain POST, in the bookkeeping the clean-up and the footer use."""
+        sandbox = self._plain().create(self.sandbox_timeout_s, self.metadata)
+        self.created.append(sandbox.id)
+        return sandbox
 
     # --- operations on a ready sandbox ----------------------------------------------------------
     def _work_sandbox(self) -> Any:
@@ -187,20 +204,30 @@ class Bench:
             self.created.append(self.work.sandbox_id)
         return self.work
 
+    def _http_work_sandbox(self) -> HttpSandbox:
+        if self.http_work is None:
+            self.http_work = self._http_create()
+        return self.http_work
+
     def _payload(self, size: int) -> bytes:
         if self.payload is None or len(self.payload) != size:
             self.payload = os.urandom(size)
             self.digest = hashlib.sha256(self.payload).hexdigest()
         return self.payload
 
+    def _expect_digest(self, found: str, what: str) -> None:
+        if found != self.digest:
+            raise AssertionError(f"sha256 of the {what} is {found}, expected {self.digest}")
+
     def _repeat(
         self,
         measure: dict[str, Any],
-        action: Callable[[], None],
-        warmup: int,
+        action: Callable[[], object],
         verify: Callable[[], None] = lambda: None,
+        client: str = "Sandbox",
     ) -> dict[str, Any]:
         """Time `action` alone, then `verify` what it did (untimed): a failed check fails the sample."""
+        warmup = WARMUP[measure["kind"]]
         for _ in range(warmup):
             action()
             verify()
@@ -217,11 +244,15 @@ class Bench:
             except Exception as exc:
                 outcome = {"ok": False, "ms": None, "error": describe(exc)}
             self.sample(measure["id"], index, started_ms, outcome)
-        return {"attempted": attempted, "wall_ms": ms_since(began), "client": "Sandbox", "warmup": warmup}
+        return {"attempted": attempted, "wall_ms": ms_since(began), "client": client, "warmup": warmup}
 
     def run_true(self, measure: dict[str, Any]) -> dict[str, Any]:
         sandbox = self._work_sandbox()
-        return self._repeat(measure, lambda: sandbox.commands.run("true"), WARMUP["run_true"])
+        return self._repeat(measure, lambda: sandbox.commands.run("true"))
+
+    def run_true_http(self, measure: dict[str, Any]) -> dict[str, Any]:
+        http, sandbox = self._plain(), self._http_work_sandbox()
+        return self._repeat(measure, lambda: http.start(sandbox, "true"), client="httpx")
 
     def upload(self, measure: dict[str, Any]) -> dict[str, Any]:
         sandbox, payload = self._work_sandbox(), self._payload(int(measure["bytes"]))
@@ -230,11 +261,21 @@ class Bench:
             sandbox.files.write(TRANSFER_PATH, payload, request_timeout=self.remaining_s())
 
         def verify() -> None:
-            found = sandbox.commands.run(f"sha256sum {TRANSFER_PATH}").stdout.split()[0]
-            if found != self.digest:
-                raise AssertionError(f"sha256 of the uploaded file is {found}, expected {self.digest}")
+            self._expect_digest(sandbox.commands.run(f"sha256sum {TRANSFER_PATH}").stdout.split()[0], "uploaded file")
 
-        return self._repeat(measure, send, WARMUP["upload"], verify)
+        return self._repeat(measure, send, verify)
+
+    def upload_http(self, measure: dict[str, Any]) -> dict[str, Any]:
+        http, sandbox = self._plain(), self._http_work_sandbox()
+        payload = self._payload(int(measure["bytes"]))
+
+        def send() -> None:
+            http.write(sandbox, TRANSFER_PATH, payload, self.remaining_s())
+
+        def verify() -> None:
+            self._expect_digest(http.start(sandbox, f"sha256sum {TRANSFER_PATH}").split()[0], "uploaded file")
+
+        return self._repeat(measure, send, verify, client="httpx")
 
     def download(self, measure: dict[str, Any]) -> dict[str, Any]:
         sandbox, payload = self._work_sandbox(), self._payload(int(measure["bytes"]))
@@ -245,16 +286,104 @@ class Bench:
             received[:] = [sandbox.files.read(TRANSFER_PATH, format="bytes", request_timeout=self.remaining_s())]
 
         def verify() -> None:
-            found = hashlib.sha256(bytes(received[0])).hexdigest()
-            if found != self.digest:
-                raise AssertionError(f"sha256 of the downloaded bytes is {found}, expected {self.digest}")
+            self._expect_digest(hashlib.sha256(bytes(received[0])).hexdigest(), "downloaded bytes")
 
-        return self._repeat(measure, fetch, WARMUP["download"], verify)
+        return self._repeat(measure, fetch, verify)
+
+    def download_http(self, measure: dict[str, Any]) -> dict[str, Any]:
+        http, sandbox = self._plain(), self._http_work_sandbox()
+        http.write(sandbox, TRANSFER_PATH, self._payload(int(measure["bytes"])), self.remaining_s())
+        chunks: list[bytes] = []
+
+        def fetch() -> None:
+            chunks[:] = http.read(sandbox, TRANSFER_PATH, self.remaining_s())
+
+        def verify() -> None:
+            self._expect_digest(hashlib.sha256(b"".join(chunks)).hexdigest(), "downloaded bytes")
+
+        return self._repeat(measure, fetch, verify, client="httpx")
 
     # --- clean-up --------------------------------------------------------------------------------
     def cleanup(self) -> dict[str, str]:
-        """Kill every sandbox this task created and did not see killed."""
-        return kill_sandboxes(self.created, self.killed)
+        """Kill every sandbox this task created and did not see killed; the plain HTTP ones with a plain DELETE."""
+        report: dict[str, str] = {}
+        if self.http is not None:
+            for sandbox_id in self.http.made:
+                if sandbox_id not in self.killed:
+                    report[sandbox_id] = self.http.kill(sandbox_id)
+                    self.killed.add(sandbox_id)
+            self.http.close()
+        return {**report, **kill_sandboxes(self.created, self.killed)}
+
+
+@dataclass(frozen=True)
+class HttpSandbox:
+    """A sandbox as the plain HTTP measures address it: what the SDK keeps from the create answer."""
+
+    id: str
+    envd_url: str
+    token: str | None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"E2b-Sandbox-Id": self.id, **({"X-Access-Token": self.token} if self.token else {})}
+
+
+class PlainHttp:
+    """The REST API and envd through one kept-alive `httpx` client and no SDK: the reference measures.
+
+    Each call sends what the SDK sends for the same operation, so the difference in time is the SDK's own.
+    """
+
+    def __init__(self) -> None:
+        self.api_url = os.environ.get("E2B_API_URL") or f"https://api.{os.environ.get('E2B_DOMAIN', 'e2b.app')}"
+        self.api_headers = {"X-API-KEY": os.environ.get("E2B_API_KEY", "")}
+        self.client = httpx.Client(timeout=60)
+        self.made: list[str] = []  # sandboxes created, for the clean-up to kill the same way
+
+    def close(self) -> None:
+        self.client.close()
+
+    def create(self, timeout_s: int, metadata: dict[str, str]) -> HttpSandbox:
+        body = {"templateID": "base", "timeout": timeout_s, "metadata": metadata}
+        made = self.client.post(f"{self.api_url}/v2/sandboxes", json=body, headers=self.api_headers)
+        made.raise_for_status()
+        answer = made.json()
+        self.made.append(str(answer["sandboxID"]))
+        return HttpSandbox(str(answer["sandboxID"]), _envd_url(answer), answer.get("envdAccessToken"))
+
+    def kill(self, sandbox_id: str) -> str:
+        """What happened, in the footer's words: `killed`, `already gone` or the error."""
+        try:
+            answer = self.client.delete(f"{self.api_url}/sandboxes/{sandbox_id}", headers=self.api_headers)
+        except httpx.HTTPError as exc:
+            return describe(exc)
+        if answer.status_code == 404:
+            return "already gone"
+        return "killed" if answer.is_success else one_line(f"HTTP {answer.status_code}: {answer.text}")
+
+    def start(self, sandbox: HttpSandbox, command: str) -> str:
+        """`commands.run(command)` as the SDK sends it: a Connect server stream, read to its end; its stdout."""
+        body = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", command]}, "stdin": False}).encode()
+        headers = {**sandbox.headers, "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+        answer = self.client.post(f"{sandbox.envd_url}/process.Process/Start", headers=headers,
+                                  content=b"\0" + len(body).to_bytes(4, "big") + body)  # fmt: skip
+        answer.raise_for_status()
+        return _process_stdout(answer.content)
+
+    def write(self, sandbox: HttpSandbox, path: str, data: bytes, timeout_s: float) -> None:
+        """`files.write` as an octet-stream upload: the body is the file."""
+        headers = {**sandbox.headers, "Content-Type": "application/octet-stream"}
+        answer = self.client.post(f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
+                                  content=data, headers=headers, timeout=timeout_s)  # fmt: skip
+        answer.raise_for_status()
+
+    def read(self, sandbox: HttpSandbox, path: str, timeout_s: float) -> list[bytes]:
+        """`files.read`, the body read as a stream: the chunks as they arrived."""
+        with self.client.stream("GET", f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
+                                headers=sandbox.headers, timeout=timeout_s) as answer:  # fmt: skip
+            answer.raise_for_status()
+            return list(answer.iter_bytes())
 
 
 def _envd_url(created: dict[str, Any]) -> str:
@@ -265,20 +394,39 @@ def _envd_url(created: dict[str, Any]) -> str:
     return f"https://49983-{created['sandboxID']}.{domain}"
 
 
-def _start_true(client: Any, envd_url: str, sandbox_id: str, token: str | None) -> None:
-    """`commands.run("true")` as the SDK sends it: a Connect server stream, read to its end event."""
-    body = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "true"]}, "stdin": False}).encode()
-    headers = {
-        "E2b-Sandbox-Id": sandbox_id,
-        "Content-Type": "application/connect+json",
-        "Connect-Protocol-Version": "1",
-        **({"X-Access-Token": token} if token else {}),
-    }
-    answer = client.post(f"{envd_url}/process.Process/Start", content=b"\0" + len(body).to_bytes(4, "big") + body,
-                         headers=headers)  # fmt: skip
-    answer.raise_for_status()
-    if b'"end"' not in answer.content:
-        raise AssertionError(f"Start stream has no end event: {answer.content[-300:]!r}")
+def _connect_messages(stream: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON messages of a Connect stream body: each behind a flag byte and a big-endian uint32 length.
+
+    The end-of-stream message carries the RPC's error, if any: raised here, as the SDK does.
+    """
+    offset = 0
+    while offset < len(stream):
+        if offset + 5 > len(stream):
+            raise AssertionError(f"Connect stream cut inside an envelope header: {stream[offset:]!r}")
+        flags, size = stream[offset], int.from_bytes(stream[offset + 1 : offset + 5], "big")
+        message = json.loads(stream[offset + 5 : offset + 5 + size] or b"{}")
+        offset += 5 + size
+        if flags & CONNECT_END_STREAM:
+            if message.get("error"):
+                raise AssertionError(f"Start stream ended with an error: {message['error']}")
+            return
+        yield message
+
+
+def _process_stdout(stream: bytes) -> str:
+    """The stdout of a Start stream (data events carry it base64-encoded); it must reach its end event."""
+    stdout: list[bytes] = []
+    end: dict[str, Any] | None = None
+    for message in _connect_messages(stream):
+        event = message.get("event") or {}
+        if "data" in event:
+            stdout.append(base64.b64decode(event["data"].get("stdout", "")))
+        end = event.get("end", end)
+    if end is None:
+        raise AssertionError(f"Start stream has no end event: {stream[-300:]!r}")
+    if end.get("exitCode", 0):  # proto3 JSON leaves a zero exit code out
+        raise AssertionError(f"the command exited with {end['exitCode']}: {end}")
+    return b"".join(stdout).decode()
 
 
 def main() -> int:
@@ -298,8 +446,11 @@ def main() -> int:
         "tti": lambda m: bench.tti_sequential(m) if m.get("mode") == "sequential" else bench.tti_concurrent(m),
         "tti_http": bench.tti_http,
         "run_true": bench.run_true,
+        "run_true_http": bench.run_true_http,
         "upload": bench.upload,
+        "upload_http": bench.upload_http,
         "download": bench.download,
+        "download_http": bench.download_http,
     }
     cleaned: dict[str, str] = {}
     try:

@@ -319,6 +319,27 @@ def output_after_exit(ctx: Context, obs: Observed) -> None:
     observe(obs, result.stdout, "early\nlate\n")
 
 
+# HUP, INT, QUIT and TERM by their bit in /proc/<pid>/status masks: a process envd (a Go program) starts
+# finds them at their defaults.
+STOP_SIGNALS = {"HUP": 0, "INT": 1, "QUIT": 2, "TERM": 14}
+
+
+@step("pr17_signal_dispositions")
+def signal_dispositions(ctx: Context, obs: Observed) -> None:
+    sbx = sandbox(ctx)
+    lines = sbx.commands.run("grep -E '^Sig(Ign|Blk):' /proc/self/status").stdout.splitlines()
+    status = dict(line.split(":\t", 1) for line in lines)
+    obs["sig_ign"], obs["sig_blk"] = status.get("SigIgn"), status.get("SigBlk")
+    ignored = int(status.get("SigIgn", "0"), 16)
+    seen = {
+        "ignored": [name for name, bit in STOP_SIGNALS.items() if ignored >> bit & 1],
+        "blocked": status.get("SigBlk"),
+        "kill -TERM of a child": sbx.commands.run("sleep 30 & kill -TERM $!; wait $!; echo $?").stdout.strip(),
+    }
+    # A command ignores and blocks nothing a user would send it: `kill -TERM` ends a child with 128 + 15.
+    observe(obs, seen, {"ignored": [], "blocked": "0000000000000000", "kill -TERM of a child": "143"})
+
+
 # --- refusal cases ------------------------------------------------------------------------------
 
 CREATE_OPTIONS = {

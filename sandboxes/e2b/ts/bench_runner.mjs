@@ -4,16 +4,20 @@
 // named by NODE_PATH. Protocol (JSON lines, docs/ARCHITECTURE.md): one task on stdin, then on stdout
 // `hello`, one `sample` per timed operation as it ends, one `measure` when a measure ends, and a
 // `footer` naming what happened to every sandbox. The task and the measure kinds are those of
-// sandboxes/e2b/python/bench_runner.py (`tti` in three modes, `run_true`, `upload`, `download`);
-// `tti_http` is the Python runner's alone. No new operation starts after `deadline_s`; every
-// sandbox created is killed.
+// sandboxes/e2b/python/bench_runner.py (`tti` in three modes, `run_true`, `upload`, `download`, and
+// their `_http` twins: the same requests with Node's core `http` client and no SDK at all, on sandboxes
+// created and killed over the REST API, so the SDK's row minus its twin's is what the SDK adds). No
+// new operation starts after `deadline_s`; every sandbox created is killed.
 
 import { createHash, randomBytes } from 'node:crypto'
-import { LANGUAGE, RUN_TAG, emit, loadSdk, readStdin, sleep } from './driver.mjs'
+import http from 'node:http'
+import https from 'node:https'
+import { LANGUAGE, RUN_TAG, emit, loadSdk, oneLine, readStdin, sleep } from './driver.mjs'
 
 const SUITE = 'bench'
 const TRANSFER_PATH = '/tmp/e2b-bench-transfer.bin'
-const WARMUP = { run_true: 2, upload: 1, download: 1 }
+const WARMUP = { run_true: 2, run_true_http: 2, upload: 1, upload_http: 1, download: 1, download_http: 1 }
+const CONNECT_END_STREAM = 0x02 // envelope flag of a Connect stream's last message (trailers or an error)
 
 const round = (ms) => Math.round(ms * 1000) / 1000
 const msSince = (started) => round(performance.now() - started)
@@ -38,6 +42,8 @@ class Bench {
     this.created = []
     this.killed = new Set()
     this.work = null
+    this.http = new PlainHttp() // the client of the plain HTTP measures
+    this.httpWork = null // the sandbox run_true_http/upload_http/download_http use
     this.payload = null
     this.digest = ''
   }
@@ -60,8 +66,30 @@ class Bench {
     return sandbox
   }
 
+  /** A sandbox made with a plain POST, in the bookkeeping the clean-up and the footer use. */
+  async createHttp() {
+    const sandbox = await this.http.create(this.sandboxTimeoutMs / 1000, this.metadata)
+    this.created.push(sandbox.id)
+    return sandbox
+  }
+
   // --- time to interactive --------------------------------------------------------------------
-  async ttiSequential(measure) {
+  ttiSequential(measure) {
+    const kill = async (sandbox) => {
+      const started = performance.now()
+      try {
+        await sandbox.kill()
+      } catch {
+        return null // left to the final clean-up
+      }
+      this.killed.add(sandbox.sandboxId)
+      return msSince(started)
+    }
+    return this.sequential(measure, () => this.create(), (sandbox) => sandbox.commands.run('true'), kill, 'Sandbox')
+  }
+
+  /** One sandbox at a time: create, first command (timed together), kill (timed apart). */
+  async sequential(measure, create, firstCommand, kill, client) {
     const began = performance.now()
     let attempted = 0
     for (let index = 0; index < Number(measure.count); index++) {
@@ -72,26 +100,18 @@ class Bench {
       let sandbox = null
       let outcome
       try {
-        sandbox = await this.create()
+        sandbox = await create()
         const created = msSince(started)
-        await sandbox.commands.run('true')
+        await firstCommand(sandbox)
         outcome = ready(started, created)
       } catch (err) {
         outcome = { ok: false, ms: null, error: describe(err) }
       }
-      if (sandbox !== null) {
-        const killStarted = performance.now()
-        try {
-          await sandbox.kill()
-          this.killed.add(sandbox.sandboxId)
-          outcome.parts = { ...(outcome.parts ?? {}), kill_ms: msSince(killStarted) }
-        } catch {
-          // left to the final clean-up
-        }
-      }
+      const killMs = sandbox === null ? null : await kill(sandbox)
+      if (killMs !== null) outcome.parts = { ...(outcome.parts ?? {}), kill_ms: killMs }
       this.sample(measure.id, index, startMs, outcome)
     }
-    return { attempted, wall_ms: msSince(began), client: 'Sandbox' }
+    return { attempted, wall_ms: msSince(began), client }
   }
 
   /** Staggered (one launch every `interval_ms`) or burst (all at once); all stay alive until the last is ready. */
@@ -129,10 +149,26 @@ class Bench {
     return { attempted: launched.length, wall_ms: wallMs, client: 'Sandbox' }
   }
 
+  /** Create + Start as the SDK sends them, over kept-alive connections of Node's core client. */
+  ttiHttp(measure) {
+    const kill = async (sandbox) => {
+      const started = performance.now()
+      if ((await this.http.kill(sandbox.id)) !== 'killed') return null // left to the final clean-up
+      this.killed.add(sandbox.id)
+      return msSince(started)
+    }
+    return this.sequential(measure, () => this.createHttp(), (sandbox) => this.http.start(sandbox, 'true'), kill, 'node:http')
+  }
+
   // --- operations on a ready sandbox ------------------------------------------------------------
   async workSandbox() {
     if (this.work === null) this.work = await this.create()
     return this.work
+  }
+
+  async httpWorkSandbox() {
+    if (this.httpWork === null) this.httpWork = await this.createHttp()
+    return this.httpWork
   }
 
   payloadOf(size) {
@@ -143,7 +179,11 @@ class Bench {
     return this.payload.buffer.slice(this.payload.byteOffset, this.payload.byteOffset + this.payload.length)
   }
 
-  async repeat(measure, action, verify = async () => {}) {
+  expectDigest(found, what) {
+    if (found !== this.digest) throw new Error(`sha256 of the ${what} is ${found}, expected ${this.digest}`)
+  }
+
+  async repeat(measure, action, verify = async () => {}, client = 'Sandbox') {
     const warmup = WARMUP[measure.kind]
     for (let i = 0; i < warmup; i++) {
       await action()
@@ -166,7 +206,7 @@ class Bench {
       }
       this.sample(measure.id, index, startMs, outcome)
     }
-    return { attempted, wall_ms: msSince(began), client: 'Sandbox', warmup }
+    return { attempted, wall_ms: msSince(began), client, warmup }
   }
 
   async runTrue(measure) {
@@ -174,14 +214,28 @@ class Bench {
     return this.repeat(measure, () => sandbox.commands.run('true'))
   }
 
+  async runTrueHttp(measure) {
+    const sandbox = await this.httpWorkSandbox()
+    return this.repeat(measure, () => this.http.start(sandbox, 'true'), undefined, 'node:http')
+  }
+
   async upload(measure) {
     const sandbox = await this.workSandbox()
     const payload = this.payloadOf(Number(measure.bytes))
     const verify = async () => {
       const found = (await sandbox.commands.run(`sha256sum ${TRANSFER_PATH}`)).stdout.split(/\s+/)[0]
-      if (found !== this.digest) throw new Error(`sha256 of the uploaded file is ${found}, expected ${this.digest}`)
+      this.expectDigest(found, 'uploaded file')
     }
     return this.repeat(measure, () => sandbox.files.write(TRANSFER_PATH, payload), verify)
+  }
+
+  async uploadHttp(measure) {
+    const sandbox = await this.httpWorkSandbox()
+    const payload = this.payloadOf(Number(measure.bytes))
+    const verify = async () => {
+      this.expectDigest((await this.http.start(sandbox, `sha256sum ${TRANSFER_PATH}`)).split(/\s+/)[0], 'uploaded file')
+    }
+    return this.repeat(measure, () => this.http.write(sandbox, TRANSFER_PATH, payload), verify, 'node:http')
   }
 
   async download(measure) {
@@ -191,16 +245,32 @@ class Bench {
     const fetch = async () => {
       received = await sandbox.files.read(TRANSFER_PATH, { format: 'bytes' })
     }
-    const verify = async () => {
-      const found = createHash('sha256').update(received).digest('hex')
-      if (found !== this.digest) throw new Error(`sha256 of the downloaded bytes is ${found}, expected ${this.digest}`)
-    }
+    const verify = async () =>
+      this.expectDigest(createHash('sha256').update(received).digest('hex'), 'downloaded bytes')
     return this.repeat(measure, fetch, verify)
   }
 
+  async downloadHttp(measure) {
+    const sandbox = await this.httpWorkSandbox()
+    await this.http.write(sandbox, TRANSFER_PATH, this.payloadOf(Number(measure.bytes)))
+    let chunks = []
+    const read = async () => {
+      chunks = await this.http.read(sandbox, TRANSFER_PATH)
+    }
+    const verify = async () =>
+      this.expectDigest(createHash('sha256').update(Buffer.concat(chunks)).digest('hex'), 'downloaded bytes')
+    return this.repeat(measure, read, verify, 'node:http')
+  }
+
   // --- clean-up ---------------------------------------------------------------------------------
+  /** Kill every sandbox this task created and did not see killed; the plain HTTP ones with a plain DELETE. */
   async cleanup() {
     const report = {}
+    for (const id of this.http.made) {
+      if (this.killed.has(id)) continue
+      report[id] = await this.http.kill(id)
+      this.killed.add(id)
+    }
     for (const id of this.created) {
       if (this.killed.has(id)) continue
       try {
@@ -210,8 +280,153 @@ class Bench {
       }
       this.killed.add(id)
     }
+    this.http.close()
     return report
   }
+}
+
+/** The REST API and envd through Node's own `http`/`https` modules and no SDK: the reference measures.
+ *
+ * Each call sends what the SDK sends for the same operation. Node's core client is used rather than
+ * `fetch` (which the SDK uses) because it is the cheapest client Node has: what it takes is as close
+ * to the endpoint's own share as a Node process can measure.
+ */
+class PlainHttp {
+  constructor() {
+    this.apiUrl = process.env.E2B_API_URL || `https://api.${process.env.E2B_DOMAIN || 'e2b.app'}`
+    this.apiHeaders = { 'X-API-KEY': process.env.E2B_API_KEY ?? '' }
+    this.agents = { 'http:': new http.Agent({ keepAlive: true }), 'https:': new https.Agent({ keepAlive: true }) }
+    this.made = [] // sandboxes created, for the clean-up to kill the same way
+  }
+
+  close() {
+    for (const agent of Object.values(this.agents)) agent.destroy()
+  }
+
+  /** One request on a kept-alive connection: its status and body chunks as they arrived. */
+  request(url, { method = 'GET', headers = {}, body = null } = {}) {
+    const target = new URL(url)
+    const module = target.protocol === 'https:' ? https : http
+    const data = body === null ? null : Buffer.from(body) // an ArrayBuffer's bytes, not copied
+    const sized = data === null ? headers : { ...headers, 'Content-Length': data.length }
+    return new Promise((resolve, reject) => {
+      const request = module.request(target, { method, headers: sized, agent: this.agents[target.protocol] }, (response) => {
+        const chunks = []
+        response.on('data', (chunk) => chunks.push(chunk))
+        response.on('end', () => resolve({ status: response.statusCode, chunks }))
+        response.on('error', reject)
+      })
+      request.on('error', reject)
+      request.end(data ?? undefined)
+    })
+  }
+
+  async create(timeoutS, metadata) {
+    const answer = expectOk(
+      await this.request(`${this.apiUrl}/v2/sandboxes`, {
+        method: 'POST',
+        headers: { ...this.apiHeaders, 'Content-Type': 'application/json' },
+        body: Buffer.from(JSON.stringify({ templateID: 'base', timeout: timeoutS, metadata })),
+      }),
+    )
+    const created = JSON.parse(Buffer.concat(answer.chunks).toString('utf8'))
+    const id = String(created.sandboxID)
+    this.made.push(id)
+    const token = created.envdAccessToken
+    const headers = { 'E2b-Sandbox-Id': id, ...(token ? { 'X-Access-Token': token } : {}) }
+    return { id, envdUrl: envdUrl(created), headers }
+  }
+
+  /** What happened, in the footer's words: `killed`, `already gone` or the error. */
+  async kill(id) {
+    try {
+      const answer = await this.request(`${this.apiUrl}/sandboxes/${id}`, { method: 'DELETE', headers: this.apiHeaders })
+      if (answer.status === 404) return 'already gone'
+      const ok = answer.status >= 200 && answer.status < 300
+      return ok ? 'killed' : oneLine(`HTTP ${answer.status}: ${Buffer.concat(answer.chunks).toString('utf8')}`)
+    } catch (err) {
+      return describe(err)
+    }
+  }
+
+  /** `commands.run(command)` as the SDK sends it: a Connect server stream, read to its end; its stdout. */
+  async start(sandbox, command) {
+    const request = { process: { cmd: '/bin/bash', args: ['-l', '-c', command] }, stdin: false }
+    const body = Buffer.from(JSON.stringify(request))
+    const envelope = Buffer.alloc(5 + body.length) // flag byte 0, big-endian length, the message
+    envelope.writeUInt32BE(body.length, 1)
+    body.copy(envelope, 5)
+    const answer = await this.request(`${sandbox.envdUrl}/process.Process/Start`, {
+      method: 'POST',
+      headers: { ...sandbox.headers, 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' },
+      body: envelope,
+    })
+    return processStdout(Buffer.concat(expectOk(answer).chunks))
+  }
+
+  /** `files.write` as an octet-stream upload: the body is the file. */
+  async write(sandbox, path, data) {
+    const headers = { ...sandbox.headers, 'Content-Type': 'application/octet-stream' }
+    expectOk(await this.request(filesUrl(sandbox, path), { method: 'POST', headers, body: data }))
+  }
+
+  /** `files.read`, the body read as a stream: the chunks as they arrived. */
+  async read(sandbox, path) {
+    return expectOk(await this.request(filesUrl(sandbox, path), { headers: sandbox.headers })).chunks
+  }
+}
+
+/** The response if it is a success; else its status and body as an error. */
+function expectOk(response) {
+  if (response.status >= 200 && response.status < 300) return response
+  throw new Error(`HTTP ${response.status}: ${Buffer.concat(response.chunks).toString('utf8').slice(0, 300)}`)
+}
+
+function envdUrl(created) {
+  const configured = process.env.E2B_SANDBOX_URL
+  if (configured) return configured.replace(/\/+$/, '')
+  const domain = created.domain || process.env.E2B_DOMAIN || 'e2b.app'
+  return `https://49983-${created.sandboxID}.${domain}`
+}
+
+function filesUrl(sandbox, path) {
+  return `${sandbox.envdUrl}/files?${new URLSearchParams({ path, username: 'user' })}`
+}
+
+/**
+ * The JSON messages of a Connect stream body: each behind a flag byte and a big-endian uint32 length.
+ * The end-of-stream message carries the RPC's error, if any: thrown here, as the SDK does.
+ */
+function* connectMessages(stream) {
+  let offset = 0
+  while (offset < stream.length) {
+    if (offset + 5 > stream.length) throw new Error(`Connect stream cut inside an envelope header at byte ${offset}`)
+    const flags = stream[offset]
+    const size = stream.readUInt32BE(offset + 1)
+    const text = stream.subarray(offset + 5, offset + 5 + size).toString('utf8')
+    const message = JSON.parse(text || '{}')
+    offset += 5 + size
+    if (flags & CONNECT_END_STREAM) {
+      if (message.error) throw new Error(`Start stream ended with an error: ${JSON.stringify(message.error)}`)
+      return
+    }
+    yield message
+  }
+}
+
+/** The stdout of a Start stream (data events carry it base64-encoded); it must reach its end event. */
+function processStdout(stream) {
+  const stdout = []
+  let end = null
+  for (const message of connectMessages(stream)) {
+    const event = message.event ?? {}
+    if (event.data) stdout.push(Buffer.from(event.data.stdout ?? '', 'base64'))
+    if (event.end) end = event.end
+  }
+  if (end === null) throw new Error(`Start stream has no end event: ${stream.subarray(-300).toString('utf8')}`)
+  // proto3 JSON leaves a zero exit code out
+  if (end.exitCode) throw new Error(`the command exited with ${end.exitCode}: ${JSON.stringify(end)}`)
+  return Buffer.concat(stdout).toString('utf8')
 }
 
 async function main() {
@@ -228,9 +443,13 @@ async function main() {
   const bench = new Bench(sdk, task)
   const kinds = {
     tti: (m) => (m.mode === 'sequential' ? bench.ttiSequential(m) : bench.ttiConcurrent(m)),
+    tti_http: (m) => bench.ttiHttp(m),
     run_true: (m) => bench.runTrue(m),
+    run_true_http: (m) => bench.runTrueHttp(m),
     upload: (m) => bench.upload(m),
+    upload_http: (m) => bench.uploadHttp(m),
     download: (m) => bench.download(m),
+    download_http: (m) => bench.downloadHttp(m),
   }
   // A harness that stops the run sends SIGTERM: kill the sandboxes, report nothing more.
   let terminating = false

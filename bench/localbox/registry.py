@@ -105,7 +105,10 @@ class LocalboxConfig:
     template_root: Path
     api_key: str
     quirks: Quirks = field(default_factory=Quirks)
-    pool_size: int = 2
+    pool_size: int = 4
+
+
+POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
 
 
 class Registry:
@@ -156,14 +159,20 @@ class Registry:
             self._pool_task = asyncio.create_task(self._fill_pool())
 
     async def _fill_pool(self) -> None:
+        """Prepare sandboxes, POOL_PARALLEL at a time: one at a time falls behind creates in a tight loop."""
         while not self._closing and len(self._pool) < self.config.pool_size:
-            try:
-                box = await self._new_box(internet=True, sandbox_id=self.new_id())
-                await box.warm_up()
-                self._pool.append(box)
-            except Exception:
-                log.exception("could not prepare a sandbox in advance")
+            wanted = min(POOL_PARALLEL, self.config.pool_size - len(self._pool))
+            prepared = await asyncio.gather(*(self._prepare_box() for _ in range(wanted)), return_exceptions=True)
+            failed = [p for p in prepared if isinstance(p, BaseException)]
+            self._pool.extend(p for p in prepared if isinstance(p, Box))
+            if failed:
+                log.error("could not prepare a sandbox in advance", exc_info=failed[0])
                 return
+
+    async def _prepare_box(self) -> Box:
+        box = await self._new_box(internet=True, sandbox_id=self.new_id())
+        await box.warm_up()
+        return box
 
     async def _take_box(self, internet: bool, sandbox_id: str | None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""

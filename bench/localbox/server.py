@@ -95,7 +95,7 @@ class LocalServer:
         cache_dir: Path | None = None,
         quirks: Quirks | None = None,
         debug_ports: bool = False,
-        pool_size: int = 2,
+        pool_size: int = 4,
     ) -> None:
         check_host()
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)

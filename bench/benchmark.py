@@ -91,7 +91,7 @@ MEASURES: tuple[Measure, ...] = (
     Measure("run_true", "run_true", "commands.run('true') on a ready sandbox", (base.SPAWN, base.LOOPBACK), 3.0),
     Measure("run_true_http", "run_true_http", f"{PLAIN_HTTP}: the Start RPC", (base.SPAWN, base.LOOPBACK), None),
     Measure("upload", "upload", "files.write of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
-    Measure("upload_http", "upload_http", f"{PLAIN_HTTP}: POST /files, octet-stream", (base.DISK_COPY,), None),
+    Measure("upload_http", "upload_http", f"{PLAIN_HTTP}: POST /files, one multipart part", (base.DISK_COPY,), None),
     Measure("download", "download", "files.read of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
     Measure("download_http", "download_http", f"{PLAIN_HTTP}: GET /files, streamed", (base.DISK_COPY,), None),
 )  # fmt: skip
@@ -353,21 +353,22 @@ class Benchmark:
 
     # --- results ---------------------------------------------------------------------------------
     def _document(self, run_dir: RunDir, survivors: list[str], sweep_error: str | None, elapsed: float) -> dict:
-        baseline_docs = {}
+        baseline_docs: dict[str, dict[str, Any]] = {}
         for name, before in self.baselines.items():
             after = self.baselines_after.get(name, [])
+            median_before, median_after = summarize(before).median_ms, summarize(after).median_ms
             baseline_docs[name] = {
                 "title": base.TITLES[name],
                 "samples": [round(v, 4) for v in before + after],
                 "stats": summarize(before + after).to_dict(),
-                "median_before_ms": summarize(before).median_ms,
-                "median_after_ms": summarize(after).median_ms,
+                "median_before_ms": median_before,
+                "median_after_ms": median_after,
             }
             drift = _drift(baseline_docs[name])
             if drift is not None and abs(drift) >= DRIFT_NOTE:
                 self.notes.append(
-                    f"the machine drifted during the run: {name} median {_ms(baseline_docs[name]['median_before_ms'])}"
-                    f" ms before the runners, {_ms(baseline_docs[name]['median_after_ms'])} ms after; ratios use both"
+                    f"the machine drifted during the run: {name} median {_ms(median_before)} ms before the runners,"
+                    f" {_ms(median_after)} ms after; ratios use both"
                 )
         runners = {}
         for outcome in self.outcomes:

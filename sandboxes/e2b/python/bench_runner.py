@@ -372,10 +372,10 @@ class PlainHttp:
         return _process_stdout(answer.content)
 
     def write(self, sandbox: HttpSandbox, path: str, data: bytes, timeout_s: float) -> None:
-        """`files.write` as an octet-stream upload: the body is the file."""
-        headers = {**sandbox.headers, "Content-Type": "application/octet-stream"}
+        """`files.write` as the SDK sends it by default (and any envd takes it): one multipart `file` part."""
         answer = self.client.post(f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
-                                  content=data, headers=headers, timeout=timeout_s)  # fmt: skip
+                                  files={"file": (path, data, "application/octet-stream")}, headers=sandbox.headers,
+                                  timeout=timeout_s)  # fmt: skip
         answer.raise_for_status()
 
     def read(self, sandbox: HttpSandbox, path: str, timeout_s: float) -> list[bytes]:

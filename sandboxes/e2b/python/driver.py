@@ -155,9 +155,10 @@ def run_step(ctx: Context, entry: dict[str, Any], outcomes: dict[str, str]) -> d
     if blocker is not None:
         return {**event, "outcome": "error", "duration_ms": 0.0, "error": f"depends on {blocker}", "details": {}}
     if function is None:
-        error = f"runner has no implementation of step {step_id}"
-        return {**event, "outcome": "error", "duration_ms": 0.0, "error": error, "details": {}}
+        missing = f"runner has no implementation of step {step_id}"
+        return {**event, "outcome": "error", "duration_ms": 0.0, "error": missing, "details": {}}
     observed: Observed = {}
+    error: str | None
     started = time.perf_counter()
     try:
         function(ctx, observed)

@@ -303,12 +303,11 @@ class PlainHttp {
     for (const agent of Object.values(this.agents)) agent.destroy()
   }
 
-  /** One request on a kept-alive connection: its status and body chunks as they arrived. */
-  request(url, { method = 'GET', headers = {}, body = null } = {}) {
+  /** One request on a kept-alive connection (the body: buffers sent one after another): its status and body chunks. */
+  request(url, { method = 'GET', headers = {}, body = [] } = {}) {
     const target = new URL(url)
     const module = target.protocol === 'https:' ? https : http
-    const data = body === null ? null : Buffer.from(body) // an ArrayBuffer's bytes, not copied
-    const sized = data === null ? headers : { ...headers, 'Content-Length': data.length }
+    const sized = body.length ? { ...headers, 'Content-Length': body.reduce((n, part) => n + part.length, 0) } : headers
     return new Promise((resolve, reject) => {
       const request = module.request(target, { method, headers: sized, agent: this.agents[target.protocol] }, (response) => {
         const chunks = []
@@ -317,7 +316,8 @@ class PlainHttp {
         response.on('error', reject)
       })
       request.on('error', reject)
-      request.end(data ?? undefined)
+      for (const part of body) request.write(part)
+      request.end()
     })
   }
 
@@ -326,7 +326,7 @@ class PlainHttp {
       await this.request(`${this.apiUrl}/v2/sandboxes`, {
         method: 'POST',
         headers: { ...this.apiHeaders, 'Content-Type': 'application/json' },
-        body: Buffer.from(JSON.stringify({ templateID: 'base', timeout: timeoutS, metadata })),
+        body: [Buffer.from(JSON.stringify({ templateID: 'base', timeout: timeoutS, metadata }))],
       }),
     )
     const created = JSON.parse(Buffer.concat(answer.chunks).toString('utf8'))
@@ -359,15 +359,19 @@ class PlainHttp {
     const answer = await this.request(`${sandbox.envdUrl}/process.Process/Start`, {
       method: 'POST',
       headers: { ...sandbox.headers, 'Content-Type': 'application/connect+json', 'Connect-Protocol-Version': '1' },
-      body: envelope,
+      body: [envelope],
     })
     return processStdout(Buffer.concat(expectOk(answer).chunks))
   }
 
-  /** `files.write` as an octet-stream upload: the body is the file. */
+  /** `files.write` as the SDK sends it by default (and any envd takes it): one multipart `file` part. */
   async write(sandbox, path, data) {
-    const headers = { ...sandbox.headers, 'Content-Type': 'application/octet-stream' }
-    expectOk(await this.request(filesUrl(sandbox, path), { method: 'POST', headers, body: data }))
+    const boundary = `e2b-bench-${randomBytes(12).toString('hex')}`
+    const disposition = `form-data; name="file"; filename="${path.replaceAll('"', '%22')}"`
+    const head = `--${boundary}\r\nContent-Disposition: ${disposition}\r\nContent-Type: application/octet-stream\r\n\r\n`
+    const body = [Buffer.from(head), Buffer.from(data), Buffer.from(`\r\n--${boundary}--\r\n`)] // data: not copied
+    const headers = { ...sandbox.headers, 'Content-Type': `multipart/form-data; boundary=${boundary}` }
+    expectOk(await this.request(filesUrl(sandbox, path), { method: 'POST', headers, body }))
   }
 
   /** `files.read`, the body read as a stream: the chunks as they arrived. */

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.benchmark import BenchOptions, read_bench, run_bench
+from bench.benchmark import BenchOptions, comparison_text, read_bench, run_bench
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.server import LocalEndpoint
 from bench.report import render
@@ -53,6 +53,13 @@ def test_summary_of_twenty_samples_with_an_outlier_and_two_failures() -> None:
     assert summary.mean_ms == 15.0
     assert (summary.min_ms, summary.max_ms) == (1.0, 1000.0)  # untrimmed
     assert summary.success_rate == pytest.approx(20 / 22)
+
+
+@pytest.mark.parametrize(("ratio", "text"), [(2.0, "50%"), (2.02, "49%"), (1.25, "80%"), (0.5, "200%")])
+def test_a_transfer_share_is_rounded_down_so_it_never_contradicts_its_target(ratio: float, text: str) -> None:
+    doc = {"ratio": ratio, "kind": "upload", "baseline": {"of": ["disk_copy"]}, "rate_mb_s": 400.0}
+
+    assert comparison_text(doc) == f"{text} of disk_copy rate (400 MB/s)"
 
 
 def test_summary_without_a_success_has_no_figures() -> None:

@@ -109,6 +109,20 @@ def test_cwd_and_user_root(sandbox: Sandbox) -> None:
     assert as_root.stdout == "root\n/root\n/root\n"
 
 
+def test_a_cwd_the_user_cannot_enter_is_refused_as_envd_refuses_it(sandbox: Sandbox) -> None:
+    sandbox.commands.run("mkdir -p /root/inner /tmp/closed/deeper && chmod 700 /tmp/closed", user="root")
+
+    with pytest.raises(SandboxException) as home:
+        sandbox.commands.run("pwd", cwd="/root")
+    with pytest.raises(SandboxException) as below:
+        sandbox.commands.run("pwd", cwd="/tmp/closed/deeper")
+    as_root = sandbox.commands.run("pwd", cwd="/root/inner", user="root")
+
+    assert str(home.value) == "Code.PERMISSION_DENIED: permission denied: /root"
+    assert str(below.value) == "Code.PERMISSION_DENIED: permission denied: /tmp/closed/deeper"
+    assert as_root.stdout == "/root/inner\n"
+
+
 def test_sigkill_reports_minus_one_and_a_second_kill_returns_false(sandbox: Sandbox) -> None:
     handle = sandbox.commands.run("sleep 30", background=True)
 

@@ -191,6 +191,8 @@ def spawn_as(
         if switch:
             os.setresgid(gid, 0, 0)
             os.setresuid(uid, 0, 0)
+        if not os.access(cwd, os.X_OK):  # with the real ids, the user's: envd changes directory after setuid
+            raise PermissionError(errno.EACCES, "permission denied", cwd)
         return os.posix_spawn(
             program,
             argv,

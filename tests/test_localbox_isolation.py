@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_kill_leaves_no_process_behind(endpoint: LocalEndpoint) -> None:
     sbx.commands.run("setsid bash -c 'sleep 300 & sleep 300' >/dev/null 2>&1 &", envs=sbx_env)
     sbx.commands.run("sleep 300 >/dev/null 2>&1 &", envs=sbx_env, user="root")
     before = host_pids_of(sbx)
+    deadline = time.monotonic() + 5
+    while len(before) < 4 and time.monotonic() < deadline:  # the backgrounded ones start on their own time
+        time.sleep(0.05)
+        before = host_pids_of(sbx)
 
     sbx.kill()
 

@@ -355,7 +355,9 @@ def test_pause_freezes_processes_and_resume_keeps_their_memory(endpoint: LocalEn
     sbx = Sandbox.create(timeout=60)
     try:
         sbx.commands.run(
-            "nohup bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' >/dev/null 2>&1 &"
+            # written aside and renamed: a `cat` never sees the file truncated but not yet written
+            "nohup bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count;"
+            " sleep 0.05; done' >/dev/null 2>&1 &"
         )
         time.sleep(0.5)
         assert sbx.pause() is True

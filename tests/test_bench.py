@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import httpx
 import pytest
+from run_cli import e2b_bench, only_run_dir
 
 from bench.benchmark import BenchOptions, comparison_text, read_bench, run_bench
 from bench.housekeeping import tagged_sandboxes
@@ -21,7 +20,6 @@ from bench.report import render
 from bench.results import read_run
 from bench.stats import percentile, summarize, trim
 
-REPO = Path(__file__).resolve().parents[1]
 RUNNERS = ("py-e2b-2.63.0", "js-e2b-2.51.0")
 
 
@@ -71,26 +69,16 @@ def test_summary_without_a_success_has_no_figures() -> None:
 # --- a real small run --------------------------------------------------------------------------
 
 
-def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", "bench", *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("bench-results")
     runners = [arg for name in RUNNERS for arg in ("--runner", name)]
-    done = cli("-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--results-dir", str(results), *runners)
+    done = e2b_bench(
+        "bench", "-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--results-dir", str(results),
+        *runners, timeout=180,
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
-    return run_dir
+    return only_run_dir(results)
 
 
 def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) -> None:
@@ -150,7 +138,7 @@ def test_small_run_has_the_plain_http_references_with_every_sample(small_run: Pa
 
 def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:
     env = {"E2B_API_KEY": "e2b_x", "E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9"}
-    done = cli("--endpoint", "env", "--results-dir", str(tmp_path), env=env)
+    done = e2b_bench("bench", "--endpoint", "env", "--results-dir", str(tmp_path), env=env, timeout=180)
     assert done.returncode == 2
     assert "give the number of samples per measure with -n N" in done.stderr
     assert list(tmp_path.iterdir()) == []
@@ -235,7 +223,7 @@ def test_report_has_a_distribution_chart_per_runner_and_a_comparison_across_runs
 @pytest.mark.bench
 def test_full_benchmark_of_the_embedded_endpoint(tmp_path: Path) -> None:
     """The full-size run (100 samples per measure, both SDKs): minutes, so only under `-m bench`."""
-    done = cli("--results-dir", str(tmp_path), timeout=600)
+    done = e2b_bench("bench", "--results-dir", str(tmp_path), timeout=600)
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
     (run_dir,) = list(tmp_path.iterdir())

@@ -9,21 +9,19 @@ faithful profile and once against `b3os-beta`; the tests read what each run reco
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from run_cli import e2b_bench, only_run_dir
 
 from bench.report import render
 from bench.results import Run, read_run
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps
 
-REPO = Path(__file__).resolve().parents[1]
 RUNNERS = {runner.spec.family: name for name, runner in available_runners().items() if runner.spec.family}
 AG2, ADK, HARNESS, TANSTACK = (RUNNERS[f] for f in ("ag2", "adk", "pydantic-ai-harness", "tanstack-ai"))
 PROOF = "/home/user/proof.txt"
@@ -44,17 +42,8 @@ class FrameworkRun:
 
 
 def bench_run(results: Path, *args: str) -> FrameworkRun:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "run", "frameworks", "--results-dir", str(results), *args],
-        cwd=REPO,
-        env=os.environ,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    (path,) = [p for p in results.iterdir() if p.is_dir()]
-    return FrameworkRun(done, read_run(path))
+    done = e2b_bench("run", "frameworks", "--results-dir", str(results), *args, timeout=1800)
+    return FrameworkRun(done, read_run(only_run_dir(results)))
 
 
 @pytest.fixture(scope="module")

@@ -6,19 +6,17 @@ OBSERVED is the specification: what the npm SDK reports of each probe on the fai
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from run_cli import REPO, e2b_bench, only_run_dir
 
 from bench.results import CaseRecord, read_run
 from bench.runners.manifest import load_steps
 
-REPO = Path(__file__).resolve().parents[1]
 RUNNER = "js-e2b-2.51.0"
 SUITE = "sandboxes/e2b/test_probes.py::test_probes"
 STEP_IDS = [step.id for step in load_steps("probes", "ts")]
@@ -99,17 +97,8 @@ OBSERVED: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
 
 
 def run_probes(results: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], list[CaseRecord]]:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.cli", "run", SUITE, "--runner", RUNNER, "--results-dir", str(results), *extra],
-        cwd=REPO,
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    (run_dir,) = [p for p in results.iterdir() if p.is_dir()]
-    return done, [c for c in read_run(run_dir).cases if c.suite == "probes"]
+    done = e2b_bench("run", SUITE, "--runner", RUNNER, "--results-dir", str(results), *extra, timeout=600)
+    return done, [c for c in read_run(only_run_dir(results)).cases if c.suite == "probes"]
 
 
 def recorded(case: CaseRecord, wanted: dict[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,43 +11,20 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from loopback import closed_port
+from run_cli import REPO, e2b_bench, only_run_dir
 
 from bench.localbox.server import serving
 from bench.results import read_run, validate
 from bench.runners.manifest import load_steps
 
-REPO = Path(__file__).resolve().parents[1]
 PY_RUNNER = "py-e2b-2.63.0"
 QUICKSTART = "sandboxes/e2b/test_quickstart.py"
 CANARY = "e2b_canary0123456789abcdef0123456789abcdef"
 
 
-def bench(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args],
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def only_run_dir(results: Path) -> Path:
-    runs = [p for p in results.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    return runs[0]
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_path: Path) -> None:
-    done = bench("run", QUICKSTART, "--runner", PY_RUNNER, "--results-dir", str(tmp_path))
+    done = e2b_bench("run", QUICKSTART, "--runner", PY_RUNNER, "--results-dir", str(tmp_path))
 
     assert done.returncode == 0, done.stdout + done.stderr
     run = read_run(only_run_dir(tmp_path))
@@ -80,7 +55,7 @@ def test_an_unreachable_endpoint_exits_2_with_one_clear_message_and_a_valid_run_
     url = f"http://127.0.0.1:{port}"
     env = {"E2B_API_KEY": "e2b_" + "0" * 40, "E2B_API_URL": url, "E2B_SANDBOX_URL": url}
 
-    done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
+    done = e2b_bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
 
     assert done.returncode == 2
     assert url in done.stdout + done.stderr
@@ -93,7 +68,7 @@ def test_an_unreachable_endpoint_exits_2_with_one_clear_message_and_a_valid_run_
 def test_a_missing_key_exits_2_naming_the_variable(tmp_path: Path) -> None:
     env = {"E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9", "E2B_API_KEY": ""}
 
-    done = bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
+    done = e2b_bench("run", "--endpoint", "env", "--runner", PY_RUNNER, "--results-dir", str(tmp_path), env=env)
 
     assert done.returncode == 2
     assert "E2B_API_KEY" in done.stdout + done.stderr
@@ -104,11 +79,11 @@ def test_the_api_key_and_envd_tokens_never_reach_disk(tmp_path: Path) -> None:
     with serving(api_key=CANARY) as local:
         env = {"E2B_API_KEY": CANARY, "E2B_API_URL": local.api_url, "E2B_SANDBOX_URL": local.sandbox_url}
         # Every suite of the runner: probes and token rules carry signed URLs and raw tokens too.
-        done = bench(
+        done = e2b_bench(
             "run", "--endpoint", "env", "--expectations", "expectations/local.toml", "--runner", PY_RUNNER,
             "--results-dir", str(results), env=env,
         )  # fmt: skip
-    rendered = bench("report", str(only_run_dir(results)), "--out", str(reports))
+    rendered = e2b_bench("report", str(only_run_dir(results)), "--out", str(reports))
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert rendered.returncode == 0

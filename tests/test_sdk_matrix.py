@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from run_cli import e2b_bench, only_run_dir
 
 from bench.results import read_run
 from bench.runners.catalog import available_runners
 
-REPO = Path(__file__).resolve().parents[1]
 # SDKs up to 2.50 create and connect through the v1 routes, from 2.51 through /v2.
 V1_ROUTES = {"py-e2b-2.45.1", "py-e2b-2.31.0", "js-e2b-2.50.0"}
 
 
 def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.cli",
-            "run",
-            "--matrix",
-            "sandboxes/e2b/test_quickstart.py",
-            "--results-dir",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=os.environ,
-        check=False,
-    )
+    done = e2b_bench("run", "--matrix", "sandboxes/e2b/test_quickstart.py", "--results-dir", str(tmp_path), timeout=600)
 
     assert done.returncode == 0, done.stdout[-3000:]
-    (run_path,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    run = read_run(run_path)
+    run = read_run(only_run_dir(tmp_path))
     runners = {name for name, runner in available_runners().items() if not runner.spec.family}  # SDK pins
     assert {c.runner for c in run.cases if c.suite == "quickstart"} == runners
     assert runners >= V1_ROUTES
@@ -48,7 +28,7 @@ def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) ->
     for runner in runners:
         creates = [
             json.loads(line)["url"].split("/", 3)[3]
-            for line in (run_path / "wire" / f"{runner}.jsonl").read_text().splitlines()
+            for line in (run.path / "wire" / f"{runner}.jsonl").read_text().splitlines()
             if json.loads(line)["method"] == "POST" and json.loads(line)["url"].endswith("sandboxes")
         ]
         expected = "sandboxes" if runner in V1_ROUTES else "v2/sandboxes"

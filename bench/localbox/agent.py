@@ -274,6 +274,13 @@ def list_dir(path: str, depth: int) -> list[dict]:
     return entries
 
 
+def require_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
+        raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+
+
 def make_dirs(path: str, uid: int, gid: int) -> None:
     """mkdir -p where every directory created belongs to the user."""
     missing = []
@@ -495,10 +502,7 @@ class Agent:
     def op_list(self, message: dict, fds: list[int]) -> list[dict]:
         with self._creds(message)[0]:
             path = message["path"]
-            if not os.path.isdir(path):
-                if os.path.lexists(path):
-                    raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
-                raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+            require_dir(path)
             return list_dir(path, message.get("depth", 1))
 
     def op_mkdir(self, message: dict, fds: list[int]) -> dict:
@@ -531,10 +535,7 @@ class Agent:
     def op_watch(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
         with self._creds(message)[0]:
             path = message["path"]
-            if not os.path.isdir(path):
-                if os.path.lexists(path):
-                    raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
-                raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+            require_dir(path)
             fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
             if fd < 0:
                 raise OSError(ctypes.get_errno(), "inotify_init1")

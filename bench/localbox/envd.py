@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import errno
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -19,31 +18,16 @@ from e2b.envd.filesystem.filesystem_connect import Filesystem, FilesystemASGIApp
 from e2b.envd.process import process_pb as pb
 from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from protobuf import Oneof
-from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
-from .agentlink import AgentError, AgentGone
+from .agentlink import AgentError
 from .box import ProcessRecord
+from .messages import connect_error, entry_message
 from .registry import Registry, Sandbox
+from .watch import Watcher
 
 DEFAULT_USER = "user"
 KEEPALIVE_DEFAULT_S = 50.0
-ERRNO_CODES = {
-    errno.ENOENT: Code.NOT_FOUND,
-    errno.EEXIST: Code.ALREADY_EXISTS,
-    errno.EACCES: Code.PERMISSION_DENIED,
-    errno.EPERM: Code.PERMISSION_DENIED,
-    errno.ENOTDIR: Code.INVALID_ARGUMENT,
-    errno.EISDIR: Code.INVALID_ARGUMENT,
-    errno.ENOTEMPTY: Code.INVALID_ARGUMENT,
-    errno.ESRCH: Code.NOT_FOUND,
-    errno.ENOSPC: Code.RESOURCE_EXHAUSTED,
-}
 SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM}
-FILE_TYPES = {
-    "file": fs_pb.FileType.FILE,
-    "directory": fs_pb.FileType.DIRECTORY,
-    "symlink": fs_pb.FileType.SYMLINK,
-}
 
 
 def request_user(headers) -> str:
@@ -55,35 +39,6 @@ def request_user(headers) -> str:
             if name:
                 return name
     return DEFAULT_USER
-
-
-def connect_error(exc: AgentError) -> ConnectError:
-    if isinstance(exc, AgentGone):
-        return ConnectError(Code.UNAVAILABLE, "sandbox is not running")
-    code = ERRNO_CODES.get(exc.errno or 0, Code.INTERNAL)
-    target = f": {exc.filename}" if exc.filename else ""
-    return ConnectError(code, f"{exc}{target}")
-
-
-def entry_message(info: dict) -> fs_pb.EntryInfo:
-    kind = info["type"]
-    is_symlink = kind == "symlink"
-    shown = info.get("target_type", kind) if is_symlink else kind
-    mtime = info["mtime_ns"]
-    return fs_pb.EntryInfo(
-        name=info["name"],
-        type=FILE_TYPES.get(shown, fs_pb.FileType.UNSPECIFIED),
-        path=info["path"],
-        size=info["size"],
-        mode=info["mode"],
-        permissions=info["permissions"],
-        owner=info["owner"],
-        group=info["group"],
-        modified_time=Timestamp(seconds=mtime // 1_000_000_000, nanos=mtime % 1_000_000_000),
-        symlink_target=info.get("symlink_target"),
-        metadata=info.get("metadata") or {},
-        is_symlink=is_symlink,
-    )
 
 
 class EnvdBase:
@@ -412,6 +367,3 @@ def envd_apps(registry: Registry) -> list[ProcessASGIApplication | FilesystemASG
         ProcessASGIApplication(ProcessService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
         FilesystemASGIApplication(FilesystemService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
     ]
-
-
-from .watch import Watcher  # noqa: E402  (watch imports entry_message from here)

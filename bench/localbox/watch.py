@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from e2b.envd.filesystem import filesystem_pb as fs_pb
 
 from .agentlink import AgentError
-from .envd import entry_message
+from .messages import connect_error, entry_message
 
 if TYPE_CHECKING:
     from .registry import Sandbox
@@ -44,8 +44,6 @@ class Watcher:
 
     @classmethod
     async def open(cls, sandbox: Sandbox, path: str, recursive: bool, include_entry: bool, user: str) -> Watcher:
-        from .envd import connect_error
-
         watcher = cls(sandbox, path, recursive, include_entry, user)
         try:
             watcher.watch_id, watcher.fd, watcher.paths = await sandbox.box.watch(path, recursive, user)

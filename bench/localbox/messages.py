@@ -1,0 +1,58 @@
+"""envd messages and errors built from the agent's answers (shared by the Filesystem service and watches)."""
+
+from __future__ import annotations
+
+import errno
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from e2b.envd.filesystem import filesystem_pb as fs_pb
+from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
+
+from .agentlink import AgentError, AgentGone
+
+ERRNO_CODES = {
+    errno.ENOENT: Code.NOT_FOUND,
+    errno.EEXIST: Code.ALREADY_EXISTS,
+    errno.EACCES: Code.PERMISSION_DENIED,
+    errno.EPERM: Code.PERMISSION_DENIED,
+    errno.ENOTDIR: Code.INVALID_ARGUMENT,
+    errno.EISDIR: Code.INVALID_ARGUMENT,
+    errno.ENOTEMPTY: Code.INVALID_ARGUMENT,
+    errno.ESRCH: Code.NOT_FOUND,
+    errno.ENOSPC: Code.RESOURCE_EXHAUSTED,
+}
+FILE_TYPES = {
+    "file": fs_pb.FileType.FILE,
+    "directory": fs_pb.FileType.DIRECTORY,
+    "symlink": fs_pb.FileType.SYMLINK,
+}
+
+
+def connect_error(exc: AgentError) -> ConnectError:
+    if isinstance(exc, AgentGone):
+        return ConnectError(Code.UNAVAILABLE, "sandbox is not running")
+    code = ERRNO_CODES.get(exc.errno or 0, Code.INTERNAL)
+    target = f": {exc.filename}" if exc.filename else ""
+    return ConnectError(code, f"{exc}{target}")
+
+
+def entry_message(info: dict) -> fs_pb.EntryInfo:
+    kind = info["type"]
+    is_symlink = kind == "symlink"
+    shown = info.get("target_type", kind) if is_symlink else kind
+    mtime = info["mtime_ns"]
+    return fs_pb.EntryInfo(
+        name=info["name"],
+        type=FILE_TYPES.get(shown, fs_pb.FileType.UNSPECIFIED),
+        path=info["path"],
+        size=info["size"],
+        mode=info["mode"],
+        permissions=info["permissions"],
+        owner=info["owner"],
+        group=info["group"],
+        modified_time=Timestamp(seconds=mtime // 1_000_000_000, nanos=mtime % 1_000_000_000),
+        symlink_target=info.get("symlink_target"),
+        metadata=info.get("metadata") or {},
+        is_symlink=is_symlink,
+    )

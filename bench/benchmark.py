@@ -21,35 +21,36 @@ the baseline each measure is compared with and the ratio to it.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import math
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
-
-import httpx
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import baselines as base
-from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
+from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
+from .endpoints import Endpoint, EndpointError, resolve
+from .exits import ExitCode
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import kill_survivors, leak_record, run_metadata
-from .junit import write_junit
-from .redaction import Redactor
-from .results import CaseRecord, RunDir, case_id, make_header, utc_now, validate
+from .housekeeping import run_metadata
+from .lifecycle import Lifecycle
+from .paths import RESULTS_DIR
+from .results import CaseRecord, RunDir, case_id, utc_now, validate
 from .runners.catalog import Runner, available_runners, default_runners
 from .runners.envs import RunnerEnvError
 from .runners.protocol import Event, run_runner
 from .stats import METHOD, TRIM_FRACTION, Summary, summarize
 
+if TYPE_CHECKING:
+    from .localbox.server import LocalServer
+
+__all__ = ["BenchOptions", "comparison_text", "read_bench", "run_bench", "target_text"]
+
 SUITE = "bench"
-BENCH_SCHEMA = "e2b-bench/bench/1"
-BENCH_JSON = "bench.json"
 MODES = ("sequential", "staggered", "burst")
 DEFAULT_LOCAL_COUNT = 100
 DEFAULT_INTERVAL_MS = 50.0
@@ -59,10 +60,8 @@ TRANSFER_COUNT = 10  # at most, each way and client
 STOP_GRACE_S = 10.0
 BASELINE_COUNT = 30  # each of the two times the baselines are measured: before the runners and after
 DRIFT_NOTE = 0.25  # a baseline median that moved this much between the two is noted
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 BURST_TARGET = (100, 5000.0)  # a burst of 100 all ready within 5 s
 TTI_KINDS = ("tti", "tti_http")
-TRANSFER_KINDS = ("upload", "upload_http", "download", "download_http")
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
 
 
@@ -107,7 +106,7 @@ class BenchOptions:
     modes: tuple[str, ...] = MODES
     interval_ms: float = DEFAULT_INTERVAL_MS
     max_seconds: float = DEFAULT_MAX_SECONDS
-    results_dir: Path = Path("results")
+    results_dir: Path = RESULTS_DIR
     transfer_mib: float = DEFAULT_TRANSFER_MIB
     report: bool = True
     argv: tuple[str, ...] = ()
@@ -183,7 +182,7 @@ def select_runners(names: Sequence[str]) -> list[Runner]:
 def check_count(endpoint: Endpoint, count: int | None) -> int:
     """The count to use: explicit against anything but the embedded endpoint, where sandboxes cost money."""
     if count is None:
-        if endpoint.kind != "local":
+        if endpoint.provider.costs_money:
             raise BenchError(
                 f"endpoint {endpoint.name!r} ({endpoint.api_url}) is not the embedded one: give the number of "
                 "samples per measure with -n N, since every sample creates a sandbox billed to that account"
@@ -194,19 +193,7 @@ def check_count(endpoint: Endpoint, count: int | None) -> int:
     return count
 
 
-@contextlib.contextmanager
-def _bound_endpoint(endpoint: Endpoint, server: Any | None) -> Iterator[tuple[Endpoint, str | None]]:
-    """The endpoint with its URLs and key; the embedded one is served for the duration."""
-    if endpoint.kind != "local":
-        yield endpoint, endpoint.api_key()
-        return
-    from .localbox.server import in_thread, serving
-
-    with in_thread(server) if server is not None else serving() as local:
-        yield endpoint.bound(local.api_url), local.api_key
-
-
-def run_bench(options: BenchOptions, out: TextIO = sys.stdout, server: Any | None = None) -> int:
+def run_bench(options: BenchOptions, out: TextIO = sys.stdout, server: LocalServer | None = None) -> int:
     """Run the benchmark as the CLI does; returns the exit code. `server`: an embedded server to measure."""
     try:
         endpoint = resolve(options.endpoint) if server is None else resolve("local")
@@ -217,32 +204,31 @@ def run_bench(options: BenchOptions, out: TextIO = sys.stdout, server: Any | Non
             raise BenchError("--max-seconds and the transfer size must be positive, --interval-ms not negative")
     except (BenchError, EndpointError, ExpectationsError) as exc:
         print(f"e2b-bench bench: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    with _bound_endpoint(endpoint, server) as (bound, key):
-        try:
-            preflight(bound, key)
-        except PreflightError as exc:
-            print(f"e2b-bench bench: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        return Benchmark(options, bound, key, runners, count, expectations, out).run()
+        return ExitCode.USAGE
+    argv = list(options.argv) or sys.argv
+    with Lifecycle(endpoint, results_dir=options.results_dir, server=server, report=options.report, argv=argv) as life:
+        life.serve()
+        if not life.preflight():
+            print(f"e2b-bench bench: {life.preflight_error}", file=sys.stderr)
+            return life.abort(life.preflight_error or "", SUITE)
+        return Benchmark(options, life, runners, count, expectations, out).run()
 
 
 class Benchmark:
-    """One benchmark run against a reachable endpoint."""
+    """One benchmark run against a reachable endpoint, inside its lifecycle."""
 
     def __init__(
         self,
         options: BenchOptions,
-        endpoint: Endpoint,
-        key: str | None,
+        lifecycle: Lifecycle,
         runners: list[Runner],
         count: int,
         expectations: Expectations,
         out: TextIO,
     ) -> None:
-        self.options, self.endpoint, self.key, self.runners = options, endpoint, key, runners
+        self.options, self.lifecycle, self.runners = options, lifecycle, runners
+        self.endpoint, self.key, self.redactor = lifecycle.endpoint, lifecycle.key, lifecycle.redactor
         self.count, self.expectations, self.out = count, expectations, out
-        self.redactor = Redactor([key])
         self.stop = threading.Event()
         self.outcomes: list[RunnerOutcome] = []
         self.baselines: dict[str, list[float]] = {}
@@ -256,16 +242,11 @@ class Benchmark:
                 executables[runner.name] = runner.prepare()
             except RunnerEnvError as exc:
                 print(f"e2b-bench bench: runner environment {runner.name} could not be built: {exc}", file=sys.stderr)
-                return EXIT_USAGE
-        info = {k: getattr(self.endpoint, k) for k in ("name", "kind", "api_url", "sandbox_url", "key_env")}
+                return ExitCode.USAGE
         pins = {r.name: r.resolved_versions(executables[r.name]) for r in self.runners}
-        from .plugin import harness_pins
-
-        pins["harness"] = harness_pins()
-        header = make_header(info, pins, list(self.options.argv) or sys.argv)
-        run_dir = RunDir.create(self.options.results_dir, SUITE, self.endpoint.name, header, self.redactor)
+        run_dir = self.lifecycle.open(SUITE, pins)
         run_id = run_dir.path.name
-        status, exit_code = "completed", EXIT_OK
+        status, exit_code = "completed", ExitCode.OK
         # The wall clock covers the SDK measurements; the baselines are bounded by their own count.
         started = deadline = time.monotonic()
         timer = threading.Timer(self.options.max_seconds + STOP_GRACE_S, self.stop.set)
@@ -283,10 +264,10 @@ class Benchmark:
                 self.baselines_after = after
         except KeyboardInterrupt:
             self.stop.set()
-            status, exit_code = "interrupted", EXIT_INTERRUPTED
+            status, exit_code = "interrupted", ExitCode.INTERRUPTED
         except base.BaselineError as exc:
             self.notes.append(str(exc))
-            status, exit_code = "aborted", EXIT_FAILED
+            status, exit_code = "aborted", ExitCode.NONCONFORMANT
         finally:
             timer.cancel()
         elapsed = time.monotonic() - started
@@ -294,22 +275,15 @@ class Benchmark:
             e.get("stopped") for o in self.outcomes for e in o.measures.values()
         ):
             self.notes.append(f"stopped at the wall-clock limit of {self.options.max_seconds:g}s")
-        survivors, sweep_error = self._sweep(run_id)
-        document = self._document(run_dir, survivors, sweep_error, elapsed)
-        records = self._record(run_dir, document)
-        if exit_code == EXIT_OK and not all(record.conformant for record in records):
-            exit_code = EXIT_FAILED
-        run_dir.write_json(BENCH_JSON, document)
-        run_dir.write_text("junit.xml", write_junit(run_dir.path))
-        run_dir.finish(status, exit_code)  # type: ignore[arg-type]
-        print_table(document, self.out)
+        records = self._record(run_dir, elapsed)
+        if exit_code == ExitCode.OK and not all(record.conformant for record in records):
+            exit_code = ExitCode.NONCONFORMANT
+        code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
+        print_table(json.loads((run_dir.path / BENCH_JSON).read_text("utf-8")), self.out)
         print(f"run directory: {run_dir.path}", file=self.out)
-        if self.options.report:
-            from .report import render
-
-            with contextlib.suppress(Exception):
-                print(f"report: {render([run_dir.path], run_dir.path, self.redactor).html}", file=self.out)
-        return exit_code
+        if self.lifecycle.report_paths is not None:
+            print(f"report: {self.lifecycle.report_paths.html}", file=self.out)
+        return code
 
     def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float) -> RunnerOutcome:
         tasks = plan(self.options, runner, self.count)
@@ -346,14 +320,9 @@ class Benchmark:
             outcome.error = f"runner died: exit code {result.exit_code}; stderr tail: {result.stderr_tail[-500:]}"
         return outcome
 
-    def _sweep(self, run_id: str) -> tuple[list[str], str | None]:
-        try:
-            return kill_survivors(self.endpoint.api_url, self.key, run_id), None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            return [], f"could not list the run's sandboxes: {exc}"
-
     # --- results ---------------------------------------------------------------------------------
-    def _document(self, run_dir: RunDir, survivors: list[str], sweep_error: str | None, elapsed: float) -> dict:
+    def _document(self, elapsed: float) -> dict[str, Any]:
+        """bench.json without its `cleanup` (the leak sweep comes after the measures are recorded)."""
         baseline_docs: dict[str, dict[str, Any]] = {}
         for name, before in self.baselines.items():
             after = self.baselines_after.get(name, [])
@@ -368,8 +337,8 @@ class Benchmark:
             drift = _drift(baseline_docs[name])
             if drift is not None and abs(drift) >= DRIFT_NOTE:
                 self.notes.append(
-                    f"the machine drifted during the run: {name} median {_ms(median_before)} ms before the runners,"
-                    f" {_ms(median_after)} ms after; ratios use both"
+                    f"the machine drifted during the run: {name} median {ms(median_before)} ms before the runners,"
+                    f" {ms(median_after)} ms after; ratios use both"
                 )
         runners = {}
         for outcome in self.outcomes:
@@ -383,8 +352,10 @@ class Benchmark:
                 "stderr_tail": outcome.stderr_tail[-2000:] or None,
                 "measures": measures,
             }
-        header = json.loads((run_dir.path / RunDir.RUN_JSON).read_text("utf-8"))["header"]
-        document = {
+        assert self.lifecycle.run_dir is not None
+        run_json = self.lifecycle.run_dir.path / RunDir.RUN_JSON
+        header = json.loads(run_json.read_text("utf-8"))["header"]
+        return {
             "schema": BENCH_SCHEMA,
             "header": header,
             "settings": {
@@ -395,17 +366,14 @@ class Benchmark:
                 "transfer_bytes": self.options.transfer_bytes,
                 "trim_fraction": TRIM_FRACTION,
                 "stats_method": METHOD,
-                "targets": self.endpoint.kind == "local",
+                "targets": self.endpoint.provider.has_targets,
             },
             "baselines": baseline_docs,
             "runners": runners,
             "elapsed_s": round(elapsed, 3),
             "notes": self.notes,
-            "cleanup": {"survivors": survivors, "error": sweep_error},
             "finished_at": utc_now(),
         }
-        validate("bench", self.redactor.redact_obj(document), where=str(run_dir.path / BENCH_JSON))
-        return document
 
     def _measure_doc(self, outcome: RunnerOutcome, task: Mapping[str, Any]) -> dict[str, Any]:
         measure = BY_ID[task["id"]]
@@ -451,7 +419,7 @@ class Benchmark:
         baseline_ms = sum(m for m in medians if m is not None) if None not in medians else None
         ratio = stats.median_ms / baseline_ms if stats.median_ms is not None and baseline_ms else None
         target = None
-        if self.endpoint.kind == "local" and measure.max_ratio is not None:
+        if self.endpoint.provider.has_targets and measure.max_ratio is not None:
             target = {
                 "text": f"median <= {measure.max_ratio:g}x {' + '.join(measure.baseline)}",
                 "max_ratio": measure.max_ratio,
@@ -475,7 +443,9 @@ class Benchmark:
             "target": target,
         }
 
-    def _record(self, run_dir: RunDir, document: Mapping[str, Any]) -> list[CaseRecord]:
+    def _record(self, run_dir: RunDir, elapsed: float) -> list[CaseRecord]:
+        """One case per runner x measure, then the leak sweep; writes bench.json."""
+        document = self._document(elapsed)
         records = []
         for runner, entry in document["runners"].items():
             for measure_id, doc in entry["measures"].items():
@@ -500,11 +470,14 @@ class Benchmark:
                         note=verdict.note,
                     )
                 )
-        cleanup = document["cleanup"]
-        records.append(leak_record(cleanup["survivors"], cleanup["error"]))
         for record in records:
             run_dir.record(record)
-        return records
+        leak = self.lifecycle.sweep()
+        survivors = list(leak.details["survivors"])
+        document["cleanup"] = {"survivors": survivors, "error": None if survivors else leak.error}
+        validate("bench", self.redactor.redact_obj(document), where=str(run_dir.path / BENCH_JSON))
+        run_dir.write_json(BENCH_JSON, document)
+        return [*records, leak]
 
 
 def _verdict(doc: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -522,7 +495,7 @@ def _verdict(doc: Mapping[str, Any]) -> tuple[str, str | None]:
     return "pass", None
 
 
-# --- reading and printing ------------------------------------------------------------------------
+# --- printing -------------------------------------------------------------------------------------------
 
 
 def _drift(baseline: Mapping[str, Any]) -> float | None:
@@ -531,46 +504,12 @@ def _drift(baseline: Mapping[str, Any]) -> float | None:
     return (after - before) / before if before and after is not None else None
 
 
-def read_bench(run_dir: Path) -> dict[str, Any] | None:
-    """The run's bench.json, validated; None when the run is not a benchmark."""
-    path = run_dir / BENCH_JSON
-    if not path.is_file():
-        return None
-    document = json.loads(path.read_text("utf-8"))
-    validate("bench", document, where=str(path))
-    return dict(document)
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
-
-
-def comparison_text(doc: Mapping[str, Any]) -> str:
-    """The ratio as a reader wants it: `12.3x spawn`, or for transfers the share of the disk copy rate."""
-    if doc["ratio"] is None:
-        return "—"
-    names = " + ".join(doc["baseline"]["of"])
-    if doc["kind"] in TRANSFER_KINDS:
-        # rounded down, so that a share shown as 50% never sits next to a missed 50% target
-        return f"{math.floor(100 / doc['ratio'])}% of {names} rate ({doc['rate_mb_s']:.0f} MB/s)"
-    return f"{doc['ratio']:.1f}x {names}"
-
-
-def target_text(doc: Mapping[str, Any]) -> str:
-    target = doc["target"]
-    if target is None:
-        return ""
-    return f"{'met' if target['met'] else 'MISSED'} ({target['text']})"
-
-
 def print_table(document: Mapping[str, Any], out: TextIO) -> None:
     print(f"e2b-bench bench · endpoint {document['header']['endpoint']['name']} · "
           f"{document['header']['run_id']}", file=out)  # fmt: skip
     print("baselines: " + " · ".join(
-        f"{name} p50 {_ms(b['stats']['median_ms'])} ms" + (
-            f" ({_ms(b['median_before_ms'])} before, {_ms(b['median_after_ms'])} after)"
+        f"{name} p50 {ms(b['stats']['median_ms'])} ms" + (
+            f" ({ms(b['median_before_ms'])} before, {ms(b['median_after_ms'])} after)"
             if b.get("median_after_ms") is not None else ""
         ) for name, b in document["baselines"].items()
     ), file=out)  # fmt: skip
@@ -579,10 +518,10 @@ def print_table(document: Mapping[str, Any], out: TextIO) -> None:
     for runner, entry in document["runners"].items():
         for measure_id, doc in entry["measures"].items():
             s = doc["stats"]
-            extra = f" all ready {_ms(doc['all_ready_ms'])}" if doc["mode"] == "burst" and doc["all_ready_ms"] else ""
+            extra = f" all ready {ms(doc['all_ready_ms'])}" if doc["mode"] == "burst" and doc["all_ready_ms"] else ""
             print(
                 f"{runner:16} {measure_id:20} {s['ok']:>4}/{s['attempted']:<4} "
-                + " ".join(f"{_ms(s[k]):>8}" for k in ("median_ms", "p95_ms", "p99_ms", "min_ms", "max_ms"))
+                + " ".join(f"{ms(s[k]):>8}" for k in ("median_ms", "p95_ms", "p99_ms", "min_ms", "max_ms"))
                 + f"  {comparison_text(doc)}{extra}  {target_text(doc)}".rstrip(),
                 file=out,
             )

@@ -5,57 +5,100 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import signal
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from .exits import EPILOG, ExitCode
+from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 
 if TYPE_CHECKING:
     from .localbox.server import LocalServer
     from .model import ModelServer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
+ENVIRONMENT = """environment variables read:
+  E2B_BENCH_ENDPOINT   default of --endpoint (local)
+  E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
+  E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
+  the variable named by --model-key-env, or by key_env of an endpoints.toml table
+"""
+SUITE_MARK = re.compile(r"""@pytest\.mark\.suite\(["'](?P<suite>[\w-]+)["']\)\s*\ndef (?P<function>\w+)""")
+
+
+class UsageError(Exception):
+    """A command line or environment that cannot work; the message says what to change (exit 2)."""
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .lifecycle import interrupt_on_sigterm
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args.handler(args, extra)
+    try:
+        with interrupt_on_sigterm():
+            return int(args.handler(args, extra))
+    except UsageError as exc:
+        print(f"e2b-bench {args.command}: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown for every flag; epilogs kept as written."""
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, *, help: str, description: str = ""
+) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name, help=help, description=description or None, formatter_class=_Formatter, epilog=EPILOG + ENVIRONMENT
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="e2b-bench",
         description="Conformance and benchmark harness for E2B-compatible endpoints.",
+        formatter_class=_Formatter,
+        epilog=EPILOG + ENVIRONMENT,
     )
     commands = parser.add_subparsers(dest="command")
 
-    run = commands.add_parser(
+    run = _command(
+        commands,
         "run",
         help="run the suites against an endpoint, write results/ and a report",
-        description="Run the conformance suites (pytest underneath: -k, -x, -m and other pytest options pass through).",
+        description="Run the conformance suites (pytest underneath: -k, -x, -m and other pytest options pass "
+        "through, before or after the suites).",
     )
-    run.add_argument("--endpoint", default=os.environ.get("E2B_BENCH_ENDPOINT", "local"))
+    run.add_argument("--endpoint", default=os.environ.get("E2B_BENCH_ENDPOINT", "local"), help="local | env | NAME")
     run.add_argument("--runner", action="append", default=[], help="runner name, repeatable (see `e2b-bench runners`)")
     run.add_argument("--matrix", action="store_true", help="every registered runner (all SDK pins)")
-    run.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
-    run.add_argument("--step-timeout", type=float, default=90.0)
+    run.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
+    run.add_argument("--step-timeout", type=float, default=90.0, help="seconds a runner may stay silent")
     run.add_argument("--profile", default="e2b", help="quirk profile of the embedded endpoint (local only)")
     run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
-    run.add_argument("--no-report", action="store_true")
+    run.add_argument("--no-report", action="store_true", help="do not render the report")
     run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
     run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
-    run.add_argument("suites", nargs="*", default=[], help="suite paths under sandboxes/ (default: all)")
+    run.add_argument("--model-base-url", default=None, help="a real OpenAI-compatible model for the frameworks")
+    run.add_argument("--model", default=None, help="model name to ask for (with --model-base-url)")
+    run.add_argument("--model-key-env", default=None, help="NAME of the variable holding the model's key")
+    run.add_argument("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
+    run.add_argument("-k", dest="keyword", default=None, help="pytest -k: only cases matching the expression")
+    run.add_argument("-m", dest="markexpr", default=None, help="pytest -m (default: not slow and not bench)")
+    run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first non-conformant case")
+    run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
     run.set_defaults(handler=cmd_run)
 
-    serve = commands.add_parser("serve", help="run the embedded E2B-compatible endpoint on loopback")
+    serve = _command(commands, "serve", help="run the embedded E2B-compatible endpoint on loopback")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=0, help="0 picks a free port")
     serve.add_argument("--api-key", default=None, help="key clients must send (default: a random one)")
@@ -66,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--bench", action="store_true", help="run a short `bench` against this server and exit")
     serve.set_defaults(handler=cmd_serve)
 
-    model = commands.add_parser(
+    model = _command(
+        commands,
         "model",
         help="run the scripted OpenAI-compatible model on loopback",
         description="Serve /v1/chat/completions and /v1/responses (streamed or not) with the scripted proof-task "
@@ -76,12 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--port", type=int, default=0, help="0 picks a free port")
     model.set_defaults(handler=cmd_model)
 
-    report = commands.add_parser("report", help="render the HTML report and Markdown summary of run directories")
+    report = _command(commands, "report", help="render the HTML report and Markdown summary of run directories")
     report.add_argument("run_dirs", nargs="+", type=Path)
-    report.add_argument("--out", type=Path, default=None, help="default: reports/out/")
+    report.add_argument("--out", type=Path, default=REPORTS_OUT, help="where report.html and summary.md go")
     report.set_defaults(handler=cmd_report)
 
-    bench = commands.add_parser(
+    bench = _command(
+        commands,
         "bench",
         help="time the SDKs against an endpoint, as ratios to local baselines; write results/ and a report",
         description="Time to interactive (sequential, staggered, burst), commands.run('true') and 20 MiB transfers "
@@ -102,17 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--interval-ms", type=float, default=50.0, help="launch interval of the staggered mode")
     bench.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock limit of the measurements")
     bench.add_argument("--transfer-mib", type=float, default=20.0, help="size of the upload and download")
-    bench.add_argument("--results-dir", default=str(REPO_ROOT / "results"))
-    bench.add_argument("--no-report", action="store_true")
+    bench.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
+    bench.add_argument("--no-report", action="store_true", help="do not render the report")
     bench.set_defaults(handler=cmd_bench)
 
-    detect = commands.add_parser(
-        "detect", help="prove every quirk of the embedded endpoint is flagged (probes + refusals, one run per quirk)"
+    detect = _command(
+        commands,
+        "detect",
+        help="prove every quirk of the embedded endpoint is flagged (probes + refusals, one run per quirk)",
     )
-    detect.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
+    detect.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
     detect.set_defaults(handler=cmd_detect)
 
-    runners = commands.add_parser("runners", help="list the runners (client environments and their pins)")
+    runners = _command(commands, "runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
 
@@ -120,31 +167,86 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    suites = args.suites or [str(REPO_ROOT / name) for name in ("sandboxes", "frameworks")]
+    from .lifecycle import signal_received
+
+    suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
+    markexpr = args.markexpr or ("" if args.include_slow else "not slow and not bench")
     pytest_args = [
         *suites,
         "--bench",
         "--endpoint", args.endpoint,
-        "--results-dir", args.results_dir,
-        "--step-timeout", str(args.step_timeout),
+        "--results-dir", str(writable_dir(args.results_dir)),
+        "--step-timeout", str(positive(args.step_timeout, "--step-timeout")),
         "--quirk-profile", args.profile,
+        "--attempts", str(int(positive(args.attempts, "--attempts"))),
+        "-p", "bench.plugin",
         "-p", "no:cacheprovider",
-        "--rootdir", str(REPO_ROOT),
-        "-c", str(REPO_ROOT / "pyproject.toml"),
+        "--rootdir", str(DATA_ROOT),
+        "-c", str(PYTEST_INI),
         "-q", "-rfE",
         *(f"--runner={name}" for name in args.runner),
         *(f"--quirk={quirk}" for quirk in args.quirk),
         *(["--matrix"] if args.matrix else []),
         *(["--no-report"] if args.no_report else []),
-        *(["--expectations", args.expectations] if args.expectations else []),
-        *([] if args.include_slow or "-m" in extra else ["-m", "not slow and not bench"]),
+        *(["--expectations", str(Path(args.expectations).resolve())] if args.expectations else []),
+        *(["--model-base-url", args.model_base_url] if args.model_base_url else []),
+        *(["--model", args.model] if args.model else []),
+        *(["--model-key-env", args.model_key_env] if args.model_key_env else []),
+        *(["-k", args.keyword] if args.keyword else []),
+        *(["-m", markexpr] if markexpr else []),
+        *(["-x"] if args.exitfirst else []),
         *extra,
     ]  # fmt: skip
-    os.chdir(REPO_ROOT)
     code = int(pytest.main(pytest_args))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
-        print("e2b-bench: no case matched the selection", file=sys.stderr)
-    return code
+        print("e2b-bench run: no case matched the selection (check -k, -m and the suite names)", file=sys.stderr)
+        return ExitCode.NO_CASES
+    # pytest's own codes for a bad command line or an interruption before the run started
+    if code == pytest.ExitCode.USAGE_ERROR:
+        return ExitCode.USAGE
+    # pytest says 2 for an interruption; the plugin's `pytest.exit` says 2 (ExitCode.USAGE) for a failed preflight
+    return ExitCode.INTERRUPTED if code == pytest.ExitCode.INTERRUPTED and signal_received() else code
+
+
+def suite_target(name: str) -> str:
+    """A suite name (`probes`) as the pytest node of its test function; anything else is a path."""
+    known = suite_nodes()
+    if name in known:
+        return known[name]
+    path = Path(name.split("::")[0])
+    if not path.exists():
+        raise UsageError(f"unknown suite {name!r}: give one of {', '.join(sorted(known))} or a path to a suite module")
+    return str(path.resolve()) + name[len(name.split("::")[0]) :]
+
+
+def suite_nodes() -> dict[str, str]:
+    """Every suite name with its test function (`sandboxes/e2b/test_probes.py::test_probes`)."""
+    found = {}
+    for root in SUITE_DIRS:
+        for module in sorted(root.rglob("test_*.py")):
+            for match in SUITE_MARK.finditer(module.read_text("utf-8")):
+                found[match["suite"]] = f"{module}::{match['function']}"
+    return found
+
+
+def writable_dir(path: Path) -> Path:
+    """`path` (made if missing) as an absolute path, or a UsageError naming the problem."""
+    path = path.resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot create the results directory {path} ({exc.strerror}): choose another with --results-dir"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"the results directory {path} is not writable: choose another with --results-dir")
+    return path
+
+
+def positive(value: float, flag: str) -> float:
+    if not value > 0:
+        raise UsageError(f"{flag} must be positive, not {value:g}")
+    return value
 
 
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
@@ -164,12 +266,12 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
         )
     except (HostError, TemplateError, QuirkError, OSError) as exc:
         print(f"e2b-bench serve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     endpoint = server.endpoint
     if args.bench:  # `e2b-bench bench` on this server: 30 samples, the Python SDK, quirks as given
         from .benchmark import BenchOptions, run_bench
 
-        options = BenchOptions(runners=("py-e2b-2.63.0",), count=30, results_dir=REPO_ROOT / "results", report=False)
+        options = BenchOptions(runners=("py-e2b-2.63.0",), count=30, results_dir=RESULTS_DIR, report=False)
         return run_bench(options, server=server)
     active = quirks.active()
     print(f"# e2b-bench embedded endpoint (profile {args.profile}{f', quirks {active}' if active else ''})")
@@ -182,8 +284,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def in_foreground(server: LocalServer | ModelServer) -> int:
-    """Serve until Ctrl-C or SIGTERM; uvicorn shuts down cleanly, then re-raises the signal: exit 0."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    """Serve until Ctrl-C or SIGTERM (see `main`); uvicorn shuts down cleanly, then re-raises the signal: exit 0."""
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     return 0
@@ -196,7 +297,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         modes = parse_modes(args.modes)
     except BenchError as exc:
         print(f"e2b-bench bench: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     options = BenchOptions(
         endpoint=args.endpoint,
         runners=tuple(args.runner),
@@ -204,14 +305,12 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         modes=modes,
         interval_ms=args.interval_ms,
         max_seconds=args.max_seconds,
-        results_dir=Path(args.results_dir),
+        results_dir=writable_dir(args.results_dir),
         transfer_mib=args.transfer_mib,
         report=not args.no_report,
         argv=tuple(sys.argv),
     )
-    # Ctrl-C and SIGTERM both end in the benchmark's clean-up (interrupted, exit 130).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    return run_bench(options)
+    return run_bench(options)  # Ctrl-C and SIGTERM end in the benchmark's clean-up (interrupted, exit 130)
 
 
 def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
@@ -226,7 +325,7 @@ def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
         server = ModelServer(host=args.host, port=args.port, on_exchange=show)
     except OSError as exc:
         print(f"e2b-bench model: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(f"# e2b-bench scripted model: base URL {server.endpoint.base_url()} (model {server.endpoint.model})")
     print("# any API key works; stop with Ctrl-C", flush=True)
     return in_foreground(server)
@@ -236,12 +335,11 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from .report import render
     from .results import RunError
 
-    out = args.out or REPO_ROOT / "reports" / "out"
     try:
-        paths = render(args.run_dirs, out)
+        paths = render(args.run_dirs, args.out)
     except RunError as exc:
         print(f"e2b-bench report: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     print(f"report: {paths.html}")
     print(f"summary: {paths.markdown}")
     return 0
@@ -250,7 +348,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:
     from .detection import main as detect_main
 
-    return detect_main(args.results_dir)
+    return detect_main(writable_dir(args.results_dir))
 
 
 def cmd_runners(args: argparse.Namespace, extra: list[str]) -> int:

@@ -8,18 +8,20 @@ the harness would not notice that deviation; the faithful baseline must flag not
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from .endpoints import resolve
+from .exits import ExitCode
+from .lifecycle import Lifecycle
 from .localbox.quirks import OPTION_FIELDS
-from .redaction import Redactor
-from .results import CaseRecord, RunDir, case_id, make_header, read_run
+from .paths import SANDBOXES_DIR
+from .results import CaseRecord, case_id, read_run
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("sandboxes/e2b/test_probes.py::test_probes", "sandboxes/e2b/test_probes.py::test_refusals")
+PROBES = SANDBOXES_DIR / "e2b" / "test_probes.py"
+SUITES = (f"{PROBES}::test_probes", f"{PROBES}::test_refusals")
 RUNNER = "py-e2b-2.63.0"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
@@ -48,9 +50,9 @@ def run_one(results: Path, quirk: str | None) -> Path:
     before = {p for p in results.iterdir() if p.is_dir()}
     command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--results-dir", str(results)]
     command += ["--no-report"] + ([f"--quirk={quirk}", "-k", HEAVY] if quirk else [])
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     made = sorted({p for p in results.iterdir() if p.is_dir()} - before)
-    if done.returncode not in (0, 1) or len(made) != 1:
+    if done.returncode not in (ExitCode.OK, ExitCode.NONCONFORMANT) or len(made) != 1:
         raise RuntimeError(f"run with quirk {quirk!r} ended with {done.returncode}: {done.stdout[-1500:]}")
     return made[0]
 
@@ -59,11 +61,10 @@ def flagged(run_dir: Path) -> list[str]:
     return sorted(f"{c.suite}/{c.case}" for c in read_run(run_dir).cases if not c.conformant)
 
 
-def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS) -> Path:
-    """Run the baseline and every quirk; returns the detection run directory."""
-    redactor = Redactor()
-    endpoint = {"name": "local", "kind": "local", "api_url": "", "sandbox_url": "", "key_env": "(embedded)"}
-    run = RunDir.create(results_root, "detection", "local", make_header(endpoint, {}, sys.argv), redactor)
+def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS, report: bool = False) -> Path:
+    """Run the baseline and every quirk (each run serves its own embedded endpoint); returns the run directory."""
+    life = Lifecycle(resolve("local"), results_dir=results_root, report=report)
+    run = life.open("detection", {})
     runs_dir = run.path / "runs"
     all_detected = True
     try:
@@ -89,25 +90,23 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS) -> Path:
                 )
             )
     except KeyboardInterrupt:
-        run.finish("interrupted", 130)
+        life.finish("interrupted", ExitCode.INTERRUPTED)
         raise
     except Exception:
-        run.finish("aborted", 2)
+        life.finish("aborted", ExitCode.USAGE)
         raise
-    run.finish("completed", 0 if all_detected else 1)
+    life.finish("completed", ExitCode.OK if all_detected else ExitCode.NONCONFORMANT)
     return run.path
 
 
 def main(results_root: Path) -> int:
-    from .report import render
-
-    os.chdir(REPO_ROOT)
-    path = detect(results_root)
-    paths = render([path], path)
+    path = detect(results_root, report=True)
     cases = read_run(path).cases
     width = max(len(c.case) for c in cases)
     for case in cases:
         verdict = "detected" if case.conformant else "NOT DETECTED"
         print(f"{case.case:{width}}  {verdict}: {', '.join(case.details['flagged']) or '-'}")
-    print(f"run directory: {path}\nreport: {paths.html}")
-    return 0 if all(c.conformant for c in cases) else 1
+    print(f"run directory: {path}")
+    if (path / "report.html").is_file():
+        print(f"report: {path / 'report.html'}")
+    return ExitCode.OK if all(c.conformant for c in cases) else ExitCode.NONCONFORMANT

@@ -1,7 +1,10 @@
 """Which E2B-compatible endpoint a run targets, and whether it is usable before anything runs.
 
-An endpoint is `local` (the embedded server, URLs filled in once it listens), `env` (the SDK's own
-environment variables) or a named table of `endpoints.toml` at the repository root.
+An endpoint has a kind, and each kind is one `Provider` class registered in `PROVIDERS`: `local` (the
+embedded server, URLs filled in once it listens), `env` (the SDK's own environment variables) or
+`toml` (a named table of `endpoints.toml` in the working directory). A provider says how to resolve
+the endpoint and what the harness may do with it (serve it, judge quirks, hold it to targets, spend
+money on it), so no other module asks which kind it has.
 """
 
 from __future__ import annotations
@@ -15,13 +18,12 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-CONFIG_PATH = REPO_ROOT / "endpoints.toml"
-EXPECTATIONS_DIR = REPO_ROOT / "expectations"
+from .paths import CONFIG_PATH, EXPECTATIONS_DIR
+
 DEFAULT_KEY_ENV = "E2B_API_KEY"
 # The embedded server accepts the key the harness generates and exports under this name.
 LOCAL_KEY_ENV = "E2B_BENCH_LOCAL_KEY"
@@ -51,6 +53,10 @@ class Endpoint:
     key_env: str
     expectations: Path | None
 
+    @property
+    def provider(self) -> Provider:
+        return PROVIDERS[self.kind]
+
     def api_key(self, environ: Mapping[str, str] = os.environ) -> str | None:
         return environ.get(self.key_env) or None
 
@@ -69,16 +75,78 @@ class Endpoint:
 
 
 def resolve(name: str, *, environ: Mapping[str, str] = os.environ, config_path: Path = CONFIG_PATH) -> Endpoint:
-    if name == "local":
-        return Endpoint("local", "local", "", None, None, LOCAL_KEY_ENV, _default_expectations("local"))
-    if name == "env":
-        return _from_environ(environ)
-    return _from_config(name, config_path)
+    """The endpoint called `name`: a provider's own name (`local`, `env`) or a table of `config_path`."""
+    provider = next((p for p in PROVIDERS.values() if p.by_name and p.kind == name), PROVIDERS["toml"])
+    return provider.resolve(name, environ, config_path)
 
 
 def _default_expectations(name: str) -> Path | None:
     path = EXPECTATIONS_DIR / f"{name}.toml"
     return path if path.is_file() else None
+
+
+class Provider:
+    """One kind of endpoint: how it is resolved and what the harness may do with it."""
+
+    kind: ClassVar[Kind]
+    by_name: ClassVar[bool] = False  # `--endpoint <kind>` names it (else: a table of endpoints.toml)
+    embedded: ClassVar[bool] = False  # the harness serves it itself for the run
+    costs_money: ClassVar[bool] = True  # every sandbox is billed: counts must be given explicitly
+    has_targets: ClassVar[bool] = False  # the benchmark holds it to the project's performance targets
+    quirks: ClassVar[bool] = False  # it can be told to deviate (`--profile`, `--quirk`)
+
+    def resolve(self, name: str, environ: Mapping[str, str], config_path: Path) -> Endpoint:
+        raise NotImplementedError
+
+    def with_profile(self, endpoint: Endpoint, profile: str, quirks: list[str]) -> Endpoint:
+        """The endpoint under a quirk profile, named after it and judged by its declarations."""
+        if profile != "e2b" or quirks:
+            raise EndpointError(
+                f"--profile and --quirk apply only to the embedded endpoint (--endpoint local), "
+                f"not to {endpoint.name!r}: drop them or choose --endpoint local"
+            )
+        return endpoint
+
+
+class LocalProvider(Provider):
+    """The embedded endpoint, served by the harness on loopback for the run."""
+
+    kind = "local"
+    by_name = embedded = has_targets = quirks = True
+    costs_money = False
+
+    def resolve(self, name: str, environ: Mapping[str, str], config_path: Path) -> Endpoint:
+        return Endpoint("local", "local", "", None, None, LOCAL_KEY_ENV, _default_expectations("local"))
+
+    def with_profile(self, endpoint: Endpoint, profile: str, quirks: list[str]) -> Endpoint:
+        if profile == "e2b" and not quirks:
+            return endpoint
+        name = (f"local-{profile}" if profile != "e2b" else "local") + ("+quirks" if quirks else "")
+        declared = EXPECTATIONS_DIR / f"{profile}.toml"
+        expectations = declared if profile != "e2b" and declared.exists() else endpoint.expectations
+        return dataclasses.replace(endpoint, name=name, expectations=expectations)
+
+
+class EnvProvider(Provider):
+    """The endpoint the SDK's own environment variables point at."""
+
+    kind = "env"
+    by_name = True
+
+    def resolve(self, name: str, environ: Mapping[str, str], config_path: Path) -> Endpoint:
+        return _from_environ(environ)
+
+
+class NamedProvider(Provider):
+    """A table `[endpoints.<name>]` of endpoints.toml."""
+
+    kind = "toml"
+
+    def resolve(self, name: str, environ: Mapping[str, str], config_path: Path) -> Endpoint:
+        return _from_config(name, config_path)
+
+
+PROVIDERS: dict[str, Provider] = {p.kind: p for p in (LocalProvider(), EnvProvider(), NamedProvider())}
 
 
 def _from_environ(environ: Mapping[str, str]) -> Endpoint:
@@ -128,7 +196,7 @@ def _from_config(name: str, config_path: Path) -> Endpoint:
         sandbox_url=sandbox_url.rstrip("/") if sandbox_url else None,
         domain=domain,
         key_env=table.get("key_env", DEFAULT_KEY_ENV),
-        expectations=(REPO_ROOT / expectations) if expectations else _default_expectations(name),
+        expectations=(config_path.parent / expectations) if expectations else _default_expectations(name),
     )
 
 

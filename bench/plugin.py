@@ -9,41 +9,37 @@ the end (completed, interrupted or aborted), then the report.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib.metadata
 import os
-import platform
-import sys
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
+from .endpoints import Endpoint, EndpointError, resolve
+from .exits import ExitCode
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import RUN_METADATA_KEY, kill_survivors, leak_record
-from .junit import write_junit
+from .housekeeping import run_metadata
+from .lifecycle import Lifecycle
 from .model.server import ModelServer
+from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
-from .report import render
-from .results import CaseRecord, RunDir, case_id, make_header
+from .results import CaseRecord, case_id
 from .runners.catalog import Runner, available_runners, default_runners
 from .runners.envs import RunnerEnvError
 from .runners.manifest import load_steps, with_dependencies
 from .runners.protocol import StepResult, run_runner
 from .wire import WireProxy
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SUITE_DIRS = ("sandboxes", "frameworks")  # where suite modules live
-EXIT_PREFLIGHT = 2
-EXIT_INTERRUPTED = 130
 STASH = pytest.StashKey["BenchSession"]()
+MARKERS = (
+    "suite(name): a conformance suite parametrized over runners and steps",
+    "slow: takes more than a few seconds of waiting (excluded by default in CI)",
+    "bench: benchmarks (excluded by default)",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--runner", action="append", default=[], help="runner name (repeatable); default: one per language")
     group.addoption("--matrix", action="store_true", help="every registered runner (all SDK pins)")
-    group.addoption("--results-dir", default=str(REPO_ROOT / "results"), help="where run directories go")
+    group.addoption("--results-dir", default=str(RESULTS_DIR), help="where run directories go")
     group.addoption("--step-timeout", type=float, default=90.0, help="seconds a runner may stay silent")
     group.addoption("--quirk-profile", default="e2b", help="quirk profile of the embedded endpoint")
     group.addoption("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
@@ -79,64 +75,77 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @dataclass
 class BenchSession:
-    """Everything one recorded run needs, created at configure time and closed at the end."""
+    """What the pytest hooks share for one recorded run; the run itself is `lifecycle`'s."""
 
     config: pytest.Config
-    endpoint: Endpoint
-    key: str | None
+    lifecycle: Lifecycle
     runners: list[Runner]
-    redactor: Redactor
     expectations: Expectations
-    run_dir: RunDir | None = None
     suites: set[str] = field(default_factory=set)
     selected: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (suite, runner) -> step ids
+    prepared: dict[str, Path | str] = field(default_factory=dict)  # runner -> executable, or why it is unusable
     results: dict[tuple[str, str], dict[str, StepResult]] = field(default_factory=dict)
     jobs: dict[tuple[str, str], Future[dict[str, StepResult]]] = field(default_factory=dict)
     _pool: ThreadPoolExecutor | None = None
     stop: threading.Event = field(default_factory=threading.Event)
-    preflight_error: str | None = None
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
-    _local: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.lifecycle.endpoint
+
+    @property
+    def key(self) -> str | None:
+        return self.lifecycle.key
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.lifecycle.redactor
+
+    @property
+    def preflight_error(self) -> str | None:
+        return self.lifecycle.preflight_error
 
     @property
     def run_id(self) -> str:
-        return self.run_dir.path.name if self.run_dir else "unstarted"
+        return self.lifecycle.run_id
 
     # --- lifecycle ----------------------------------------------------------------------------
-    def start(self, suites: list[str]) -> None:
-        if self.endpoint.kind == "local":
-            self._start_local()
-        if any(runner.spec.family for runner in self.runners):
+    def start(self, suites: list[str]) -> bool:
+        """Endpoint, model, preflight, pinned runners, run directory; False when the preflight failed."""
+        suite = "+".join(suites) or "none"
+        try:
+            self.lifecycle.serve()
+        except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
+            self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
+        if self.lifecycle.preflight_error is None and any(runner.spec.family for runner in self.runners):
             self.model = self._start_model()
-        endpoint_info = {
-            "name": self.endpoint.name,
-            "kind": self.endpoint.kind,
-            "api_url": self.endpoint.api_url,
-            "sandbox_url": self.endpoint.sandbox_url,
-            "key_env": self.endpoint.key_env,
-        }
-        pins = {runner.name: dict(runner.pins) for runner in self.runners}
-        pins["harness"] = harness_pins()
-        header = make_header(endpoint_info, pins, sys.argv)
-        header["expectations"] = str(self.endpoint.expectations) if self.endpoint.expectations else None
-        self.run_dir = RunDir.create(
-            Path(self.config.getoption("results_dir")),
-            "+".join(suites) or "none",
-            self.endpoint.name,
-            header,
-            self.redactor,
-        )
+        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
+            self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
+            return False
+        used = {name for _, name in self.selected}
+        self._prepare([runner for runner in self.runners if runner.name in used])
+        pins = {runner.name: self._pins(runner) for runner in self.runners}
+        expectations = self.endpoint.expectations
+        self.lifecycle.open(suite, pins, expectations=str(expectations) if expectations else None)
+        return True
 
-    def _start_local(self) -> None:
-        from .localbox.quirks import build
-        from .localbox.server import serving
+    def _prepare(self, runners: list[Runner]) -> None:
+        """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
 
-        quirks = build(self.config.getoption("quirk_profile"), self.config.getoption("quirk"))
-        local = self._local.enter_context(serving(quirks=quirks))
-        self.key = local.api_key
-        self.redactor.add(local.api_key)
-        self.endpoint = self.endpoint.bound(local.api_url)
+        def prepare(runner: Runner) -> Path | str:
+            try:
+                return runner.prepare()
+            except RunnerEnvError as exc:
+                return f"runner environment {runner.name} could not be built: {exc}"
+
+        with ThreadPoolExecutor(max_workers=max(len(runners), 1), thread_name_prefix="prepare") as pool:
+            self.prepared = dict(zip([r.name for r in runners], pool.map(prepare, runners), strict=True))
+
+    def _pins(self, runner: Runner) -> dict[str, str]:
+        executable = self.prepared.get(runner.name)
+        return runner.resolved_versions(executable) if isinstance(executable, Path) else dict(runner.pins)
 
     def _start_model(self) -> ModelChoice:
         """A real model when `--model-base-url` is given, else the scripted one, served for the session."""
@@ -144,21 +153,14 @@ class BenchSession:
         if base_url:
             key_env = self.config.getoption("model_key_env") or ""
             key = os.environ.get(key_env, "") if key_env else ""
-            if key:
-                self.redactor.add(key)
+            self.redactor.add(key)
             name = self.config.getoption("model") or ""
             return ModelChoice(base_url=base_url.rstrip("/"), name=name, key_env=key_env, key=key, scripted=None)
         from .model import serving_model
 
-        scripted = self._local.enter_context(serving_model(redactor=self.redactor))
+        scripted = self.lifecycle.stack.enter_context(serving_model(redactor=self.redactor))
         endpoint = scripted.endpoint
         return ModelChoice(endpoint.url, endpoint.model, SCRIPTED_KEY_ENV, SCRIPTED_KEY, scripted=scripted)
-
-    def check_endpoint(self) -> None:
-        try:
-            preflight(self.endpoint, self.key)
-        except PreflightError as exc:
-            self.preflight_error = str(exc)
 
     def stop_runners(self) -> None:
         """Stop every runner still going (each gets SIGTERM, so it can kill its sandboxes) and wait."""
@@ -168,7 +170,7 @@ class BenchSession:
 
     def close(self) -> None:
         self.stop_runners()
-        self._local.close()
+        self.lifecycle.close()
 
     # --- running ------------------------------------------------------------------------------
     def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
@@ -186,26 +188,24 @@ class BenchSession:
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
         steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
         requested = with_dependencies(steps, self.selected.get((suite, runner.name), []))
-        assert self.run_dir is not None
-        try:
-            executable = runner.prepare()
-        except RunnerEnvError as exc:
-            message = f"runner environment {runner.name} could not be built: {exc}"
-            return {s: StepResult(s, "error", None, message, {}, False) for s in requested}
-        self.run_dir.set_pins(runner.name, runner.resolved_versions(executable))
+        run_dir = self.lifecycle.run_dir
+        assert run_dir is not None
+        executable = self.prepared[runner.name]
+        if not isinstance(executable, Path):
+            return {s: StepResult(s, "error", None, executable, {}, False) for s in requested}
         task = {
             "suite": suite,
             "steps": requested,
             "depends": {s.id: list(s.depends) for s in steps},
             "run_id": self.run_id,
             "runner": runner.name,
-            "metadata": {RUN_METADATA_KEY: self.run_id},
+            "metadata": run_metadata(self.run_id),
             "options": self._options(runner),
         }
         with WireProxy(
             self.endpoint.api_url,
             self.endpoint.sandbox_url,
-            self.run_dir.wire_path(runner.name),
+            run_dir.wire_path(runner.name),
             runner.name,
             self.redactor,
             domain=self.endpoint.domain,
@@ -238,12 +238,13 @@ class BenchSession:
 
     def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
         """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
-        if event.get("type") != "transcript" or self.run_dir is None:
+        run_dir = self.lifecycle.run_dir
+        if event.get("type") != "transcript" or run_dir is None:
             return
         transcript = dict(event.get("transcript") or {})
         if self.model is not None and self.model.scripted is not None:
             transcript["model_exchanges"] = self.model.scripted.transcript.exchanges(runner.name)
-        self.run_dir.write_json(f"{runner.name}.json", transcript)
+        run_dir.write_json(f"{runner.name}.json", transcript)
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         identifier = case_id(suite, runner.name, step)
@@ -264,26 +265,16 @@ class BenchSession:
             details=observed.details,
             note=verdict.note,
         )
-        assert self.run_dir is not None
-        self.run_dir.record(record)
+        assert self.lifecycle.run_dir is not None
+        self.lifecycle.run_dir.record(record)
         return record, verdict.note or ""
 
-    # --- housekeeping -------------------------------------------------------------------------
-    def leak_check(self) -> None:
-        """Any sandbox of this run still alive is recorded as an error (and killed)."""
-        if self.run_dir is None or self.preflight_error or not self.jobs:
-            return
-        started = time.monotonic()
-        survivors: list[str] = []
-        error: str | None = None
-        try:
-            survivors = kill_survivors(self.endpoint.api_url, self.key, self.run_id)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
-            error = f"leak check could not list sandboxes: {exc}"
-        record = leak_record(survivors, error, round((time.monotonic() - started) * 1000, 1))
-        self.run_dir.record(record)
-        if not record.conformant and self.exit_code == 0:
-            self.exit_code = 1
+    def end(self, status: str, exit_code: int) -> int:
+        """Leak sweep (when runners ran), then JUnit, footer and report; returns the exit code."""
+        if self.jobs and not self.lifecycle.sweep().conformant and exit_code == ExitCode.OK:
+            exit_code = ExitCode.NONCONFORMANT
+        self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
+        return self.exit_code
 
 
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
@@ -306,21 +297,11 @@ class ModelChoice:
         return {"base_url": base_url, "name": self.name, "key_env": self.key_env, "scripted": self.scripted is not None}
 
 
-def harness_pins() -> dict[str, str]:
-    """Versions of what the harness itself runs on (the embedded endpoint speaks through these)."""
-    found = {}
-    for package in ("e2b", "connectrpc", "protobuf-py", "uvicorn", "starlette", "httptools", "uvloop", "httpx"):
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            found[package] = importlib.metadata.version(package)
-    found["python"] = platform.python_version()
-    return found
-
-
 def _suite_mode(config: pytest.Config) -> bool:
     if config.getoption("bench"):
         return True
-    suite_roots = [REPO_ROOT / name for name in SUITE_DIRS]
-    return any(Path(arg.split("::")[0]).resolve().is_relative_to(root) for arg in config.args for root in suite_roots)
+    paths = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    return any(path.is_relative_to(root) for path in paths for root in SUITE_DIRS)
 
 
 def _bench(config: pytest.Config) -> BenchSession | None:
@@ -329,41 +310,31 @@ def _bench(config: pytest.Config) -> BenchSession | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "suite(name): a conformance suite parametrized over runners and steps")
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
     if not _suite_mode(config):
         return
+    from .localbox.quirks import QuirkError, build
+
     try:
-        endpoint = _with_profile(resolve(config.getoption("endpoint")), config)
+        profile, quirk_names = config.getoption("quirk_profile"), config.getoption("quirk")
+        endpoint = resolve(config.getoption("endpoint"))
+        endpoint = endpoint.provider.with_profile(endpoint, profile, quirk_names)
+        if config.getoption("expectations"):
+            endpoint = dataclasses.replace(endpoint, expectations=Path(config.getoption("expectations")))
+        quirks = build(profile, quirk_names) if endpoint.provider.quirks else None
         expectations = Expectations.load(endpoint.expectations)
         runners = _selected_runners(config)
-    except (EndpointError, ExpectationsError, KeyError) as exc:
-        raise pytest.UsageError(str(exc)) from exc
-    key = endpoint.api_key()
-    session = BenchSession(
-        config=config,
-        endpoint=endpoint,
-        key=key,
-        runners=runners,
-        redactor=Redactor([key]),
-        expectations=expectations,
+    except (EndpointError, ExpectationsError, QuirkError, KeyError) as exc:
+        raise pytest.UsageError(str(exc).strip("'\"")) from exc
+    lifecycle = Lifecycle(
+        endpoint,
+        results_dir=Path(config.getoption("results_dir")),
+        redactor=Redactor(),
+        quirks=quirks,
+        report=not config.getoption("no_report"),
     )
-    config.stash[STASH] = session
-
-
-def _with_profile(endpoint: Endpoint, config: pytest.Config) -> Endpoint:
-    """The embedded endpoint under a quirk profile is named after it and judged by its declarations."""
-    explicit = config.getoption("expectations")
-    profile = config.getoption("quirk_profile")
-    if endpoint.kind == "local" and (profile != "e2b" or config.getoption("quirk")):
-        name = f"local-{profile}" if profile != "e2b" else "local"
-        if config.getoption("quirk"):
-            name += "+quirks"
-        declared = REPO_ROOT / "expectations" / f"{profile}.toml"
-        expectations = declared if profile != "e2b" and declared.exists() else endpoint.expectations
-        endpoint = dataclasses.replace(endpoint, name=name, expectations=expectations)
-    if explicit:
-        endpoint = dataclasses.replace(endpoint, expectations=Path(explicit))
-    return endpoint
+    config.stash[STASH] = BenchSession(config=config, lifecycle=lifecycle, runners=runners, expectations=expectations)
 
 
 def _selected_runners(config: pytest.Config) -> list[Runner]:
@@ -414,18 +385,14 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     bench = _bench(session.config)
     if bench is None or not bench.suites:
         return
-    bench.start(sorted(bench.suites))
-    bench.check_endpoint()
-    if bench.preflight_error:
-        bench.exit_code = EXIT_PREFLIGHT
-        _finish(bench, "aborted")
-        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=EXIT_PREFLIGHT)
+    if not bench.start(sorted(bench.suites)):
+        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=ExitCode.USAGE)
 
 
 @pytest.fixture
 def bench_session(request: pytest.FixtureRequest) -> BenchSession:
     session = _bench(request.config)
-    if session is None or session.run_dir is None:
+    if session is None or session.lifecycle.run_dir is None:
         pytest.skip("not a recorded e2b-bench run")
     return session
 
@@ -445,43 +412,34 @@ def check_case(session: BenchSession, case: tuple[str, Runner, str]) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     bench = _bench(session.config)
-    if bench is None or bench.run_dir is None or bench.preflight_error:
+    if bench is None or bench.lifecycle.run_dir is None or bench.preflight_error:
         return
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
-    bench.exit_code = 0 if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) else 1
+    code: int = (
+        ExitCode.OK
+        if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED)
+        else ExitCode.NONCONFORMANT
+    )
+    status = "completed"
     if interrupted:
-        bench.exit_code = EXIT_INTERRUPTED
+        code, status = ExitCode.INTERRUPTED, "interrupted"
         bench.stop_runners()
-    bench.leak_check()
-    status = "interrupted" if interrupted else "completed"
-    if exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+    elif exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"
-    _finish(bench, status)
-    if bench.exit_code != exitstatus and (bench.exit_code == EXIT_INTERRUPTED or exitstatus == pytest.ExitCode.OK):
-        session.exitstatus = bench.exit_code
-
-
-def _finish(bench: BenchSession, status: str) -> None:
-    assert bench.run_dir is not None
-    if bench.preflight_error:
-        bench.run_dir.write_json("preflight.json", {"error": bench.preflight_error})
-    bench.run_dir.write_text("junit.xml", write_junit(bench.run_dir.path))
-    bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
-    if not bench.config.getoption("no_report"):
-        with contextlib.suppress(Exception):
-            paths = render([bench.run_dir.path], bench.run_dir.path, bench.redactor)
-            bench.report = paths  # type: ignore[attr-defined]
+    code = bench.end(status, code)
+    if code != exitstatus and (code == ExitCode.INTERRUPTED or exitstatus == pytest.ExitCode.OK):
+        session.exitstatus = code
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     bench = _bench(config)
-    if bench is None or bench.run_dir is None:
+    if bench is None or bench.lifecycle.run_dir is None:
         return
     terminalreporter.section("e2b-bench")
     if bench.preflight_error:
         terminalreporter.write_line(f"endpoint unusable: {bench.preflight_error}")
-    terminalreporter.write_line(f"run directory: {bench.run_dir.path}")
-    report = getattr(bench, "report", None)
+    terminalreporter.write_line(f"run directory: {bench.lifecycle.run_dir.path}")
+    report = bench.lifecycle.report_paths
     if report is not None:
         terminalreporter.write_line(f"report: {report.html}")
         terminalreporter.write_line(f"summary: {report.markdown}")

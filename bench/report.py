@@ -12,10 +12,11 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
 from bench.results import OUTCOMES, Run, atomic_write, read_run
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "reports" / "templates"
+TEMPLATES = TEMPLATES_DIR
 SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
 ERROR_PREVIEW = 200
 SYMPTOM_PREVIEW = 600  # what a failing cell shows of its error: enough for the observed symptom
@@ -182,7 +183,7 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
 
 
 def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
-    from .benchmark import comparison_text
+    from .benchdoc import comparison_text
 
     stats = doc["stats"]
     figures = {key: stats[f"{key}_ms"] for key in ("median", "p95", "p99", "min", "max")}
@@ -204,7 +205,7 @@ def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     """The benchmark section: per run and runner a distribution chart and table; across runs, the ratios."""
     from markupsafe import Markup
 
-    from .benchmark import read_bench
+    from .benchdoc import read_bench
     from .charts import Distribution, distribution_chart
 
     documents = [(run, doc) for run in runs if (doc := read_bench(run.path)) is not None]

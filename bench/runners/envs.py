@@ -14,7 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from bench.paths import DATA_ROOT
+
+REPO_ROOT = DATA_ROOT  # entry scripts and projects are named relative to it
 PYTHON_QUICKSTART = "sandboxes/e2b/python/runner.py"
 _READY_MARKER = ".e2b-bench-ready"
 

@@ -12,11 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.runners.envs import REPO_ROOT
+from bench.paths import MANIFEST_PATHS
 
-MANIFEST_PATH = REPO_ROOT / "sandboxes" / "e2b" / "manifest.toml"
-FRAMEWORKS_MANIFEST_PATH = REPO_ROOT / "frameworks" / "manifest.toml"
-MANIFEST_PATHS = (MANIFEST_PATH, FRAMEWORKS_MANIFEST_PATH)
+MANIFEST_PATH, FRAMEWORKS_MANIFEST_PATH = MANIFEST_PATHS
 
 
 class ManifestError(Exception):

@@ -1,0 +1,52 @@
+"""`bench.json`, the benchmark's own file: reading it back and the texts a reader sees of it.
+
+Shared by the benchmark that writes it and the report that renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .results import validate
+
+BENCH_JSON = "bench.json"
+BENCH_SCHEMA = "e2b-bench/bench/1"
+TRANSFER_KINDS = ("upload", "upload_http", "download", "download_http")
+
+
+def read_bench(run_dir: Path) -> dict[str, Any] | None:
+    """The run's bench.json, validated; None when the run is not a benchmark."""
+    path = run_dir / BENCH_JSON
+    if not path.is_file():
+        return None
+    document = json.loads(path.read_text("utf-8"))
+    validate("bench", document, where=str(path))
+    return dict(document)
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def comparison_text(doc: Mapping[str, Any]) -> str:
+    """The ratio as a reader wants it: `12.3x spawn`, or for transfers the share of the disk copy rate."""
+    if doc["ratio"] is None:
+        return "—"
+    names = " + ".join(doc["baseline"]["of"])
+    if doc["kind"] in TRANSFER_KINDS:
+        # rounded down, so that a share shown as 50% never sits next to a missed 50% target
+        return f"{math.floor(100 / doc['ratio'])}% of {names} rate ({doc['rate_mb_s']:.0f} MB/s)"
+    return f"{doc['ratio']:.1f}x {names}"
+
+
+def target_text(doc: Mapping[str, Any]) -> str:
+    target = doc["target"]
+    if target is None:
+        return ""
+    return f"{'met' if target['met'] else 'MISSED'} ({target['text']})"

@@ -1,0 +1,182 @@
+"""One run's lifecycle, shared by `run`, `bench` and `detect`.
+
+endpoint -> (embedded server) -> preflight -> header (pins resolved up front) -> run directory ->
+the command's work -> leak sweep -> JUnit -> footer -> report. The command only does the work in the
+middle: it records cases in `lifecycle.run_dir` and says how the run ended; exit codes are `ExitCode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import signal
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .endpoints import Endpoint, PreflightError, preflight
+from .exits import ExitCode
+from .housekeeping import kill_survivors, leak_record
+from .junit import write_junit
+from .redaction import Redactor
+from .results import CaseRecord, RunDir, Status, make_header
+
+if TYPE_CHECKING:
+    from .localbox.quirks import Quirks
+    from .localbox.server import LocalServer
+    from .report import ReportPaths
+
+PREFLIGHT_JSON = "preflight.json"
+HARNESS_PACKAGES = ("e2b", "connectrpc", "protobuf-py", "uvicorn", "starlette", "httptools", "uvloop", "httpx")
+
+
+def harness_pins() -> dict[str, str]:
+    """Versions of what the harness itself runs on (the embedded endpoint speaks through these)."""
+    found = {}
+    for package in HARNESS_PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    found["python"] = platform.python_version()
+    return found
+
+
+class Lifecycle:
+    """One recorded run against one endpoint; a context manager that stops what it started."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        results_dir: Path,
+        redactor: Redactor | None = None,
+        quirks: Quirks | None = None,
+        server: LocalServer | None = None,
+        report: bool = True,
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.key: str | None = None
+        self.results_dir = results_dir
+        self.redactor = redactor or Redactor()
+        self.quirks = quirks
+        self.server = server  # an embedded server already listening (`serve --bench`)
+        self.report = report
+        self.argv = list(argv) if argv is not None else list(sys.argv)
+        self.run_dir: RunDir | None = None
+        self.report_paths: ReportPaths | None = None
+        self.preflight_error: str | None = None
+        self.stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Lifecycle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.stack.close()
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.path.name if self.run_dir else "unstarted"
+
+    # --- before the work ---------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Make the endpoint reachable: the embedded one is started (or the given server used)."""
+        if not self.endpoint.provider.embedded:
+            self.key = self.endpoint.api_key()
+        else:
+            from .localbox.server import in_thread, serving
+
+            local = self.stack.enter_context(
+                in_thread(self.server) if self.server is not None else serving(quirks=self.quirks)
+            )
+            self.key = local.api_key
+            self.endpoint = self.endpoint.bound(local.api_url)
+        self.redactor.add(self.key)
+
+    def preflight(self) -> bool:
+        """Is the endpoint usable with the key? On failure `preflight_error` says why, in one sentence."""
+        try:
+            preflight(self.endpoint, self.key)
+        except PreflightError as exc:
+            self.preflight_error = str(exc)
+        return self.preflight_error is None
+
+    def open(self, suite: str, pins: Mapping[str, Mapping[str, str]], **header: Any) -> RunDir:
+        """Create the run directory; its header holds every pin, resolved before the work starts."""
+        info = {k: getattr(self.endpoint, k) for k in ("name", "kind", "api_url", "sandbox_url", "key_env")}
+        info["sandbox_url"] = info["sandbox_url"] or ""  # none given: the SDK derives it from the domain
+        full = make_header(info, {**pins, "harness": harness_pins()}, self.argv)
+        full.update(header)
+        self.run_dir = RunDir.create(self.results_dir, suite, self.endpoint.name, full, self.redactor)
+        return self.run_dir
+
+    # --- after the work ----------------------------------------------------------------------------
+    def sweep(self) -> CaseRecord:
+        """Record the `housekeeping/harness/leak_check` case: any sandbox of this run still alive is killed."""
+        assert self.run_dir is not None
+        started = time.monotonic()
+        survivors: list[str] = []
+        error: str | None = None
+        try:
+            survivors = kill_survivors(self.endpoint.api_url, self.key, self.run_id)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            error = f"leak check could not list sandboxes: {exc}"
+        record = leak_record(survivors, error, round((time.monotonic() - started) * 1000, 1))
+        self.run_dir.record(record)
+        return record
+
+    def abort(self, reason: str, suite: str, pins: Mapping[str, Mapping[str, str]] | None = None) -> ExitCode:
+        """End a run that could not start (the preflight failed): a run directory that says why, exit 2."""
+        if self.run_dir is None:
+            self.open(suite, pins or {})
+        assert self.run_dir is not None
+        self.run_dir.write_json(PREFLIGHT_JSON, {"error": reason})
+        return self.finish("aborted", ExitCode.USAGE)
+
+    def finish(self, status: Status, exit_code: int) -> ExitCode:
+        """JUnit, footer and report; returns the exit code."""
+        assert self.run_dir is not None
+        self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path))
+        self.run_dir.finish(status, int(exit_code))
+        if self.report:
+            from .report import render
+
+            with contextlib.suppress(Exception):  # a report that fails to render must not lose the run
+                self.report_paths = render([self.run_dir.path], self.run_dir.path, self.redactor)
+        return ExitCode(exit_code)
+
+
+_RECEIVED: list[int] = []  # signals `interrupt_on_sigterm` turned into KeyboardInterrupt
+
+
+def signal_received() -> bool:
+    """Did a Ctrl-C or SIGTERM arrive (so pytest's `interrupted` is the user's doing)?"""
+    return bool(_RECEIVED)
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt, so the run ends `interrupted`); a second SIGTERM or
+    Ctrl-C while that clean-up runs exits at once with 130."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if _RECEIVED:
+            os._exit(ExitCode.INTERRUPTED)
+        _RECEIVED.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -36,13 +36,12 @@ from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text,
 from .endpoints import Endpoint, EndpointError, resolve
 from .exits import ExitCode
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import run_metadata
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR
 from .results import CaseRecord, RunDir, case_id, utc_now, validate
 from .runners.catalog import Runner, available_runners, default_runners
 from .runners.envs import RunnerEnvError
-from .runners.protocol import Event, run_runner
+from .runners.protocol import Event, make_task, run_runner
 from .stats import METHOD, TRIM_FRACTION, Summary, summarize
 
 if TYPE_CHECKING:
@@ -291,15 +290,14 @@ class Benchmark:
         if self.stop.is_set():
             outcome.error = "not run: the wall-clock limit was reached"
             return outcome
-        task = {
-            "suite": SUITE,
-            "runner": runner.name,
-            "run_id": run_id,
-            "metadata": run_metadata(run_id),
-            "deadline_s": max(share_s, 0.0),
-            "sandbox_timeout_s": int(self.options.max_seconds + 2 * STOP_GRACE_S + 60),
-            "measures": tasks,
-        }
+        task = make_task(
+            SUITE,
+            runner.name,
+            run_id,
+            deadline_s=max(share_s, 0.0),
+            sandbox_timeout_s=int(self.options.max_seconds + 2 * STOP_GRACE_S + 60),
+            measures=tasks,
+        )
         env = runner.environment({"E2B_API_KEY": self.key or "", **self.endpoint.sdk_env()})
         result = run_runner(
             runner.for_suite(SUITE),

@@ -12,6 +12,7 @@ from typing import Any
 from bench.results import OUTCOMES, Outcome
 
 # A runner whose SDK pin lacks a feature skips with this reason; that is never the endpoint's fault.
+SDK_GAP = "sdk_gap"  # the runner protocol's structured skip reason (step event `skip.reason`)
 SDK_GAP_PREFIX = "not in this SDK"
 
 _TOP_KEYS = frozenset({"endpoint", "cases"})
@@ -146,7 +147,8 @@ def judge(observed: Outcome, details: Mapping[str, Any], error: str | None, decl
     """Compare what a runner observed with what the endpoint declares."""
     expected = declared.outcome
     skip_reason = str(error or details.get("reason") or "")
-    if observed == "skip" and skip_reason.startswith(SDK_GAP_PREFIX):
+    sdk_gap = details.get("skip_reason") == SDK_GAP or skip_reason.startswith(SDK_GAP_PREFIX)  # structured, or older
+    if observed == "skip" and sdk_gap:
         return Judgement("skip", expected, True, skip_reason)
     if observed == "pass" and expected != "pass":
         return Judgement("pass", expected, False, f"declared {expected} but passed: stale declaration?")

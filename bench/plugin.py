@@ -22,7 +22,6 @@ import pytest
 from .endpoints import Endpoint, EndpointError, resolve
 from .exits import ExitCode
 from .expectations import Expectations, ExpectationsError, judge
-from .housekeeping import run_metadata
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .paths import RESULTS_DIR, SUITE_DIRS
@@ -30,8 +29,8 @@ from .redaction import Redactor
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, available_runners, default_runners
 from .runners.envs import RunnerEnvError
-from .runners.manifest import load_steps, with_dependencies
-from .runners.protocol import StepResult, run_runner
+from .runners.manifest import load_steps, task_steps
+from .runners.protocol import StepResult, make_task, run_runner
 from .wire import WireProxy
 
 STASH = pytest.StashKey["BenchSession"]()
@@ -187,21 +186,13 @@ class BenchSession:
 
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
         steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
-        requested = with_dependencies(steps, self.selected.get((suite, runner.name), []))
+        planned = task_steps(steps, self.selected.get((suite, runner.name), []))
         run_dir = self.lifecycle.run_dir
         assert run_dir is not None
         executable = self.prepared[runner.name]
         if not isinstance(executable, Path):
-            return {s: StepResult(s, "error", None, executable, {}, False) for s in requested}
-        task = {
-            "suite": suite,
-            "steps": requested,
-            "depends": {s.id: list(s.depends) for s in steps},
-            "run_id": self.run_id,
-            "runner": runner.name,
-            "metadata": run_metadata(self.run_id),
-            "options": self._options(runner),
-        }
+            return {s: StepResult(s, "error", None, executable, {}, False) for s in planned["steps"]}
+        task = make_task(suite, runner.name, self.run_id, **planned, options=self._options(runner))
         with WireProxy(
             self.endpoint.api_url,
             self.endpoint.sandbox_url,

@@ -2,10 +2,10 @@
 
 A framework runner (`frameworks/<name>/runner.py`) describes its framework as a `Framework`: how to
 open a session (an E2B backend and its sandbox, made the framework's way), run the agent once, read
-a file and run a command through that backend. This module does the rest: the JSON-lines protocol
-(docs/ARCHITECTURE.md), the steps of `frameworks/manifest.toml`, up to `attempts` tries of the
-proof task, the pass rule, and the transcript (`transcript` events, which the harness writes to
-`<runner>.json`).
+a file and run a command through that backend. This module does the rest: the steps of
+`frameworks/manifest.toml`, up to `attempts` tries of the proof task, the pass rule, and the
+transcript (`transcript` events, which the harness writes to `<runner>.json`). The protocol (version 1)
+is the Python runner kit's, sandboxes/e2b/python/runkit.py, shared with the SDK runners.
 
 Pass rule of the proof task: a `uname` call's own result shows `Linux`, the answer's first word is
 `Linux`, and a read of /home/user/proof.txt through the same backend after the answer contains the
@@ -19,16 +19,19 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import signal
 import sys
 import time
 import traceback
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-RUN_TAG = "e2b-bench-run"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandboxes" / "e2b" / "python"))
+
+from runkit import Protocol, StepPlan, exit_on_sigterm, read_task
+
 PROOF_PATH = "/home/user/proof.txt"
 EXPECTED_WORD = "Linux"
 EXCERPT_CHARS = 2000
@@ -110,9 +113,9 @@ class Framework(ABC):
         """Which E2B backend runs: the framework's own (upstream) or this project's implementation."""
 
     @property
-    def tagging(self) -> str:
-        """How this run's sandboxes are found again (metadata tag, or why not)."""
-        return f"metadata {{{RUN_TAG!r}: <run id>}}"
+    def tagging(self) -> str | None:
+        """How this run's sandboxes are found again, when not by the task's metadata: why not."""
+        return None
 
     @abstractmethod
     def session(self, model: Model, metadata: dict[str, str]) -> contextlib.AbstractAsyncContextManager[Session]:
@@ -189,24 +192,25 @@ class Runner:
         )
         self.prompt = str(options.get("prompt", ""))
         self.attempts = max(1, int(options.get("attempts", DEFAULT_ATTEMPTS)))
-        self.metadata = {RUN_TAG: str(task.get("run_id") or "unset")}
+        self.metadata = dict(task["metadata"])
+        tag = next(iter(self.metadata))
         self.transcript: dict[str, Any] = {
             "framework": framework.name,
             "runner": task.get("runner"),
             "backend": framework.backend,
-            "sandbox_tagging": framework.tagging,
+            "sandbox_tagging": framework.tagging or f"metadata {{{tag!r}: <run id>}}",
             "model": {"base_url": self.model.base_url, "name": self.model.name, "scripted": self.model.scripted},
             "task": self.prompt,
             "attempts": [],
             "probes": {},
             "sandboxes": [],
         }
-        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-        os.dup2(2, 1)  # anything a framework prints goes to stderr, never into the protocol
+        self.protocol = Protocol()  # anything a framework prints goes to stderr, never into the protocol
+        self._stack = contextlib.AsyncExitStack()
+        self._probe_session: Session | None = None
 
     def emit(self, event: dict[str, Any]) -> None:
-        self._out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
-        self._out.flush()
+        self.protocol.emit(event)
 
     def emit_transcript(self) -> None:
         self.emit({"type": "transcript", "transcript": self.transcript})
@@ -274,33 +278,30 @@ class Runner:
             return f"no output from `{command}`: stdout {probe.stdout!r} (expected 'late'), exit code {probe.exit_code}"
         return None
 
-    async def steps(self, requested: list[str]) -> None:
-        probe_session: Session | None = None
-        async with contextlib.AsyncExitStack() as stack:
-            for step in requested:
-                details: dict[str, Any] = {}
-                started = time.perf_counter()
-                try:
-                    if step == "fw01_proof_task":
-                        error = await self.proof_task(details)
-                    elif step in PROBES:
-                        if probe_session is None:
-                            probe_session = await stack.enter_async_context(self._session())
-                        error = await self.probe(step, probe_session, details)
-                        self.transcript["probes"][step] = details
-                    else:
-                        self._step(step, "error", 0.0, f"runner has no implementation of step {step}", {})
-                        continue
-                except Exception as exc:
-                    error = exception_text(exc)
-                    details["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
-                duration = round((time.perf_counter() - started) * 1000, 3)
-                self._step(step, "fail" if error else "pass", duration, error, details)
+    async def steps(self) -> None:
+        """The task's steps in order; the kit reports prerequisites that did not pass."""
+        async with contextlib.AsyncExitStack() as self._stack:
+            plan = StepPlan(self.protocol, self.task)
+            for step in plan:
+                plan.report(step, *await self.run_step(step))
                 self.emit_transcript()
 
-    def _step(self, step: str, outcome: str, duration: float, error: str | None, details: dict[str, Any]) -> None:
-        event = {"type": "step", "id": step, "outcome": outcome, "duration_ms": duration, "error": error}
-        self.emit({**event, "details": details})
+    async def run_step(self, step: str) -> tuple[str, str | None, dict[str, Any]]:
+        details: dict[str, Any] = {}
+        try:
+            if step == "fw01_proof_task":
+                error = await self.proof_task(details)
+            elif step in PROBES:
+                if self._probe_session is None:  # the probes share one session
+                    self._probe_session = await self._stack.enter_async_context(self._session())
+                error = await self.probe(step, self._probe_session, details)
+                self.transcript["probes"][step] = details
+            else:
+                return "error", f"runner has no implementation of step {step}", {}
+        except Exception as exc:
+            error = exception_text(exc)
+            details["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
+        return ("fail" if error else "pass"), error, details
 
 
 def versions(packages: tuple[str, ...]) -> dict[str, str]:
@@ -326,26 +327,17 @@ async def kill_sandboxes(ids: list[str]) -> dict[str, str]:
 
 def main(make: Callable[[], Framework]) -> int:
     """The runner's entry point: read the task, say hello, run the steps, report clean-up in the footer."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    task = json.loads(sys.stdin.read())
-    os.environ.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+    exit_on_sigterm()
+    task = read_task()
     framework = make()
     runner = Runner(framework, task)
-    runner.emit(
-        {
-            "type": "hello",
-            "runner": task.get("runner"),
-            "pins": versions(framework.packages),
-            "language": "python",
-            "framework": framework.name,
-            "backend": framework.backend,
-        }
+    runner.protocol.hello(
+        str(task["runner"]), versions(framework.packages), framework=framework.name, backend=framework.backend
     )
-    requested = list(task.get("steps") or ["fw01_proof_task", *PROBES])
 
     async def run() -> dict[str, str]:
         try:
-            await runner.steps(requested)
+            await runner.steps()
         finally:
             cleanup = await kill_sandboxes(runner.transcript["sandboxes"])
         return cleanup
@@ -353,5 +345,5 @@ def main(make: Callable[[], Framework]) -> int:
     cleanup = asyncio.run(run())
     runner.transcript["cleanup"] = cleanup
     runner.emit_transcript()
-    runner.emit({"type": "footer", "completed": True, "cleanup": cleanup})
+    runner.protocol.footer(True, cleanup=cleanup)
     return 0

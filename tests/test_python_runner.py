@@ -17,7 +17,8 @@ from bench.localbox.server import LocalEndpoint
 from bench.redaction import Redactor
 from bench.runners import RUNNERS, RunnerEnvError, RunnerSpec, ensure_python_env, run_runner
 from bench.runners.envs import env_dir
-from bench.runners.manifest import load_steps, with_dependencies
+from bench.runners.manifest import load_steps, task_steps, with_dependencies
+from bench.runners.protocol import make_task
 from bench.wire import WireProxy
 
 SPEC = RUNNERS["py-e2b-2.63.0"]
@@ -66,24 +67,28 @@ def test_manifest_dependencies_come_before_their_dependents() -> None:
 
 def test_runner_against_a_refusing_endpoint_fails_create_and_blocks_its_dependents() -> None:
     url = f"http://127.0.0.1:{closed_port()}"
-    task = {
-        "suite": "quickstart",
-        "run_id": "t1",
-        "steps": ["py02_run_echo", "py99_unknown"],
-        "env": {"E2B_API_KEY": "e2b_test", "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_CONNECTION_RETRIES": "0"},
-        "options": {},
-    }
+    planned = task_steps(load_steps("quickstart", "python"), ["py02_run_echo"])
+    env = {"E2B_API_KEY": "e2b_test", "E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_CONNECTION_RETRIES": "0"}
+    steps = [*planned["steps"], "py99_unknown"]
+    task = make_task("quickstart", SPEC.name, "t1", steps=steps, depends=planned["depends"], env=env, options={})
 
     result = run_runner(SPEC, ensure_python_env(SPEC), task, step_timeout_s=60, env={"PATH": "/usr/bin:/bin"})
 
-    assert result.hello == {"type": "hello", "runner": "py-e2b-2.63.0", "pins": {"e2b": "2.63.0"}, "language": "python"}
+    assert result.hello == {
+        "type": "hello",
+        "protocol": 1,
+        "runner": "py-e2b-2.63.0",
+        "pins": {"e2b": "2.63.0"},
+        "language": "python",
+    }
     create = result.steps["py01_create"]
     assert create["outcome"] == "fail"
     assert create["error"].startswith("ConnectError: ")
     assert create["details"]["raised"]["exception"] == "ConnectError"
     assert [(r.id, r.outcome, r.error) for r in result.step_results()] == [
+        ("py01_create", "fail", create["error"]),
         ("py02_run_echo", "error", "depends on py01_create"),
-        ("py99_unknown", "error", "unknown step py99_unknown"),
+        ("py99_unknown", "error", "runner has no implementation of step py99_unknown"),
     ]
     assert result.footer is not None and result.footer["completed"] is True
     assert (result.exit_code, result.protocol_errors) == (0, [])
@@ -96,7 +101,8 @@ def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(
     log = tmp_path / "wire" / f"{SPEC.name}.jsonl"
     with WireProxy(endpoint.api_url, endpoint.sandbox_url, log, SPEC.name, Redactor([endpoint.api_key])) as proxy:
         env = {"E2B_API_KEY": endpoint.api_key, "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
-        task = {"suite": "quickstart", "run_id": "e2e", "steps": steps, "env": env, "options": {}}
+        task = make_task("quickstart", SPEC.name, "e2e", **task_steps(load_steps("quickstart", "python"), steps))
+        task.update(env=env, options={})
         result = run_runner(SPEC, ensure_python_env(SPEC), task, step_timeout_s=60, env={"PATH": "/usr/bin:/bin"})
 
     assert [(r.id, r.outcome, r.error) for r in result.step_results()] == [(s, "pass", None) for s in steps]
@@ -106,3 +112,22 @@ def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(
     calls = [json.loads(line) for line in text.splitlines()]
     assert calls[0]["method"] == "POST" and calls[0]["url"].endswith("/v2/sandboxes")
     assert {call["request_headers"].get("x-access-token") for call in calls} <= {None, "[REDACTED]"}
+
+
+def test_the_runner_refuses_a_task_of_another_protocol_version_and_says_so_in_its_footer() -> None:
+    task = {"protocol": 2, "suite": "quickstart", "runner": SPEC.name, "run_id": "t2", "steps": [], "depends": {}}
+
+    done = subprocess.run(
+        [ensure_python_env(SPEC), SPEC.entry_path],
+        input=json.dumps(task),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"type": "footer", "completed": False, "reason": "task is not protocol 1"}
+    ]
+    assert "runner: task is not protocol 1" in done.stderr

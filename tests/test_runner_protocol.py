@@ -6,7 +6,11 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
+from bench.results import schema_errors
 from bench.runners import RunnerSpec, StepResult, run_runner
+from bench.runners.protocol import ProtocolError, make_task
 
 STEPS = ["s1", "s2", "s3", "s4"]
 
@@ -16,7 +20,7 @@ def fixture_runner(script: str) -> RunnerSpec:
 
 
 def run(script: str, *, step_timeout_s: float = 10.0, options: dict[str, Any] | None = None, **kwargs: Any):
-    task = {"suite": "quickstart", "steps": STEPS, "env": {}, "options": options or {"k": "v"}}
+    task = make_task("quickstart", "fixture", "run-1", steps=STEPS, depends={}, options=options or {"k": "v"})
     return run_runner(fixture_runner(script), sys.executable, task, step_timeout_s=step_timeout_s, **kwargs)
 
 
@@ -82,7 +86,11 @@ def test_garbage_on_stdout_is_recorded_as_protocol_errors_not_a_crash() -> None:
     assert result.protocol_errors == [
         "stdout line 2 is not JSON: 'Downloading something... 100%'",
         "stdout line 3 is not an event object: '[1, 2, 3]'",
-        "stdout line 4: step event without a valid id/outcome",
+        "stdout line 4: step event s1 does not match event.schema.json: $: 'duration_ms' is a required property; "
+        "$: 'error' is a required property; $: 'details' is a required property; "
+        "$.outcome: 'maybe' is not one of ['pass', 'fail', 'refused', 'deviation', 'error', 'skip']",
+        "stdout line 5: progress event does not match event.schema.json: "
+        "$.type: 'progress' is not one of ['hello', 'step', 'footer', 'transcript', 'sample', 'measure']",
     ]
     assert result.completed
 
@@ -90,10 +98,45 @@ def test_garbage_on_stdout_is_recorded_as_protocol_errors_not_a_crash() -> None:
 def test_runner_that_cannot_start_reports_every_step_as_died() -> None:
     spec = RunnerSpec(name="missing", language="python", pins={}, entry="tests/fixtures/runners/absent.py")
 
-    result = run_runner(spec, sys.executable, {"steps": ["s1"]}, step_timeout_s=5)
+    task = make_task("quickstart", "missing", "run-1", steps=["s1"], depends={})
+    result = run_runner(spec, sys.executable, task, step_timeout_s=5)
 
     [only] = list(result.step_results())
     assert only.outcome == "error"
     assert only.error is not None
     assert only.error.startswith("runner died before this step: exit code 2; stderr tail: ")
     assert "absent.py" in only.error
+
+
+def test_a_task_carries_the_protocol_version_and_the_run_tag_and_matches_its_schema() -> None:
+    task = make_task("quickstart", "py-e2b-2.63.0", "run-7", steps=["s1", "s2"], depends={"s2": ["s1"]}, options={})
+
+    assert task == {
+        "protocol": 1,
+        "suite": "quickstart",
+        "runner": "py-e2b-2.63.0",
+        "run_id": "run-7",
+        "metadata": {"e2b-bench-run": "run-7"},
+        "steps": ["s1", "s2"],
+        "depends": {"s2": ["s1"]},
+        "options": {},
+    }
+    assert schema_errors("task", task) == []
+
+
+def test_a_task_the_schema_refuses_is_never_sent() -> None:
+    spec = fixture_runner("well_behaved")
+    unversioned = {"suite": "quickstart", "steps": STEPS, "depends": {}, "options": {}}
+
+    with pytest.raises(ProtocolError, match="'protocol' is a required property"):
+        run_runner(spec, sys.executable, unversioned, step_timeout_s=5)
+
+
+def test_a_hello_of_another_protocol_version_is_a_protocol_error() -> None:
+    result = run("other_protocol")
+
+    assert result.hello is None
+    assert result.protocol_errors == [
+        "stdout line 1: hello event does not match event.schema.json: $.protocol: 1 was expected"
+    ]
+    assert outcomes(list(result.step_results())) == [(s, "pass", None) for s in STEPS]

@@ -18,7 +18,7 @@ from bench.redaction import Redactor
 from bench.runners import RunnerEnvError, RunnerResult, RunnerSpec, run_runner
 from bench.runners.catalog import MANIFEST_TABLES
 from bench.runners.envs import REPO_ROOT
-from bench.runners.manifest import Step, load_steps
+from bench.runners.manifest import Step, load_steps, task_steps
 from bench.runners.node import (
     NODE_RUNNERS,
     PROJECT_DIRS,
@@ -28,6 +28,7 @@ from bench.runners.node import (
     project_of,
     runner_env,
 )
+from bench.runners.protocol import make_task
 from bench.wire import WireProxy
 
 NEWEST = NODE_RUNNERS["js-e2b-2.51.0"]
@@ -39,7 +40,7 @@ BASE_ENV = {"PATH": "/usr/bin:/bin"}
 
 
 def task(run_id: str, env: dict[str, str], steps: list[str] = STEP_IDS, **options: Any) -> dict[str, Any]:
-    return {"suite": "quickstart", "run_id": run_id, "steps": steps, "depends": DEPENDS, "env": env, "options": options}
+    return make_task("quickstart", "js-e2b", run_id, steps=steps, depends=DEPENDS, env=env, options=options)
 
 
 def run(spec: RunnerSpec, task: dict[str, Any], step_timeout_s: float = 60) -> RunnerResult:
@@ -109,13 +110,22 @@ def test_against_a_refusing_endpoint_create_fails_and_blocks_its_dependents() ->
     url = f"http://127.0.0.1:{closed_port()}"
     env = {"E2B_API_KEY": "e2b_test", "E2B_API_URL": url, "E2B_SANDBOX_URL": url}
 
-    result = run(NEWEST, task("refused", env, steps=["ts10_commands_kill", "ts99_unknown"]))
+    steps = [*task_steps(STEPS, ["ts10_commands_kill"])["steps"], "ts99_unknown"]
+    result = run(NEWEST, {**task("refused", env, steps=steps), "runner": NEWEST.name})
 
-    assert result.hello == {"type": "hello", "runner": "js-e2b-2.51.0", "pins": {"e2b": "2.51.0"}, "language": "js"}
+    assert result.hello == {
+        "type": "hello",
+        "protocol": 1,
+        "runner": "js-e2b-2.51.0",
+        "pins": {"e2b": "2.51.0"},
+        "language": "js",
+    }
     assert [result.steps[s]["outcome"] for s in ("ts01_create", "ts09_commands_list")] == ["fail", "error"]
     assert result.steps["ts01_create"]["details"]["raised"]["exception"] == "TypeError"
     assert result.steps["ts01_create"]["error"] == "TypeError: fetch failed"
     assert outcomes(result) == [
+        ("ts01_create", "fail", "TypeError: fetch failed"),
+        ("ts09_commands_list", "error", "depends on ts01_create"),
         ("ts10_commands_kill", "error", "depends on ts01_create"),
         ("ts99_unknown", "error", "no implementation for step ts99_unknown"),
     ]
@@ -137,11 +147,13 @@ def test_quickstart_passes_every_step_on_the_embedded_endpoint(
     log = tmp_path / f"{spec.name}.jsonl"
     with WireProxy(endpoint.api_url, endpoint.sandbox_url, log, spec.name, Redactor([endpoint.api_key])) as proxy:
         env = {"E2B_API_KEY": endpoint.api_key, "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
-        result = run(spec, task(f"e2e-{spec.name}", env))
+        result = run(spec, {**task(f"e2e-{spec.name}", env), "runner": spec.name})
 
     version = spec.pins["e2b"]
-    assert result.hello == {"type": "hello", "runner": spec.name, "pins": {"e2b": version}, "language": "js"}
-    unsupported = [r for r in result.step_results() if r.outcome == "skip" and r.error.startswith("not in this SDK: ")]
+    hello = {"type": "hello", "protocol": 1, "runner": spec.name, "pins": {"e2b": version}, "language": "js"}
+    assert result.hello == hello
+    unsupported = [r for r in result.step_results() if r.outcome == "skip" and r.details["skip_reason"] == "sdk_gap"]
+    assert all(r.error.startswith("not in this SDK: ") for r in unsupported)
     if spec is NEWEST:
         assert unsupported == []
     assert [(r.id, r.outcome, r.error) for r in result.step_results() if r not in unsupported] == [

@@ -78,3 +78,9 @@ def with_dependencies(steps: list[Step], requested: Iterable[str]) -> list[str]:
             needed.add(step_id)
             pending.extend(by_id[step_id].depends)
     return [step.id for step in steps if step.id in needed]
+
+
+def task_steps(steps: list[Step], requested: Iterable[str]) -> dict[str, Any]:
+    """A task's `steps` (the requested ones and their prerequisites, in manifest order) and `depends`."""
+    ids = with_dependencies(steps, requested)
+    return {"steps": ids, "depends": {step.id: list(step.depends) for step in steps if step.id in ids}}

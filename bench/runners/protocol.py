@@ -1,4 +1,9 @@
-"""Driving a runner: one JSON task on stdin, JSON-lines events on stdout (docs/ARCHITECTURE.md)."""
+"""Driving a runner: one JSON task on stdin, JSON-lines events on stdout (docs/ARCHITECTURE.md).
+
+Protocol version 1: the task (`make_task`) and every event are checked against
+bench/schemas/task.schema.json and event.schema.json; an event that does not match is a protocol
+error, recorded and otherwise ignored.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +20,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.housekeeping import run_metadata
+from bench.results import schema_errors
 from bench.runners.envs import REPO_ROOT, RunnerSpec
 
+PROTOCOL = 1
 STDERR_TAIL_BYTES = 4096
-OUTCOMES = frozenset({"pass", "fail", "error", "skip", "refused", "deviation"})
 
 Event = dict[str, Any]
+
+
+class ProtocolError(Exception):
+    """The harness built a task that does not match task.schema.json (a bug of the harness)."""
+
+
+def make_task(suite: str, runner: str, run_id: str, **fields: Any) -> dict[str, Any]:
+    """A protocol-1 task: `steps` + `depends` (conformance) or `measures` + deadlines (benchmark),
+    optional `env` and `options`; the sandbox metadata that tags the run is added here."""
+    task = {"protocol": PROTOCOL, "suite": suite, "runner": runner, "run_id": run_id, "metadata": run_metadata(run_id)}
+    return {**task, **fields}
+
+
+def check_task(task: Mapping[str, Any]) -> None:
+    errors = schema_errors("task", dict(task))
+    if errors:
+        raise ProtocolError(f"task does not match task.schema.json: {'; '.join(errors)}")
 
 
 @dataclass(frozen=True)
@@ -62,12 +86,15 @@ class RunnerResult:
         for step_id in self.requested:
             event = self.steps.get(step_id)
             if event is not None:
+                details = dict(event.get("details") or {})
+                if "skip" in event:  # the structured reason, for the judgement (e.g. `sdk_gap`)
+                    details["skip_reason"] = event["skip"]["reason"]
                 yield StepResult(
                     id=step_id,
                     outcome=event["outcome"],
                     duration_ms=event.get("duration_ms"),
                     error=event.get("error"),
-                    details=event.get("details") or {},
+                    details=details,
                     reported=True,
                 )
             else:
@@ -115,6 +142,7 @@ def run_runner(
     The silence deadline restarts with every stdout line. A runner that outlives it gets SIGTERM
     (time to kill its sandboxes) and, `kill_grace_s` later, SIGKILL for its whole process group.
     """
+    check_task(task)
     requested = tuple(task.get("steps") or ())
     result = RunnerResult(runner=spec.name, requested=requested, step_timeout_s=step_timeout_s)
     started = time.monotonic()
@@ -202,6 +230,12 @@ def _parse(raw: bytes, number: int, result: RunnerResult) -> Event | None:
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         result.protocol_errors.append(f"stdout line {number} is not an event object: {text[:200]!r}")
         return None
+    errors = schema_errors("event", event)
+    if errors:
+        what = f"{event['type']} event" + (f" {event['id']}" if isinstance(event.get("id"), str) else "")
+        problems = "; ".join(errors)
+        result.protocol_errors.append(f"stdout line {number}: {what} does not match event.schema.json: {problems}")
+        return None
     return event
 
 
@@ -212,13 +246,10 @@ def _record(event: Event, number: int, result: RunnerResult) -> None:
     elif kind == "footer":
         result.footer = event
     elif kind == "step":
-        step_id, outcome = event.get("id"), event.get("outcome")
-        if not isinstance(step_id, str) or outcome not in OUTCOMES:
-            result.protocol_errors.append(f"stdout line {number}: step event without a valid id/outcome")
-        elif step_id in result.steps:
-            result.protocol_errors.append(f"stdout line {number}: step {step_id} reported twice")
+        if event["id"] in result.steps:
+            result.protocol_errors.append(f"stdout line {number}: step {event['id']} reported twice")
         else:
-            result.steps[step_id] = event
+            result.steps[event["id"]] = event
 
 
 def _first_missing(result: RunnerResult) -> str | None:

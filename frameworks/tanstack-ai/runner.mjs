@@ -1,16 +1,17 @@
 // TanStack AI runner: chat() from @tanstack/ai with an OpenAI adapter and three tools (exec, write_file,
 // read_file) over an E2B SandboxHandle for @tanstack/ai-sandbox (./e2b-sandbox.mjs, the project's own
 // provider: TanStack's is not published). The same task, steps, pass rule and transcript as the Python
-// framework runners (../proof.py): JSON lines in (one task on stdin), `hello`, `step`, `transcript`
-// and `footer` events out. Packages load from the Node project first on NODE_PATH.
+// framework runners (../proof.py). The protocol (version 1: one task on stdin, `hello`, `step`,
+// `transcript` and `footer` events out) is the Node runner kit's (sandboxes/e2b/ts/runkit.mjs).
+// Packages load from the Node project first on NODE_PATH.
 
-import { existsSync, readFileSync, writeSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { delimiter, dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
+import { emit, footer, hello, readTask, runSteps } from '../../sandboxes/e2b/ts/runkit.mjs'
 import { e2bSandbox } from './e2b-sandbox.mjs'
 
-const RUN_TAG = 'e2b-bench-run'
 const PROOF_PATH = '/home/user/proof.txt'
 const EXPECTED_WORD = 'Linux'
 const EXCERPT_CHARS = 2000
@@ -18,20 +19,6 @@ const PACKAGES = ['@tanstack/ai', '@tanstack/ai-openai', '@tanstack/ai-sandbox',
 const PROBES = { fw02_exit_code: 'exit 5', fw03_late_output: 'sleep 1; echo late' }
 const SPAWN_WAIT_MS = 15_000
 
-// --- protocol ------------------------------------------------------------------------------------
-
-// Anything a library prints goes to stderr: stdout carries only protocol events.
-for (const name of ['log', 'info', 'debug']) console[name] = (...args) => console.error(...args)
-
-function emit(event) {
-  writeSync(1, `${JSON.stringify(event)}\n`)
-}
-
-async function readTask() {
-  const chunks = []
-  for await (const chunk of process.stdin) chunks.push(chunk)
-  return JSON.parse(Buffer.concat(chunks).toString('utf8'))
-}
 
 function projectRoots() {
   const fromPath = (process.env.NODE_PATH || '').split(delimiter).filter(Boolean)
@@ -125,7 +112,7 @@ class TanStack {
     this.attempts = Math.max(1, Number(options.attempts ?? 2))
     this.provider = e2bSandbox(
       { e2b: modules.e2b, aiSandbox: modules['@tanstack/ai-sandbox'] },
-      { metadata: { [RUN_TAG]: String(task.run_id ?? 'unset') }, timeoutMs: 600_000 },
+      { metadata: { ...task.metadata }, timeoutMs: 600_000 },
     )
     this.sandboxes = []
   }
@@ -291,46 +278,41 @@ async function spawnStdin(handle, details) {
 async function main() {
   process.on('SIGTERM', () => process.exit(143))
   const task = await readTask()
-  for (const [name, value] of Object.entries(task.env ?? {})) process.env[name] = String(value)
   const { modules, versions } = await loadPackages()
   const framework = new TanStack(modules, task)
   const backend = 'own: frameworks/tanstack-ai/e2b-sandbox.mjs (a SandboxHandle for @tanstack/ai-sandbox; @tanstack/ai-sandbox-e2b is not published)'
-  emit({ type: 'hello', runner: task.runner, pins: versions, language: 'js', framework: 'tanstack-ai', backend })
+  hello(task.runner, versions, { framework: 'tanstack-ai', backend })
   const transcript = {
     framework: 'tanstack-ai',
     runner: task.runner,
     backend,
-    sandbox_tagging: `metadata {'${RUN_TAG}': <run id>}`,
+    sandbox_tagging: `metadata {'${Object.keys(task.metadata)[0]}': <run id>}`,
     model: { base_url: framework.model.base_url, name: framework.model.name, scripted: Boolean(framework.model.scripted) },
     task: framework.prompt,
     attempts: [],
     probes: {},
     sandboxes: framework.sandboxes,
   }
-  const requested = task.steps ?? ['fw01_proof_task', ...Object.keys(PROBES), 'fw04_spawn_stdin']
   let probeHandle = null
-  try {
-    for (const step of requested) {
-      const details = {}
-      const started = performance.now()
-      let error
-      try {
-        if (step === 'fw01_proof_task') error = await proofTask(framework, transcript, details)
-        else if (step in PROBES || step === 'fw04_spawn_stdin') {
-          probeHandle ??= await framework.open()
-          error = step in PROBES ? await probe(step, probeHandle, details) : await spawnStdin(probeHandle, details)
-          transcript.probes[step] = details
-        } else {
-          emit({ type: 'step', id: step, outcome: 'error', duration_ms: 0, error: `runner has no implementation of step ${step}`, details: {} })
-          continue
-        }
-      } catch (err) {
-        error = errorText(err)
+  const run = async (step) => {
+    const details = {}
+    let error
+    try {
+      if (step === 'fw01_proof_task') error = await proofTask(framework, transcript, details)
+      else if (step in PROBES || step === 'fw04_spawn_stdin') {
+        probeHandle ??= await framework.open()
+        error = step in PROBES ? await probe(step, probeHandle, details) : await spawnStdin(probeHandle, details)
+        transcript.probes[step] = details
+      } else {
+        return { outcome: 'error', error: `runner has no implementation of step ${step}`, details: {} }
       }
-      const duration = Math.round((performance.now() - started) * 1000) / 1000
-      emit({ type: 'step', id: step, outcome: error ? 'fail' : 'pass', duration_ms: duration, error: error ?? null, details })
-      emit({ type: 'transcript', transcript })
+    } catch (err) {
+      error = errorText(err)
     }
+    return { outcome: error ? 'fail' : 'pass', error: error ?? null, details }
+  }
+  try {
+    await runSteps(task, run, { after: () => emit({ type: 'transcript', transcript }) })
   } finally {
     if (probeHandle) await probeHandle.destroy().catch(() => {})
   }
@@ -344,7 +326,7 @@ async function main() {
   }
   transcript.cleanup = cleanup
   emit({ type: 'transcript', transcript })
-  emit({ type: 'footer', completed: true, cleanup })
+  footer(true, { cleanup })
 }
 
 main().catch((err) => {

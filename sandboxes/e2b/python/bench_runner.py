@@ -22,7 +22,6 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from driver import RUN_TAG, Protocol, kill_sandboxes, one_line
+from driver import Protocol, kill_sandboxes, one_line
+from runkit import exit_on_sigterm, read_task
 
 LANGUAGE = "python"
 SUITE = "bench"
@@ -58,7 +58,8 @@ class Bench:
 
     def __init__(self, task: dict[str, Any], protocol: Protocol) -> None:
         self.protocol = protocol
-        self.run_id = str(task.get("run_id") or "unset")
+        self.run_id = str(task["run_id"])
+        self._metadata = dict(task["metadata"])
         self.deadline = time.monotonic() + float(task.get("deadline_s", 60))
         self.sandbox_timeout_s = int(task.get("sandbox_timeout_s", 300))
         self.created: list[str] = []
@@ -71,7 +72,8 @@ class Bench:
 
     @property
     def metadata(self) -> dict[str, str]:
-        return {RUN_TAG: self.run_id}
+        """The task's sandbox metadata: every sandbox of the run carries it."""
+        return dict(self._metadata)
 
     def expired(self) -> bool:
         return time.monotonic() >= self.deadline
@@ -430,16 +432,13 @@ def _process_stdout(stream: bytes) -> str:
 
 
 def main() -> int:
-    # A harness that stops the run sends SIGTERM first: unwind so cleanup() runs.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()  # a harness that stops the run sends SIGTERM first: unwind so cleanup() runs
     protocol = Protocol()
-    task = json.loads(sys.stdin.read())
-    os.environ.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+    task = read_task(protocol)
     version = importlib.metadata.version("e2b")
-    runner = task.get("runner") or f"py-e2b-{version}"
-    protocol.emit({"type": "hello", "runner": runner, "pins": {"e2b": version}, "language": LANGUAGE})
-    if task.get("suite", SUITE) != SUITE:
-        protocol.emit({"type": "footer", "completed": False, "reason": f"unknown suite {task.get('suite')}"})
+    protocol.hello(task.get("runner") or f"py-e2b-{version}", {"e2b": version}, LANGUAGE)
+    if task.get("suite") != SUITE:
+        protocol.footer(False, reason=f"unknown suite {task.get('suite')}")
         return 2
     bench = Bench(task, protocol)
     kinds: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -470,7 +469,7 @@ def main() -> int:
             protocol.emit(event)
     finally:
         cleaned = bench.cleanup()
-    protocol.emit({"type": "footer", "completed": True, "cleanup": cleaned})
+    protocol.footer(True, cleanup=cleaned)
     return 0
 
 

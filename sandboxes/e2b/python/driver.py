@@ -1,35 +1,50 @@
-"""What every Python runner shares: the JSON-lines protocol, step registry, dependency plan, clean-up.
+"""What every Python SDK runner shares: the step registry, the sandbox context and clean-up.
 
-Runs in a pinned environment holding only `e2b` and the standard library. Protocol (JSON lines,
-docs/ARCHITECTURE.md): one task object on stdin; `hello`, one `step` per step, `footer` on stdout.
-Endpoint settings come from the task's `env` (E2B_API_KEY, E2B_API_URL, ...), applied to the
-process environment, so the SDK configures itself exactly as it would for a user.
+Runs in a pinned environment holding only `e2b` and the standard library. The protocol (version 1:
+task on stdin, `hello`, one `step` per step, `footer`) is the runner kit's, runkit.py; the task names
+the steps in run order, their `depends`, the sandbox `metadata` and the `env` applied before the SDK
+loads, so the SDK configures itself exactly as it would for a user.
 
 A step function records what it observed in `obs` and ends in one of four ways: it returns (`pass`),
 raises `Fail` (an assertion about E2B's documented behaviour did not hold: `fail`), raises `Deviation`
-(a probe observed behaviour that differs from E2B's: `deviation`), or raises `Refused` (the endpoint
-refused the call; status, code and message are recorded for the declarations to match: `refused`).
-Any other exception is an observed SDK failure (`fail`).
+(a probe observed behaviour that differs from E2B's: `deviation`), raises `Refused` (the endpoint
+refused the call; status, code and message are recorded for the declarations to match: `refused`),
+or raises `Skip` (the pinned SDK lacks the API: `skip`, reason `sdk_gap`). Any other exception is an
+observed SDK failure (`fail`).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-import json
-import os
-import signal
 import sys
 import time
-import tomllib
 import traceback
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-MANIFEST = Path(__file__).resolve().parents[1] / "manifest.toml"
+from runkit import EXCERPT_CHARS, Protocol, Skip, excerpt, exit_on_sigterm, one_line, read_task, run_steps
+
+__all__ = [
+    "EXCERPT_CHARS",
+    "RUN_TAG",
+    "Context",
+    "Deviation",
+    "Fail",
+    "Observed",
+    "Protocol",
+    "Refused",
+    "Skip",
+    "exception_details",
+    "excerpt",
+    "expect",
+    "kill_sandboxes",
+    "main",
+    "one_line",
+    "step",
+]  # fmt: skip
+
 LANGUAGE = "python"
-EXCERPT_CHARS = 2048
-RUN_TAG = "e2b-bench-run"
+RUN_TAG = "e2b-bench-run"  # the key of the task's `metadata` (kept for steps that check the tag)
 
 
 class Fail(Exception):
@@ -51,9 +66,10 @@ class Refused(Exception):
 class Context:
     """State shared by the steps of one run."""
 
-    def __init__(self, run_id: str, options: dict[str, Any]) -> None:
+    def __init__(self, run_id: str, options: dict[str, Any], metadata: Mapping[str, str] | None = None) -> None:
         self.run_id = run_id
         self.options = options
+        self._metadata = dict(metadata) if metadata else {RUN_TAG: run_id}
         self.template: str | None = options.get("template")
         self.sandbox_timeout_s = int(options.get("sandbox_timeout_s", 120))
         self.sandbox: Any = None
@@ -64,7 +80,8 @@ class Context:
 
     @property
     def metadata(self) -> dict[str, str]:
-        return {RUN_TAG: self.run_id}
+        """The task's sandbox metadata: every sandbox of the run carries it."""
+        return dict(self._metadata)
 
     def new_sandbox(self, **options: Any) -> Any:
         """A sandbox tagged with the run (always killed at the end)."""
@@ -95,17 +112,6 @@ def expect(condition: bool, message: str) -> None:
         raise Fail(message)
 
 
-def excerpt(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > EXCERPT_CHARS:
-        return value[:EXCERPT_CHARS] + f"... [{len(value) - EXCERPT_CHARS} more chars]"
-    return value
-
-
-def one_line(text: str) -> str:
-    text = text.strip().replace("\r", "\\r").replace("\n", "\\n")
-    return text if len(text) <= 500 else text[:500] + "..."
-
-
 def exception_details(exc: BaseException) -> dict[str, Any]:
     details: dict[str, Any] = {"exception": type(exc).__name__, "message": excerpt(str(exc))}
     status = getattr(exc, "status_code", None)
@@ -117,65 +123,27 @@ def exception_details(exc: BaseException) -> dict[str, Any]:
     return details
 
 
-class Protocol:
-    """JSON-lines events on the original stdout; anything else printed goes to stderr."""
-
-    def __init__(self) -> None:
-        self._out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
-        os.dup2(2, 1)
-
-    def emit(self, event: dict[str, Any]) -> None:
-        self._out.write(json.dumps(event, default=str, ensure_ascii=False) + "\n")
-        self._out.flush()
-
-
-def load_manifest(suite: str) -> list[dict[str, Any]]:
-    with MANIFEST.open("rb") as handle:
-        return list(tomllib.load(handle)[suite][LANGUAGE]["steps"])
-
-
-def plan(manifest: list[dict[str, Any]], requested: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """Requested steps plus their prerequisites in manifest order, and unknown requested ids."""
-    by_id = {entry["id"]: entry for entry in manifest}
-    needed: set[str] = set()
-    pending = [step_id for step_id in requested if step_id in by_id]
-    while pending:
-        step_id = pending.pop()
-        if step_id not in needed:
-            needed.add(step_id)
-            pending.extend(by_id[step_id].get("depends", []))
-    return [entry for entry in manifest if entry["id"] in needed], [s for s in requested if s not in by_id]
-
-
-def run_step(ctx: Context, entry: dict[str, Any], outcomes: dict[str, str]) -> dict[str, Any]:
-    step_id = entry["id"]
-    event: dict[str, Any] = {"type": "step", "id": step_id, "title": entry.get("title")}
-    blocker = next((dep for dep in entry.get("depends", []) if outcomes.get(dep) != "pass"), None)
+def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
+    """Run one registered step: its outcome, error line and observations (`Skip` propagates)."""
     function = STEPS.get(step_id)
-    if blocker is not None:
-        return {**event, "outcome": "error", "duration_ms": 0.0, "error": f"depends on {blocker}", "details": {}}
     if function is None:
-        missing = f"runner has no implementation of step {step_id}"
-        return {**event, "outcome": "error", "duration_ms": 0.0, "error": missing, "details": {}}
+        return "error", f"runner has no implementation of step {step_id}", {}
     observed: Observed = {}
-    error: str | None
-    started = time.perf_counter()
     try:
         function(ctx, observed)
-        outcome, error = "pass", None
+        return "pass", None, observed
     except Fail as exc:
-        outcome, error = "fail", one_line(str(exc))
+        return "fail", one_line(str(exc)), observed
     except Deviation as exc:
-        outcome, error = "deviation", one_line(str(exc))
+        return "deviation", one_line(str(exc)), observed
     except Refused as exc:
-        outcome, error = "refused", one_line(str(exc))
-        observed.update(exc.details)
+        return "refused", one_line(str(exc)), {**observed, **exc.details}
+    except Skip:
+        raise
     except Exception as exc:  # any SDK exception is an observed behaviour
-        outcome, error = "fail", one_line(f"{type(exc).__name__}: {exc}")
         observed["raised"] = exception_details(exc)
         observed["traceback"] = excerpt("".join(traceback.format_exception(exc)[-3:]))
-    duration_ms = round((time.perf_counter() - started) * 1000, 3)
-    return {**event, "outcome": outcome, "duration_ms": duration_ms, "error": error, "details": observed}
+        return "fail", one_line(f"{type(exc).__name__}: {exc}"), observed
 
 
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
@@ -201,50 +169,22 @@ def cleanup(ctx: Context) -> dict[str, str]:
 
 def main(suites: set[str]) -> int:
     """Run the task's suite (one of `suites`) with the steps registered by the calling script."""
-    # A harness that gives up on a hung step sends SIGTERM first: unwind so cleanup() runs.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_sigterm()
     protocol = Protocol()
-    task = json.loads(sys.stdin.read())
-    os.environ.update({str(k): str(v) for k, v in (task.get("env") or {}).items()})
+    task = read_task(protocol)
     version = importlib.metadata.version("e2b")
-    protocol.emit(
-        {
-            "type": "hello",
-            "runner": task.get("runner") or f"py-e2b-{version}",
-            "pins": {"e2b": version},
-            "language": LANGUAGE,
-        }
-    )
-    suite = task.get("suite") or sorted(suites)[0]
+    protocol.hello(task.get("runner") or f"py-e2b-{version}", {"e2b": version}, LANGUAGE)
+    suite = task.get("suite")
     if suite not in suites:
         print(f"runner: unknown suite {suite!r}, this runner runs {sorted(suites)}", file=sys.stderr)
-        protocol.emit({"type": "footer", "completed": False, "reason": f"unknown suite {suite}"})
+        protocol.footer(False, reason=f"unknown suite {suite}")
         return 2
-    ctx = Context(run_id=str(task.get("run_id") or "unset"), options=dict(task.get("options") or {}))
-    manifest = load_manifest(suite)
-    requested = list(task.get("steps") or [entry["id"] for entry in manifest])
-    steps, unknown = plan(manifest, requested)
+    options = dict(task.get("options") or {})
+    ctx = Context(run_id=str(task["run_id"]), options=options, metadata=task.get("metadata"))
     started = time.perf_counter()
-    outcomes: dict[str, str] = {}
-    cleaned: dict[str, str] = {}
     try:
-        for step_id in unknown:
-            error = f"unknown step {step_id}"
-            protocol.emit(
-                {"type": "step", "id": step_id, "outcome": "error", "duration_ms": 0.0, "error": error, "details": {}}
-            )
-        for entry in steps:
-            event = run_step(ctx, entry, outcomes)
-            outcomes[entry["id"]] = event["outcome"]
-            protocol.emit(event)
+        run_steps(protocol, task, lambda step_id: run_step(ctx, step_id))
     finally:
         cleaned = cleanup(ctx)
-    protocol.emit(
-        {
-            "type": "footer",
-            "completed": True,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-            "cleanup": cleaned,
-        }
-    )
+    protocol.footer(True, duration_ms=round((time.perf_counter() - started) * 1000, 3), cleanup=cleaned)
     return 0

@@ -12,7 +12,8 @@
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
 import https from 'node:https'
-import { LANGUAGE, RUN_TAG, emit, loadSdk, oneLine, readStdin, sleep } from './driver.mjs'
+import { emit, loadSdk, oneLine, sleep } from './driver.mjs'
+import { footer, hello, readTask } from './runkit.mjs'
 
 const SUITE = 'bench'
 const TRANSFER_PATH = '/tmp/e2b-bench-transfer.bin'
@@ -36,7 +37,8 @@ function ready(started, createdMs) {
 class Bench {
   constructor(sdk, task) {
     this.sdk = sdk
-    this.runId = String(task.run_id ?? 'unset')
+    this.runId = String(task.run_id)
+    this.tags = { ...task.metadata } // the task's sandbox metadata: every sandbox of the run carries it
     this.deadline = performance.now() + Number(task.deadline_s ?? 60) * 1000
     this.sandboxTimeoutMs = Number(task.sandbox_timeout_s ?? 300) * 1000
     this.created = []
@@ -49,7 +51,7 @@ class Bench {
   }
 
   get metadata() {
-    return { [RUN_TAG]: this.runId }
+    return { ...this.tags }
   }
 
   expired() {
@@ -434,14 +436,11 @@ function processStdout(stream) {
 }
 
 async function main() {
-  // The SDK or a dependency must never write on the protocol stream.
-  for (const level of ['log', 'info', 'debug', 'warn']) console[level] = console.error
-  const task = JSON.parse(await readStdin())
-  for (const [key, value] of Object.entries(task.env ?? {})) process.env[key] = String(value)
+  const task = await readTask()
   const { sdk, version } = await loadSdk()
-  emit({ type: 'hello', runner: task.runner ?? `js-e2b-${version}`, pins: { e2b: version }, language: LANGUAGE })
-  if ((task.suite ?? SUITE) !== SUITE) {
-    emit({ type: 'footer', completed: false, reason: `unknown suite ${task.suite}` })
+  hello(task.runner ?? `js-e2b-${version}`, { e2b: version })
+  if (task.suite !== SUITE) {
+    footer(false, { reason: `unknown suite ${task.suite}` })
     return 2
   }
   const bench = new Bench(sdk, task)
@@ -485,7 +484,7 @@ async function main() {
     if (!terminating) cleaned = await bench.cleanup()
   }
   if (terminating) return 143
-  emit({ type: 'footer', completed: true, cleanup: cleaned })
+  footer(true, { cleanup: cleaned })
   return 0
 }
 

@@ -1,11 +1,11 @@
 // What every JS SDK suite script shares (runner.mjs: quickstart, probes.mjs: probes): loading the SDK
-// under test, the JSON-lines protocol, the step registry, the dependency plan and clean-up.
+// under test, the step registry, the sandbox context and clean-up. The protocol (version 1) is the
+// runner kit's, runkit.mjs.
 //
 // The SDK is loaded from the project whose node_modules is the first entry of NODE_PATH (falling back
-// to a node_modules beside this file). Protocol (JSON lines, docs/ARCHITECTURE.md): one task object on
-// stdin; `hello`, one `step` per step run, `footer` on stdout. The task carries the step ids (`steps`,
-// in run order) and their prerequisites (`depends`, id -> [ids]) from the suite's `ts` table of
-// sandboxes/e2b/manifest.toml: prerequisites run before the steps needing them, and an id without a
+// to a node_modules beside this file). The task carries the step ids (`steps`, in run order,
+// prerequisites included) and their prerequisites (`depends`, id -> [ids]) from the suite's `ts` table
+// of sandboxes/e2b/manifest.toml, and the sandbox `metadata` tagging the run; an id without a
 // `step(...)` is an error. Option `crash_after: <id>` makes the runner SIGKILL itself after that step
 // (fault injection). Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the
 // process environment, plus the task's `env`, so the SDK configures itself exactly as for a user.
@@ -14,12 +14,16 @@
 // `Fail` (an assertion about E2B's documented behaviour did not hold: `fail`), `Deviation` (a probe
 // observed behaviour that differs from E2B's: `deviation`), `Refused` (the endpoint refused the call;
 // status, code and message are recorded for the declarations to match: `refused`) or `NotInSdk` (the
-// pinned SDK lacks the API: `skip`). Any other exception is an observed SDK failure (`fail`).
+// pinned SDK lacks the API: `skip` with reason `sdk_gap`). Any other exception is an observed SDK
+// failure (`fail`).
 
-import { writeSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { delimiter, dirname } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+
+import { Skip, emit, footer, hello, readStdin, readTask, runSteps } from './runkit.mjs'
+
+export { Skip, emit, readStdin }
 
 export const LANGUAGE = 'js'
 export const RUN_TAG = 'e2b-bench-run'
@@ -58,8 +62,8 @@ export class Refused extends Error {
   }
 }
 
-/** The pinned SDK has no API for what the step exercises. */
-export class NotInSdk extends Error {}
+/** The pinned SDK has no API for what the step exercises (a `Skip` with reason `sdk_gap`). */
+export class NotInSdk extends Skip {}
 
 export function expect(condition, message) {
   if (!condition) throw new Fail(message)
@@ -67,7 +71,7 @@ export function expect(condition, message) {
 
 /** The SDK must offer `owner[name]` as a function, or the step is skipped for this pin. */
 export function need(owner, name, what) {
-  if (typeof owner?.[name] !== 'function') throw new NotInSdk(`not in this SDK: ${what}`)
+  if (typeof owner?.[name] !== 'function') throw new NotInSdk(what)
 }
 
 export function show(value) {
@@ -140,7 +144,8 @@ export class Context {
   constructor(sdk, task) {
     const options = task.options ?? {}
     this.sdk = sdk
-    this.runId = String(task.run_id ?? 'unset')
+    this.runId = String(task.run_id)
+    this.tags = { ...task.metadata }
     this.template = options.template
     this.sandboxTimeoutMs = Number(options.sandbox_timeout_s ?? 120) * 1000
     this.sandbox = null
@@ -150,8 +155,9 @@ export class Context {
     this.state = {}
   }
 
+  /** The task's sandbox metadata: every sandbox of the run carries it. */
   get metadata() {
-    return { [RUN_TAG]: this.runId }
+    return { ...this.tags }
   }
 
   /** A sandbox tagged with the run (always killed at the end). */
@@ -172,72 +178,24 @@ export class Context {
   }
 }
 
-export function emit(event) {
-  // Synchronous write: an event is on the pipe before the next step starts (or the process dies).
-  writeSync(1, `${JSON.stringify(event)}\n`)
-}
-
-export function readStdin() {
-  return new Promise((resolve, reject) => {
-    const chunks = []
-    process.stdin.on('data', (chunk) => chunks.push(chunk))
-    process.stdin.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')))
-    process.stdin.on('error', reject)
-  })
-}
-
-/** The requested steps with their prerequisites (from `depends`) placed before them. */
-function plan(requested, depends) {
-  const ordered = []
-  const visit = (id) => {
-    if (ordered.includes(id)) return
-    for (const dep of depends[id] ?? []) visit(dep)
-    ordered.push(id)
-  }
-  for (const id of requested) visit(id)
-  return ordered
-}
-
-async function runStep(ctx, id, depends, outcomes) {
-  const event = { type: 'step', id }
-  const blocker = (depends[id] ?? []).find((dep) => outcomes.get(dep) !== 'pass')
-  if (blocker !== undefined) {
-    return { ...event, outcome: 'error', duration_ms: 0, error: `depends on ${blocker}`, details: {} }
-  }
+/** Run one registered step: its outcome, error line and observations (a `Skip` propagates). */
+async function runStep(ctx, id) {
   const run = STEPS.get(id)
-  if (run === undefined) {
-    return { ...event, outcome: 'error', duration_ms: 0, error: `no implementation for step ${id}`, details: {} }
-  }
+  if (run === undefined) return { outcome: 'error', error: `no implementation for step ${id}`, details: {} }
   const obs = {}
-  const started = performance.now()
-  let outcome = 'pass'
-  let error = null
   try {
     await run(ctx, obs)
+    return { outcome: 'pass', error: null, details: obs }
   } catch (err) {
-    if (err instanceof NotInSdk) {
-      outcome = 'skip'
-      error = err.message
-    } else if (err instanceof Fail) {
-      outcome = 'fail'
-      error = oneLine(err.message)
-    } else if (err instanceof Deviation) {
-      outcome = 'deviation'
-      error = oneLine(err.message)
-    } else if (err instanceof Refused) {
-      outcome = 'refused'
-      error = oneLine(err.message)
-      Object.assign(obs, err.details)
-    } else {
-      // Any SDK exception is an observed behaviour of the endpoint.
-      outcome = 'fail'
-      error = oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`)
-      obs.raised = errorDetails(err)
-      obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
-    }
+    if (err instanceof Skip) throw err
+    if (err instanceof Fail) return { outcome: 'fail', error: oneLine(err.message), details: obs }
+    if (err instanceof Deviation) return { outcome: 'deviation', error: oneLine(err.message), details: obs }
+    if (err instanceof Refused) return { outcome: 'refused', error: oneLine(err.message), details: { ...obs, ...err.details } }
+    // Any SDK exception is an observed behaviour of the endpoint.
+    obs.raised = errorDetails(err)
+    obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
+    return { outcome: 'fail', error: oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`), details: obs }
   }
-  const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
-  return { ...event, outcome, duration_ms, error, details: obs }
 }
 
 async function cleanup(ctx) {
@@ -256,22 +214,16 @@ async function cleanup(ctx) {
 
 /** Run the task's suite (`suite`) with the steps the calling script registered; returns the exit code. */
 export async function main(suite) {
-  // The SDK or a dependency must never write on the protocol stream.
-  for (const level of ['log', 'info', 'debug', 'warn']) console[level] = console.error
-  const task = JSON.parse(await readStdin())
-  for (const [key, value] of Object.entries(task.env ?? {})) process.env[key] = String(value)
+  const task = await readTask()
   const { sdk, version } = await loadSdk()
-  emit({ type: 'hello', runner: task.runner ?? `js-e2b-${version}`, pins: { e2b: version }, language: LANGUAGE })
-  if ((task.suite ?? suite) !== suite) {
+  hello(task.runner ?? `js-e2b-${version}`, { e2b: version })
+  if (task.suite !== suite) {
     console.error(`runner: unknown suite ${show(task.suite)}, this runner runs ${show(suite)}`)
-    emit({ type: 'footer', completed: false, reason: `unknown suite ${task.suite}` })
+    footer(false, { reason: `unknown suite ${task.suite}` })
     return 2
   }
   const ctx = new Context(sdk, task)
-  const depends = task.depends ?? {}
-  const steps = plan(task.steps ?? [], depends)
   const crashAfter = task.options?.crash_after
-  const outcomes = new Map()
   const started = performance.now()
   // A harness that gives up on a hung step sends SIGTERM: kill the sandboxes, report nothing more.
   let terminating = false
@@ -281,19 +233,16 @@ export async function main(suite) {
   })
   let cleaned = {}
   try {
-    for (const id of steps) {
-      const event = await runStep(ctx, id, depends, outcomes)
-      if (terminating) break
-      outcomes.set(id, event.outcome)
-      emit(event)
+    await runSteps(task, (id) => runStep(ctx, id), {
+      stopped: () => terminating,
       // Fault injection for the harness's own tests: die the hardest way right after this step.
-      if (id === crashAfter) process.kill(process.pid, 'SIGKILL')
-    }
+      after: (id) => id === crashAfter && process.kill(process.pid, 'SIGKILL'),
+    })
   } finally {
     if (!terminating) cleaned = await cleanup(ctx)
   }
   if (terminating) return 143
   const duration_ms = Math.round((performance.now() - started) * 1000) / 1000
-  emit({ type: 'footer', completed: true, duration_ms, cleanup: cleaned })
+  footer(true, { duration_ms, cleanup: cleaned })
   return 0
 }

@@ -56,7 +56,8 @@ class LogAxis:
         return self.left + (math.log10(value) - math.log10(self.low)) / span * (self.right - self.left)
 
     def ticks(self) -> list[float]:
-        found, decade = [], self.low
+        found: list[float] = []
+        decade = self.low
         while decade <= self.high * 1.0001:
             found.extend(m * decade for m in (1, 2, 5) if m * decade <= self.high * 1.0001)
             decade *= 10

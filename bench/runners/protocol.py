@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.housekeeping import run_metadata
-from bench.results import schema_errors
+from bench.results import Outcome, schema_errors
 from bench.runners.envs import REPO_ROOT, RunnerSpec
 
 PROTOCOL = 1
@@ -52,7 +52,7 @@ class StepResult:
     """The final word on one requested step, reported by the runner or inferred by the harness."""
 
     id: str
-    outcome: str
+    outcome: Outcome
     duration_ms: float | None
     error: str | None
     details: dict[str, Any]

@@ -1,7 +1,15 @@
-"""Sandboxes a run leaves behind: every sandbox the harness creates carries `{"e2b-bench-run": <run id>}`."""
+"""Sandboxes a run leaves behind: every sandbox the harness creates carries `{"e2b-bench-run": <run id>}`.
+
+The sweep at the end of a run lists the endpoint's sandboxes under that tag and deletes only those it
+has verified to be this run's: one of the ids the run knows it created, or one whose `GET
+/sandboxes/{id}` shows the run's tag. A listing that returns another run's sandbox is the endpoint's
+list filter deviating: it is recorded, and that sandbox is left alone.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -17,7 +25,7 @@ def run_metadata(run_id: str) -> dict[str, str]:
 
 
 def tagged_sandboxes(client: httpx.Client, run_id: str) -> list[str]:
-    """Ids of the endpoint's sandboxes tagged with `run_id` (every page of `GET /v2/sandboxes`)."""
+    """Ids the endpoint lists under the tag `run_id` (every page of `GET /v2/sandboxes?metadata=...`)."""
     metadata = quote(urlencode({quote(RUN_METADATA_KEY): quote(run_id)}), safe="")
     found: list[str] = []
     token: str | None = None
@@ -32,31 +40,73 @@ def tagged_sandboxes(client: httpx.Client, run_id: str) -> list[str]:
     return found
 
 
-def kill_survivors(api_url: str, key: str | None, run_id: str, timeout_s: float = 15) -> list[str]:
-    """Kill every sandbox still tagged with `run_id`; returns their ids (empty: nothing was left).
+def is_this_runs(client: httpx.Client, sandbox_id: str, run_id: str) -> bool:
+    """Does `GET /sandboxes/{id}` show the run's tag? (A sandbox gone meanwhile is not deleted.)"""
+    info = client.get(f"/sandboxes/{quote(sandbox_id, safe='')}")
+    if info.status_code == 404:
+        return False
+    info.raise_for_status()
+    return bool((info.json().get("metadata") or {}).get(RUN_METADATA_KEY) == run_id)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What the sweep found and did."""
+
+    survivors: list[str] = field(default_factory=list)  # this run's sandboxes still alive: deleted
+    deletes: dict[str, int] = field(default_factory=dict)  # sandbox id -> status of its DELETE
+    foreign: list[str] = field(default_factory=list)  # listed under the tag, not this run's: left alone
+
+
+def sweep(api_url: str, key: str | None, run_id: str, own: Collection[str] = (), timeout_s: float = 15) -> Sweep:
+    """Delete every verified sandbox of `run_id` still alive.
 
     Raises `httpx.HTTPError`, or ValueError/KeyError/TypeError for a listing that is not the API's.
     """
+    result = Sweep()
     with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout_s) as client:
-        survivors = tagged_sandboxes(client, run_id)
-        for sandbox_id in survivors:
-            client.delete(f"/sandboxes/{sandbox_id}")
-    return survivors
+        for sandbox_id in dict.fromkeys(tagged_sandboxes(client, run_id)):
+            if sandbox_id not in own and not is_this_runs(client, sandbox_id, run_id):
+                result.foreign.append(sandbox_id)
+                continue
+            result.survivors.append(sandbox_id)
+            result.deletes[sandbox_id] = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code
+    return result
 
 
-def leak_record(survivors: list[str], error: str | None, duration_ms: float | None = None) -> CaseRecord:
-    """The `housekeeping/harness/leak_check` case: `error` when a sandbox survived or the check failed."""
-    if survivors and error is None:
-        error = f"{len(survivors)} sandbox(es) of this run were still alive at the end: {', '.join(survivors)}"
+def leak_record(found: Sweep, error: str | None, duration_ms: float | None = None) -> CaseRecord:
+    """The `housekeeping/harness/leak_check` case: `error` when a sandbox survived or the check failed,
+    `deviation` when the list filter returned sandboxes of other runs."""
+    problems = [error] if error else []
+    if found.survivors:
+        problems.append(
+            f"{len(found.survivors)} sandbox(es) of this run were still alive at the end: {', '.join(found.survivors)}"
+        )
+    failed = {sid: status for sid, status in found.deletes.items() if status >= 300 and status != 404}
+    if failed:
+        statuses = ", ".join(f"{sandbox_id} (HTTP {status})" for sandbox_id, status in failed.items())
+        problems.append(f"deleting them failed: {statuses}")
+    outcome = "error" if problems else "pass"
+    if found.foreign:
+        problems.append(
+            f"the list filter metadata={RUN_METADATA_KEY}=<run id> returned {len(found.foreign)} sandbox(es) of "
+            f"other runs, left alone: {', '.join(found.foreign)}"
+        )
+        outcome = "error" if outcome == "error" else "deviation"
+    details: dict[str, object] = {"survivors": found.survivors}
+    if found.deletes:
+        details["deletes"] = found.deletes
+    if found.foreign:
+        details["foreign"] = found.foreign
     return CaseRecord(
         id=case_id("housekeeping", "harness", "leak_check"),
         suite="housekeeping",
         runner="harness",
         case="leak_check",
-        outcome="error" if error else "pass",
+        outcome=outcome,  # type: ignore[arg-type]
         expected="pass",
-        conformant=error is None,
+        conformant=not problems,
         duration_ms=duration_ms,
-        error=error,
-        details={"survivors": survivors},
+        error="; ".join(problems) or None,
+        details=details,
     )

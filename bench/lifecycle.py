@@ -14,7 +14,7 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ import httpx
 
 from .endpoints import Endpoint, PreflightError, preflight
 from .exits import ExitCode
-from .housekeeping import kill_survivors, leak_record
+from .housekeeping import Sweep, leak_record, sweep
 from .junit import write_junit
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, Status, make_header
@@ -120,17 +120,17 @@ class Lifecycle:
         return self.run_dir
 
     # --- after the work ----------------------------------------------------------------------------
-    def sweep(self) -> CaseRecord:
-        """Record the `housekeeping/harness/leak_check` case: any sandbox of this run still alive is killed."""
+    def sweep(self, own: Collection[str] = ()) -> CaseRecord:
+        """Record the `housekeeping/harness/leak_check` case: any sandbox of this run still alive is deleted
+        (`own`: ids the run knows it created; others must show the run's tag to be deleted)."""
         assert self.run_dir is not None
         started = time.monotonic()
-        survivors: list[str] = []
-        error: str | None = None
+        found, error = Sweep(), None
         try:
-            survivors = kill_survivors(self.endpoint.api_url, self.key, self.run_id)
+            found = sweep(self.endpoint.api_url, self.key, self.run_id, own)
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             error = f"leak check could not list sandboxes: {exc}"
-        record = leak_record(survivors, error, round((time.monotonic() - started) * 1000, 1))
+        record = leak_record(found, error, round((time.monotonic() - started) * 1000, 1))
         self.run_dir.record(record)
         return record
 

@@ -89,6 +89,7 @@ class BenchSession:
     stop: threading.Event = field(default_factory=threading.Event)
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
+    created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
 
     @property
     def endpoint(self) -> Endpoint:
@@ -213,6 +214,7 @@ class BenchSession:
                 on_event=lambda event: self._on_event(runner, event),
                 stop=self.stop,
             )
+        self.created.update((result.footer or {}).get("cleanup") or {})
         return {step.id: step for step in result.step_results()}
 
     def _options(self, runner: Runner) -> dict[str, Any]:
@@ -262,7 +264,7 @@ class BenchSession:
 
     def end(self, status: str, exit_code: int) -> int:
         """Leak sweep (when runners ran), then JUnit, footer and report; returns the exit code."""
-        if self.jobs and not self.lifecycle.sweep().conformant and exit_code == ExitCode.OK:
+        if self.jobs and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
             exit_code = ExitCode.NONCONFORMANT
         self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
         return self.exit_code

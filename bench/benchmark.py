@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import baselines as base
+from . import selection
 from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
 from .endpoints import Endpoint, EndpointError, resolve
 from .exits import ExitCode
@@ -39,7 +40,7 @@ from .expectations import Expectations, ExpectationsError, judge
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR
 from .results import CaseRecord, RunDir, case_id, utc_now, validate
-from .runners.catalog import Runner, available_runners, default_runners
+from .runners.catalog import Runner
 from .runners.envs import RunnerEnvError
 from .runners.protocol import Event, make_task, run_runner
 from .stats import METHOD, TRIM_FRACTION, Summary, summarize
@@ -165,13 +166,13 @@ class RunnerOutcome:
 
 
 def select_runners(names: Sequence[str]) -> list[Runner]:
-    known = available_runners()
-    unknown = [name for name in names if name not in known]
-    if unknown:
-        raise BenchError(f"unknown runner {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    if not names:  # the default: the newest SDK pin of each language that has a benchmark script
-        return [runner for runner in default_runners() if runner.has_suite(SUITE)]
-    chosen = [known[name] for name in names]
+    """The named runners (default: the newest SDK pin of each language that has a benchmark script)."""
+    try:
+        chosen = selection.select_runners(names)
+    except selection.SelectionError as exc:
+        raise BenchError(str(exc)) from None
+    if not names:
+        return [runner for runner in chosen if runner.has_suite(SUITE)]
     missing = [runner.name for runner in chosen if not runner.has_suite(SUITE)]
     if missing:
         raise BenchError(f"runner {missing[0]} has no benchmark entry script (no [{SUITE}.*] table in the manifest)")

@@ -8,6 +8,7 @@ the harness would not notice that deviation; the faithful baseline must flag not
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ RUNNER = "py-e2b-2.63.0"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
 BASELINE = "none (faithful)"
+STOP_GRACE_S = 60  # for a run told to stop to kill its sandboxes and write its footer
 
 # Every behavioural quirk, as `--quirk` takes it. Identity quirks (token and id prefixes, the 401 text)
 # change no behaviour a case asserts, so they are recorded by the probes rather than flagged.
@@ -50,10 +52,16 @@ def run_one(results: Path, quirk: str | None) -> Path:
     before = {p for p in results.iterdir() if p.is_dir()}
     command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--results-dir", str(results)]
     command += ["--no-report"] + ([f"--quirk={quirk}", "-k", HEAVY] if quirk else [])
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+        try:
+            output = child.communicate(timeout=600)[0]
+        except BaseException:  # Ctrl-C, SIGTERM or a hung run: the child stops its runners and writes its footer
+            child.send_signal(signal.SIGTERM)
+            child.communicate(timeout=STOP_GRACE_S)
+            raise
     made = sorted({p for p in results.iterdir() if p.is_dir()} - before)
-    if done.returncode not in (ExitCode.OK, ExitCode.NONCONFORMANT) or len(made) != 1:
-        raise RuntimeError(f"run with quirk {quirk!r} ended with {done.returncode}: {done.stdout[-1500:]}")
+    if child.returncode not in (ExitCode.OK, ExitCode.NONCONFORMANT) or len(made) != 1:
+        raise RuntimeError(f"run with quirk {quirk!r} ended with {child.returncode}: {output[-1500:]}")
     return made[0]
 
 

@@ -9,7 +9,6 @@ the end (completed, interrupted or aborted), then the report.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,18 +18,19 @@ from typing import Any
 
 import pytest
 
-from .endpoints import Endpoint, EndpointError, resolve
+from .endpoints import Endpoint
 from .exits import ExitCode
-from .expectations import Expectations, ExpectationsError, judge
+from .expectations import Expectations, judge
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
 from .results import CaseRecord, case_id
-from .runners.catalog import Runner, available_runners, default_runners
+from .runners.catalog import Runner, default_runners
 from .runners.envs import RunnerEnvError
 from .runners.manifest import load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
+from .selection import SelectionError, select
 from .wire import WireProxy
 
 STASH = pytest.StashKey["BenchSession"]()
@@ -307,40 +307,26 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", marker)
     if not _suite_mode(config):
         return
-    from .localbox.quirks import QuirkError, build
-
     try:
-        profile, quirk_names = config.getoption("quirk_profile"), config.getoption("quirk")
-        endpoint = resolve(config.getoption("endpoint"))
-        endpoint = endpoint.provider.with_profile(endpoint, profile, quirk_names)
-        if config.getoption("expectations"):
-            endpoint = dataclasses.replace(endpoint, expectations=Path(config.getoption("expectations")))
-        quirks = build(profile, quirk_names) if endpoint.provider.quirks else None
-        expectations = Expectations.load(endpoint.expectations)
-        runners = _selected_runners(config)
-    except (EndpointError, ExpectationsError, QuirkError, KeyError) as exc:
-        raise pytest.UsageError(str(exc).strip("'\"")) from exc
+        chosen = select(
+            config.getoption("endpoint"),
+            profile=config.getoption("quirk_profile"),
+            quirks=config.getoption("quirk"),
+            expectations=config.getoption("expectations"),
+            runners=config.getoption("runner"),
+            matrix=config.getoption("matrix"),
+        )
+    except SelectionError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     lifecycle = Lifecycle(
-        endpoint,
+        chosen.endpoint,
         results_dir=Path(config.getoption("results_dir")),
         redactor=Redactor(),
-        quirks=quirks,
+        quirks=chosen.quirks,
         report=not config.getoption("no_report"),
     )
-    config.stash[STASH] = BenchSession(config=config, lifecycle=lifecycle, runners=runners, expectations=expectations)
-
-
-def _selected_runners(config: pytest.Config) -> list[Runner]:
-    known = available_runners()
-    if config.getoption("matrix"):
-        return list(known.values())
-    names = config.getoption("runner")
-    if not names:
-        return default_runners()
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise KeyError(f"unknown runner {unknown[0]!r}; known: {', '.join(sorted(known))}")
-    return [known[n] for n in names]
+    session = BenchSession(config=config, lifecycle=lifecycle, runners=chosen.runners, expectations=chosen.expectations)
+    config.stash[STASH] = session
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,0 +1,73 @@
+"""What a conformance run targets, checked before anything starts: the endpoint (under its quirk
+profile), the quirks of the embedded endpoint, the declarations it is judged by, and the runners.
+
+Shared by the CLI (which reports a problem as one sentence and exit 2 before pytest starts) and the
+pytest plugin (which raises it as a usage error when pytest is run directly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .endpoints import Endpoint, EndpointError, resolve
+from .expectations import Expectations, ExpectationsError
+from .runners.catalog import Runner, available_runners, default_runners
+
+if TYPE_CHECKING:
+    from .localbox.quirks import Quirks
+
+
+class SelectionError(Exception):
+    """The run cannot target what was asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    endpoint: Endpoint
+    quirks: Quirks | None  # for the embedded endpoint only
+    expectations: Expectations
+    runners: list[Runner]
+
+
+def select(
+    endpoint: str,
+    *,
+    profile: str = "e2b",
+    quirks: Sequence[str] = (),
+    expectations: str | Path | None = None,
+    runners: Sequence[str] = (),
+    matrix: bool = False,
+) -> Selection:
+    """Resolve and check everything a run needs to know before it starts; raises `SelectionError`."""
+    from .localbox.quirks import QuirkError, build
+
+    try:
+        chosen = resolve(endpoint)
+        chosen = chosen.provider.with_profile(chosen, profile, list(quirks))
+        if expectations:
+            chosen = dataclasses.replace(chosen, expectations=Path(expectations).resolve())
+        built = build(profile, list(quirks)) if chosen.provider.quirks else None
+        declared = Expectations.load(chosen.expectations)
+    except (EndpointError, QuirkError) as exc:
+        raise SelectionError(str(exc)) from None
+    except ExpectationsError as exc:
+        raise SelectionError(f"{exc}: give a valid declarations file with --expectations") from None
+    return Selection(chosen, built, declared, select_runners(runners, matrix))
+
+
+def select_runners(names: Sequence[str], matrix: bool = False) -> list[Runner]:
+    known = available_runners()
+    if matrix:
+        return list(known.values())
+    if not names:
+        return default_runners()
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise SelectionError(
+            f"unknown runner {unknown[0]!r}: choose from {', '.join(sorted(known))} (see `e2b-bench runners`)"
+        )
+    return [known[name] for name in names]

@@ -1,0 +1,81 @@
+"""The command line: every configuration mistake is one sentence and exit 2; pytest's selection flags
+work wherever they are given; `--help` documents flags, exit codes and environment variables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from run_cli import e2b_bench, only_run_dir
+
+from bench.results import read_run
+
+RUNNER = "py-e2b-2.63.0"
+ENV = {"E2B_API_KEY": "e2b_" + "0" * 40, "E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9"}
+
+MISTAKES = {
+    "unknown endpoint": (["run", "--endpoint", "nowhere"], "unknown endpoint 'nowhere'", "define [endpoints.nowhere]"),
+    "unknown runner": (["run", "--runner", "py-e2b-0.0.1"], "unknown runner 'py-e2b-0.0.1'", "e2b-bench runners"),
+    "unknown suite": (["run", "quickstrat"], "unknown suite 'quickstrat'", "give one of frameworks, probes"),
+    "unknown profile": (["run", "--profile", "b4os"], "unknown profile 'b4os'", "known: b3os-beta, e2b"),
+    "unknown quirk": (["run", "--quirk", "no_such_quirk"], "unknown quirk 'no_such_quirk'", "known: cwd_override"),
+    "missing expectations": (["run", "--expectations", "absent.toml"], "No such file", "--expectations"),
+    "unwritable results dir": (["run", "--results-dir", "/proc/version/x"], "/proc/version/x", "--results-dir"),
+    "negative step timeout": (["run", "--step-timeout", "-1"], "--step-timeout must be positive", "not -1"),
+    "zero attempts": (["run", "--attempts", "0"], "--attempts must be positive", "not 0"),
+    "profile off the embedded endpoint": (
+        ["run", "--endpoint", "env", "--profile", "b3os-beta"],
+        "apply only to the embedded endpoint",
+        "choose --endpoint local",
+    ),
+    "bench: unknown runner": (["bench", "--runner", "nope"], "unknown runner 'nope'", "e2b-bench runners"),
+    "bench: bad modes": (["bench", "--modes", "sideways"], "--modes takes a comma-separated list", "'sideways'"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=list(MISTAKES))
+def test_a_configuration_mistake_is_one_sentence_with_the_fix_and_exit_2(mistake: str, tmp_path: Path) -> None:
+    args, problem, fix = MISTAKES[mistake]
+    results = [] if "--results-dir" in args else ["--results-dir", str(tmp_path)]
+
+    done = e2b_bench(*args, *results, env=ENV)
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"e2b-bench {args[0]}: ")
+    assert problem in lines[0] and fix in lines[0]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not tmp_path.exists() or list(tmp_path.iterdir()) == []  # nothing ran
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+def test_k_selects_the_same_case_before_or_after_the_suite_name(order: str, tmp_path: Path) -> None:
+    selection = ["-k", "py03", "quickstart"] if order == "before" else ["quickstart", "-k", "py03"]
+
+    done = e2b_bench("run", *selection, "--runner", RUNNER, "--results-dir", str(tmp_path), "--no-report")
+
+    assert done.returncode == 0, done.stdout[-2000:]
+    run = read_run(only_run_dir(tmp_path))
+    assert [case.case for case in run.cases if case.suite == "quickstart"] == ["py03_run_nonzero_exit_raises"]
+
+
+def test_a_selection_that_matches_nothing_says_so_and_exits_5(tmp_path: Path) -> None:
+    done = e2b_bench("run", "quickstart", "-k", "no_such_case", "--runner", RUNNER, "--results-dir", str(tmp_path))
+
+    assert done.returncode == 5
+    assert "e2b-bench run: no case matched the selection" in done.stderr
+
+
+def test_help_lists_every_flag_with_its_default_the_exit_codes_and_the_environment() -> None:
+    done = e2b_bench("run", "--help")
+
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for flag in ("--endpoint", "--runner", "--results-dir", "--step-timeout", "--profile", "--model-base-url",
+                 "--model", "--model-key-env", "--attempts", "-k", "-m", "-x"):  # fmt: skip
+        assert re.search(rf"(^|\s){re.escape(flag)}[ ,]", text), flag
+    assert "(default: 90.0)" in text and "(default: 2)" in text
+    assert "130 interrupted (Ctrl-C or SIGTERM)" in text and "2 configuration, environment or endpoint" in text
+    assert "E2B_BENCH_ENDPOINT" in text and "E2B_API_KEY" in text

@@ -1,0 +1,90 @@
+"""SIGTERM (what `timeout`, GitLab and Jenkins send) ends a run like Ctrl-C: runners and their sandboxes
+stopped, footer `interrupted`, JUnit, summary and report written, exit 130; a second signal exits at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from run_cli import REPO
+
+from bench.housekeeping import tagged_sandboxes
+from bench.localbox.server import LocalEndpoint
+from bench.results import read_run
+
+RUNNER = "py-e2b-2.63.0"
+COMMANDS = {
+    # tk04 keeps a sandbox alive for 60 s on purpose: the signal arrives while it waits
+    "run": ["run", "tokens", "--include-slow", "-k", "tk04", "--runner", RUNNER],
+    "bench": ["bench", "-n", "500", "--modes", "sequential", "--runner", RUNNER, "--transfer-mib", "1"],
+}
+
+
+def started(command: list[str], endpoint: LocalEndpoint, results: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, **endpoint.env(), "E2B_BENCH_ENDPOINT": "env"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", *command, "--results-dir", str(results)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for_a_sandbox_of_the_run(process: subprocess.Popen[str], endpoint: LocalEndpoint, results: Path) -> str:
+    """The run id, once the run has a sandbox alive on the endpoint."""
+    deadline = time.monotonic() + 300
+    with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}) as client:
+        while time.monotonic() < deadline and process.poll() is None:
+            runs = [path.name for path in results.glob("*") if path.is_dir()] if results.exists() else []
+            if runs and tagged_sandboxes(client, runs[0]):
+                return runs[0]
+            time.sleep(0.05)
+    raise AssertionError(f"the run never had a sandbox alive: {process.communicate()[0][-2000:]}")
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_sigterm_mid_run_stops_the_runners_and_writes_every_result(
+    name: str, endpoint: LocalEndpoint, tmp_path: Path
+) -> None:
+    process = started(COMMANDS[name], endpoint, tmp_path)
+    run_id = wait_for_a_sandbox_of_the_run(process, endpoint, tmp_path)
+
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+
+    assert process.returncode == 130, output[-3000:]
+    run = read_run(tmp_path / run_id)
+    assert run.footer is not None and (run.footer["status"], run.footer["exit_code"]) == ("interrupted", 130)
+    assert {"junit.xml", "summary.md", "report.html"} <= {path.name for path in run.path.iterdir()}
+    leak = [case for case in run.cases if case.case == "leak_check"]
+    assert [(case.outcome, case.details["survivors"]) for case in leak] == [("pass", [])]  # the runner cleaned up
+    with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}) as client:
+        assert tagged_sandboxes(client, run_id) == []
+
+
+def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
+    script = (
+        "import os, signal, time\n"
+        "from bench.lifecycle import interrupt_on_sigterm\n"
+        "with interrupt_on_sigterm():\n"
+        "    try:\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(30)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print('cleaning up', flush=True)\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        time.sleep(30)\n"
+        "        print('clean-up finished', flush=True)\n"
+    )
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+
+    assert (done.returncode, done.stdout) == (130, "cleaning up\n")

@@ -27,7 +27,13 @@ def uv() -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `bin/` of a fresh venv holding the wheel (and its dependencies), nothing of the checkout."""
     root = tmp_path_factory.mktemp("wheel")
-    build = [uv(), "build", "--wheel", "--out-dir", str(root / "dist"), str(REPO)]
+    # built from a copy of the tracked files, so the build leaves nothing in the checkout
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    for name in filter(None, tracked.decode().split("\0")):
+        if (REPO / name).is_file():
+            (root / "src" / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, root / "src" / name)
+    build = [uv(), "build", "--wheel", "--out-dir", str(root / "dist"), str(root / "src")]
     subprocess.run(build, check=True, capture_output=True, timeout=600)
     (wheel,) = (root / "dist").glob("e2b_bench-*.whl")
     subprocess.run([uv(), "venv", "--quiet", "--python", sys.executable, str(root / "venv")], check=True, timeout=120)

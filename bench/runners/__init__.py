@@ -1,17 +1,11 @@
 """Client environments (pinned SDKs) driven as JSON-lines subprocesses."""
 
-from bench.runners.envs import (
-    DEFAULT_PYTHON_RUNNER,
-    RUNNERS,
-    RunnerEnvError,
-    RunnerSpec,
-    default_cache_dir,
-    ensure_python_env,
-)
+from typing import Any
+
+from bench.runners.envs import RunnerEnvError, RunnerSpec, default_cache_dir, ensure_python_env
 from bench.runners.protocol import RunnerResult, StepResult, run_runner
 
 __all__ = [
-    "DEFAULT_PYTHON_RUNNER",
     "RUNNERS",
     "RunnerEnvError",
     "RunnerResult",
@@ -21,3 +15,12 @@ __all__ = [
     "ensure_python_env",
     "run_runner",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`RUNNERS`: the Python SDK runners by name, discovered on first use (runner.toml files)."""
+    if name != "RUNNERS":
+        raise AttributeError(name)
+    from bench.runners.discovery import discover
+
+    return {spec.name: spec for spec in discover() if spec.language == "python" and spec.family is None}

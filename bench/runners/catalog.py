@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .envs import RUNNER_SPECS, RunnerSpec, ensure_python_env
+from .discovery import discover
+from .envs import RunnerSpec, ensure_python_env
 from .manifest import load_manifest
 
 # Which manifest table a language's steps live in.
@@ -98,19 +99,8 @@ def _manifest() -> dict:
     return load_manifest()
 
 
-def _all_specs() -> list[RunnerSpec]:
-    from .frameworks import FRAMEWORK_RUNNER_SPECS
-
-    specs = list(RUNNER_SPECS)
-    try:
-        from .node import NODE_RUNNER_SPECS
-    except ImportError:
-        return specs + list(FRAMEWORK_RUNNER_SPECS)
-    return specs + list(NODE_RUNNER_SPECS) + list(FRAMEWORK_RUNNER_SPECS)
-
-
 def available_runners() -> dict[str, Runner]:
-    return {spec.name: Runner(spec) for spec in _all_specs()}
+    return {spec.name: Runner(spec) for spec in discover()}
 
 
 def default_runners() -> list[Runner]:

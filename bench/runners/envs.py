@@ -17,7 +17,6 @@ from pathlib import Path
 from bench.paths import DATA_ROOT
 
 REPO_ROOT = DATA_ROOT  # entry scripts and projects are named relative to it
-PYTHON_QUICKSTART = "sandboxes/e2b/python/runner.py"
 _READY_MARKER = ".e2b-bench-ready"
 
 
@@ -52,20 +51,6 @@ class RunnerSpec:
         if self.lock_path is not None:
             return ["--requirement", str(self.lock_path)]
         return [f"{package}=={version}" for package, version in sorted(self.pins.items())]
-
-
-def _py_e2b(version: str) -> RunnerSpec:
-    return RunnerSpec(name=f"py-e2b-{version}", language="python", pins={"e2b": version}, entry=PYTHON_QUICKSTART)
-
-
-# One line per pinned SDK version.
-RUNNER_SPECS: tuple[RunnerSpec, ...] = (
-    _py_e2b("2.63.0"),
-    _py_e2b("2.45.1"),  # the last 2.4x line: creates with POST /sandboxes, connects with /sandboxes/{id}/connect
-    _py_e2b("2.31.0"),  # what openai-agents pins
-)  # fmt: skip
-RUNNERS: dict[str, RunnerSpec] = {spec.name: spec for spec in RUNNER_SPECS}
-DEFAULT_PYTHON_RUNNER = "py-e2b-2.63.0"
 
 
 def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ class Step:
 
 
 def load_manifest(paths: Iterable[Path] = MANIFEST_PATHS) -> dict[str, Any]:
-    """Every suite of the manifests, `{suite: {table: {...}}}`; a suite defined twice is an error."""
+    """Every suite of the manifests, `{suite: {table: {...}}}`; a suite defined twice is an error.
+    Each set of manifests is read once per process (treat the result as read-only)."""
+    return _read(tuple(paths))
+
+
+@cache
+def _read(paths: tuple[Path, ...]) -> dict[str, Any]:
     suites: dict[str, Any] = {}
     for path in paths:
         if not path.is_file():

@@ -1,8 +1,9 @@
 """Pinned Node client environments: one `npm ci` per lockfile, built once and cached.
 
-A Node runner is a project directory under `sandboxes/` (`package.json` + `package-lock.json`) whose
-exact `e2b` pin names the runner (`js-e2b-<version>`). Every project shares one entry script; the
-harness points it at the project's installed packages with `NODE_PATH` (see `runner_env`).
+A Node runner's folder (its runner.toml says `project = true`) holds `package.json` +
+`package-lock.json`; its exact `e2b` pin names the runner (`js-e2b-<version>`). The SDK projects share
+one entry script per suite; the harness points it at the project's installed packages with
+`NODE_PATH` (see `runner_env`).
 """
 
 from __future__ import annotations
@@ -14,41 +15,25 @@ import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from bench.runners.envs import REPO_ROOT, RunnerEnvError, RunnerSpec, default_cache_dir, file_lock
 
-TS_QUICKSTART = "sandboxes/e2b/ts/runner.mjs"
 PROJECT_FILES = ("package.json", "package-lock.json")
 _READY_MARKER = ".e2b-bench-ready"
 
-# One line per pinned SDK version: the pin itself lives in the project's package.json.
-NODE_PROJECTS: tuple[str, ...] = (
-    "sandboxes/e2b/ts",
-    "sandboxes/e2b/ts-2.50",
-)  # fmt: skip
 
+def __getattr__(name: str) -> Any:
+    """`NODE_RUNNERS` (name -> spec) and `PROJECT_DIRS` (name -> project folder) of the Node SDK runners,
+    discovered on first use."""
+    from .discovery import discover
 
-def pinned_version(project_dir: Path, package: str = "e2b") -> str:
-    """The exact version of `package` that `project_dir/package.json` pins."""
-    manifest = json.loads((project_dir / "package.json").read_text())
-    version = manifest.get("dependencies", {}).get(package)
-    if not isinstance(version, str) or not version[:1].isdigit():
-        raise RunnerEnvError(f"{project_dir}/package.json must pin {package} to an exact version, not {version!r}")
-    return version
-
-
-def _js_e2b(project: str) -> tuple[RunnerSpec, Path]:
-    project_dir = REPO_ROOT / project
-    version = pinned_version(project_dir)
-    spec = RunnerSpec(name=f"js-e2b-{version}", language="js", pins={"e2b": version}, entry=TS_QUICKSTART)
-    return spec, project_dir
-
-
-_BUILT = [_js_e2b(project) for project in NODE_PROJECTS]
-NODE_RUNNER_SPECS: tuple[RunnerSpec, ...] = tuple(spec for spec, _ in _BUILT)
-NODE_RUNNERS: dict[str, RunnerSpec] = {spec.name: spec for spec in NODE_RUNNER_SPECS}
-PROJECT_DIRS: dict[str, Path] = {spec.name: project_dir for spec, project_dir in _BUILT}
-DEFAULT_NODE_RUNNER = NODE_RUNNER_SPECS[0].name
+    sdk = [spec for spec in discover() if spec.language == "js" and spec.family is None]
+    if name == "NODE_RUNNERS":
+        return {spec.name: spec for spec in sdk}
+    if name == "PROJECT_DIRS":
+        return {spec.name: project_of(spec) for spec in sdk}
+    raise AttributeError(name)
 
 
 def find_node(environ: Mapping[str, str] = os.environ) -> Path:
@@ -61,11 +46,9 @@ def find_node(environ: Mapping[str, str] = os.environ) -> Path:
 
 def project_of(spec: RunnerSpec) -> Path:
     """The Node project directory that pins `spec`."""
-    if spec.project is not None:
-        return REPO_ROOT / spec.project
-    if spec.name not in PROJECT_DIRS:
-        raise RunnerEnvError(f"runner {spec.name} is not a registered Node runner ({', '.join(PROJECT_DIRS)})")
-    return PROJECT_DIRS[spec.name]
+    if spec.project is None:
+        raise RunnerEnvError(f"runner {spec.name} has no Node project (`project = true` in its runner.toml)")
+    return REPO_ROOT / spec.project
 
 
 def env_dir(project_dir: Path, cache_dir: Path | None = None) -> Path:

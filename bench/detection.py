@@ -29,21 +29,34 @@ HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
 BASELINE = "none (faithful)"
 STOP_GRACE_S = 60  # for a run told to stop to kill its sandboxes and write its footer
 
-# Every behavioural quirk, as `--quirk` takes it. Identity quirks (token and id prefixes, the 401 text)
-# change no behaviour a case asserts, so they are recorded by the probes rather than flagged.
-QUIRKS: tuple[str, ...] = (
-    "cwd_override=/workspace",
-    "session_leader",
-    "end_on_exit",
-    "refuse_stdin",
-    "refuse_pty",
-    "refuse_gzip_upload",
-    "refuse_signed_urls",
-    "watch_dir_404",
-    "metrics_404",
-    "template_build_501",
-    *(f"refuse_create_options={option}" for option in OPTION_FIELDS),
-)
+# Which cases each behavioural quirk (as `--quirk` takes it), switched on alone, flags, and no other:
+# the specification `detect` proves and tests/test_quirk_detection.py checks. Identity quirks (token and
+# id prefixes, the 401 text) change no behaviour a case asserts: the token probes record them instead.
+IDENTITY_QUIRKS = ("token_prefix", "sandbox_id_prefix", "token_error")
+OPTION_CASES = {
+    "mcp": "rf01_create_mcp",
+    "autoResume": "rf02_create_auto_resume",
+    "volumeMounts": "rf03_create_volume_mounts",
+    "iam": "rf04_create_iam",
+    "network": "rf05_create_network_rules",
+    "onTimeoutFilesystem": "rf06_create_on_timeout_filesystem",
+    "pauseWithoutMemory": "rf07_pause_without_memory",
+    "connectReboot": "rf08_connect_on_resume_reboot",
+}
+DETECTED_BY: dict[str, tuple[str, ...]] = {
+    "cwd_override=/workspace": ("probes/pr01_default_cwd", "probes/pr02_login_profile", "probes/pr12_relative_paths"),
+    "session_leader": ("probes/pr03_setsid",),
+    "end_on_exit": ("probes/pr16_output_after_exit",),
+    "refuse_stdin": ("probes/pr05_stdin", "refusals/rf10_envd_stdin"),
+    "refuse_pty": ("probes/pr06_pty", "refusals/rf11_envd_pty"),
+    "refuse_gzip_upload": ("probes/pr07_gzip", "refusals/rf12_gzip_upload"),
+    "refuse_signed_urls": ("probes/pr08_signed_urls",),
+    "watch_dir_404": ("probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir"),
+    "metrics_404": ("probes/pr10_metrics", "refusals/rf15_get_metrics"),
+    "template_build_501": ("probes/pr11_template_build", "refusals/rf13_template_build"),
+    **{f"refuse_create_options={option}": (f"refusals/{OPTION_CASES[option]}",) for option in OPTION_FIELDS},
+}  # fmt: skip
+QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
 
 
 def run_one(results: Path, quirk: str | None) -> Path:

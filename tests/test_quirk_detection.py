@@ -2,51 +2,27 @@
 by exactly the probes and refusal cases tied to it, and by nothing else; with its declaration every case
 conforms; the faithful profile flags nothing.
 
-QUIRK_CASES is the specification: which observable behaviour each documented deviation changes.
+`bench.detection.DETECTED_BY` is the specification: which cases each documented deviation changes.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from bench.detection import BASELINE, QUIRKS, detect
+from bench.detection import BASELINE, DETECTED_BY, IDENTITY_QUIRKS, QUIRKS, detect
 from bench.expectations import Expectations, judge
+from bench.localbox.quirks import OPTION_FIELDS, Quirks
 from bench.report import render
 from bench.results import Run, read_run
 
 REPO = Path(__file__).resolve().parents[1]
 B3OS = Expectations.load(REPO / "expectations" / "b3os-beta.toml")
-OPTION_CASES = {
-    "mcp": "rf01_create_mcp",
-    "autoResume": "rf02_create_auto_resume",
-    "volumeMounts": "rf03_create_volume_mounts",
-    "iam": "rf04_create_iam",
-    "network": "rf05_create_network_rules",
-    "onTimeoutFilesystem": "rf06_create_on_timeout_filesystem",
-    "pauseWithoutMemory": "rf07_pause_without_memory",
-    "connectReboot": "rf08_connect_on_resume_reboot",
-}
-QUIRK_CASES: dict[str, set[str]] = {
-    "cwd_override=/workspace": {
-        "probes/pr01_default_cwd",
-        "probes/pr02_login_profile",
-        "probes/pr12_relative_paths",
-    },
-    "session_leader": {"probes/pr03_setsid"},
-    "end_on_exit": {"probes/pr16_output_after_exit"},
-    "refuse_stdin": {"probes/pr05_stdin", "refusals/rf10_envd_stdin"},
-    "refuse_pty": {"probes/pr06_pty", "refusals/rf11_envd_pty"},
-    "refuse_gzip_upload": {"probes/pr07_gzip", "refusals/rf12_gzip_upload"},
-    "refuse_signed_urls": {"probes/pr08_signed_urls"},
-    "watch_dir_404": {"probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir"},
-    "metrics_404": {"probes/pr10_metrics", "refusals/rf15_get_metrics"},
-    "template_build_501": {"probes/pr11_template_build", "refusals/rf13_template_build"},
-    **{f"refuse_create_options={option}": {f"refusals/{case}"} for option, case in OPTION_CASES.items()},
-}
+QUIRK_CASES = {quirk: set(cases) for quirk, cases in DETECTED_BY.items()}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +30,11 @@ def detection(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return read_run(detect(tmp_path_factory.mktemp("detect")))
 
 
-def test_every_quirk_has_a_specification() -> None:
-    assert set(QUIRKS) == set(QUIRK_CASES)
+def test_every_behavioural_quirk_and_refused_option_has_a_specification() -> None:
+    behavioural = {f.name for f in fields(Quirks)} - set(IDENTITY_QUIRKS)
+
+    assert {quirk.split("=")[0] for quirk in QUIRKS} == behavioural
+    assert {quirk.split("=")[1] for quirk in QUIRKS if quirk.startswith("refuse_create_options=")} == set(OPTION_FIELDS)
 
 
 def test_the_faithful_profile_flags_nothing(detection: Run) -> None:

@@ -15,6 +15,7 @@ from run_cli import REPO, only_run_dir
 from bench.results import read_run
 
 RUNNER = "py-e2b-2.63.0"
+NOT_SOURCES = (".git", ".venv", ".tox", "build", "dist", "*.egg-info", "results", "out", "node_modules", "__pycache__")
 KEPT_ENV = ("PATH", "HOME", "LANG", "TMPDIR", "E2B_BENCH_CACHE", "PIP_FIND_LINKS", "SSL_CERT_FILE")
 
 
@@ -27,12 +28,8 @@ def uv() -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `bin/` of a fresh venv holding the wheel (and its dependencies), nothing of the checkout."""
     root = tmp_path_factory.mktemp("wheel")
-    # built from a copy of the tracked files, so the build leaves nothing in the checkout
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    for name in filter(None, tracked.decode().split("\0")):
-        if (REPO / name).is_file():
-            (root / "src" / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, root / "src" / name)
+    # built from a copy of the sources, so the build leaves nothing in the checkout
+    shutil.copytree(REPO, root / "src", ignore=shutil.ignore_patterns(*NOT_SOURCES))
     build = [uv(), "build", "--wheel", "--out-dir", str(root / "dist"), str(root / "src")]
     subprocess.run(build, check=True, capture_output=True, timeout=600)
     (wheel,) = (root / "dist").glob("e2b_bench-*.whl")

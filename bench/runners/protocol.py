@@ -165,8 +165,12 @@ def run_runner(
     ]
     for thread in threads:
         thread.start()
+    interrupted = False
     try:
-        _read_events(lines, result, step_timeout_s, on_event, stop)
+        try:
+            _read_events(lines, result, step_timeout_s, on_event, stop)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM in this thread: stop the runner as gracefully as `stop`
+            interrupted = result.stopped = True
         if not result.timed_out and not result.stopped and not _exited_within(process, step_timeout_s):
             result.timed_out = True
             result.hung_in = _first_missing(result)
@@ -180,6 +184,8 @@ def run_runner(
             thread.join(timeout=2)
         result.stderr_tail = stderr.text()
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
+    if interrupted:
+        raise KeyboardInterrupt
     return result
 
 

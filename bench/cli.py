@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .exits import EPILOG, ExitCode
+from .exits import EPILOG, ExitCode, interrupt_on_sigterm, signal_received
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ ENVIRONMENT = """environment variables read:
   E2B_BENCH_ENDPOINT   default of --endpoint (local)
   E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
   E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
+  E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """
 SUITE_MARK = re.compile(r"""@pytest\.mark\.suite\(["'](?P<suite>[\w-]+)["']\)\s*\ndef (?P<function>\w+)""")
@@ -31,8 +32,14 @@ class UsageError(Exception):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .lifecycle import interrupt_on_sigterm
+    try:
+        with interrupt_on_sigterm():  # first, so that a SIGTERM at any moment of start-up ends like Ctrl-C
+            return _main(argv)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
 
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command is None:
@@ -41,13 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command != "run":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        with interrupt_on_sigterm():
-            return int(args.handler(args, extra))
+        return int(args.handler(args, extra))
     except UsageError as exc:
         print(f"e2b-bench {args.command}: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -167,7 +171,6 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    from .lifecycle import signal_received
     from .selection import SelectionError, select
 
     try:  # checked here too, so that a mistake is one sentence and exit 2 before pytest starts

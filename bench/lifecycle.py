@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
 import platform
-import signal
 import sys
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -153,30 +150,3 @@ class Lifecycle:
             with contextlib.suppress(Exception):  # a report that fails to render must not lose the run
                 self.report_paths = render([self.run_dir.path], self.run_dir.path, self.redactor)
         return ExitCode(exit_code)
-
-
-_RECEIVED: list[int] = []  # signals `interrupt_on_sigterm` turned into KeyboardInterrupt
-
-
-def signal_received() -> bool:
-    """Did a Ctrl-C or SIGTERM arrive (so pytest's `interrupted` is the user's doing)?"""
-    return bool(_RECEIVED)
-
-
-@contextlib.contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM behaves like Ctrl-C (KeyboardInterrupt, so the run ends `interrupted`); a second SIGTERM or
-    Ctrl-C while that clean-up runs exits at once with 130."""
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if _RECEIVED:
-            os._exit(ExitCode.INTERRUPTED)
-        _RECEIVED.append(signum)
-        raise KeyboardInterrupt
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -75,7 +75,7 @@ def test_sigterm_mid_run_stops_the_runners_and_writes_every_result(
 def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
     script = (
         "import os, signal, time\n"
-        "from bench.lifecycle import interrupt_on_sigterm\n"
+        "from bench.exits import interrupt_on_sigterm\n"
         "with interrupt_on_sigterm():\n"
         "    try:\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"

@@ -1,0 +1,257 @@
+"""A conformance run: each selected runner runs once for its selected steps (plus their prerequisites)
+through its own recording wire proxy, and every step is judged against the endpoint's declarations
+into a case record. The pytest plugin (bench/plugin.py) drives it from its hooks; the run's lifecycle
+(endpoint, preflight, run directory, leak sweep, footer, report) is bench/lifecycle.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .endpoints import Endpoint
+from .exits import ExitCode
+from .expectations import Expectations, judge
+from .lifecycle import Lifecycle
+from .model.server import ModelServer
+from .redaction import Redactor
+from .results import CaseRecord, case_id
+from .runners.catalog import Runner
+from .runners.envs import RunnerEnvError
+from .runners.manifest import load_steps, task_steps
+from .runners.protocol import StepResult, make_task, run_runner
+from .wire import WireProxy
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the runners are driven (`--step-timeout`, the model flags, `--attempts`)."""
+
+    step_timeout_s: float = 90.0
+    model_base_url: str | None = None
+    model: str | None = None
+    model_key_env: str | None = None
+    attempts: int = 2
+
+
+@dataclass
+class BenchSession:
+    """One conformance run: which runners run which steps, their results, judged into case records.
+    Its lifecycle (endpoint, run directory, sweep, footer) is `lifecycle`'s; the pytest hooks drive it."""
+
+    options: RunOptions
+    lifecycle: Lifecycle
+    runners: list[Runner]
+    expectations: Expectations
+    suites: set[str] = field(default_factory=set)
+    selected: dict[tuple[str, str], list[str]] = field(default_factory=dict)  # (suite, runner) -> step ids
+    prepared: dict[str, Path | str] = field(default_factory=dict)  # runner -> executable, or why it is unusable
+    results: dict[tuple[str, str], dict[str, StepResult]] = field(default_factory=dict)
+    jobs: dict[tuple[str, str], Future[dict[str, StepResult]]] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    exit_code: int | None = None
+    model: ModelChoice | None = None  # set when a framework runner is selected
+    created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.lifecycle.endpoint
+
+    @property
+    def key(self) -> str | None:
+        return self.lifecycle.key
+
+    @property
+    def redactor(self) -> Redactor:
+        return self.lifecycle.redactor
+
+    @property
+    def preflight_error(self) -> str | None:
+        return self.lifecycle.preflight_error
+
+    @property
+    def run_id(self) -> str:
+        return self.lifecycle.run_id
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def start(self, suites: list[str]) -> bool:
+        """Endpoint, model, preflight, pinned runners, run directory; False when the preflight failed."""
+        suite = "+".join(suites) or "none"
+        try:
+            self.lifecycle.serve()
+        except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
+            self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
+        if self.lifecycle.preflight_error is None and any(runner.spec.family for runner in self.runners):
+            self.model = self._start_model()
+        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
+            self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
+            return False
+        used = {name for _, name in self.selected}
+        self._prepare([runner for runner in self.runners if runner.name in used])
+        pins = {runner.name: self._pins(runner) for runner in self.runners}
+        expectations = self.endpoint.expectations
+        self.lifecycle.open(suite, pins, expectations=str(expectations) if expectations else None)
+        return True
+
+    def _prepare(self, runners: list[Runner]) -> None:
+        """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
+
+        def prepare(runner: Runner) -> Path | str:
+            try:
+                return runner.prepare()
+            except RunnerEnvError as exc:
+                return f"runner environment {runner.name} could not be built: {exc}"
+
+        with ThreadPoolExecutor(max_workers=max(len(runners), 1), thread_name_prefix="prepare") as pool:
+            self.prepared = dict(zip([r.name for r in runners], pool.map(prepare, runners), strict=True))
+
+    def _pins(self, runner: Runner) -> dict[str, str]:
+        executable = self.prepared.get(runner.name)
+        return runner.resolved_versions(executable) if isinstance(executable, Path) else dict(runner.pins)
+
+    def _start_model(self) -> ModelChoice:
+        """A real model when `--model-base-url` is given, else the scripted one, served for the session."""
+        base_url = self.options.model_base_url
+        if base_url:
+            key_env = self.options.model_key_env or ""
+            key = os.environ.get(key_env, "") if key_env else ""
+            self.redactor.add(key)
+            name = self.options.model or ""
+            return ModelChoice(base_url=base_url.rstrip("/"), name=name, key_env=key_env, key=key, scripted=None)
+        from .model import serving_model
+
+        scripted = self.lifecycle.stack.enter_context(serving_model(redactor=self.redactor))
+        endpoint = scripted.endpoint
+        return ModelChoice(endpoint.url, endpoint.model, SCRIPTED_KEY_ENV, SCRIPTED_KEY, scripted=scripted)
+
+    def stop_runners(self) -> None:
+        """Stop every runner still going (each gets SIGTERM, so it can kill its sandboxes) and wait."""
+        self.stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def close(self) -> None:
+        self.stop_runners()
+        self.lifecycle.close()
+
+    # --- running ------------------------------------------------------------------------------
+    def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
+        """The observed result of one step; the first call starts every selected runner at once."""
+        if not self.jobs:
+            by_name = {r.name: r for r in self.runners}
+            self._pool = ThreadPoolExecutor(max_workers=max(len(self.selected), 1), thread_name_prefix="runner")
+            for key in self.selected:
+                self.jobs[key] = self._pool.submit(self._run, key[0], by_name[key[1]])
+        key = (suite, runner.name)
+        if key not in self.results:
+            self.results[key] = self.jobs[key].result()
+        return self.results[key][step]
+
+    def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
+        steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
+        planned = task_steps(steps, self.selected.get((suite, runner.name), []))
+        run_dir = self.lifecycle.run_dir
+        assert run_dir is not None
+        executable = self.prepared[runner.name]
+        if not isinstance(executable, Path):
+            return {s: StepResult(s, "error", None, executable, {}, False) for s in planned["steps"]}
+        task = make_task(suite, runner.name, self.run_id, **planned, options=self._options(runner))
+        with WireProxy(
+            self.endpoint.api_url,
+            self.endpoint.sandbox_url,
+            run_dir.wire_path(runner.name),
+            runner.name,
+            self.redactor,
+            domain=self.endpoint.domain,
+        ) as proxy:
+            endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
+            if runner.spec.family and self.model is not None and self.model.key_env:
+                endpoint_env[self.model.key_env] = self.model.key
+            result = run_runner(
+                runner.for_suite(suite),
+                executable,
+                task,
+                step_timeout_s=self.options.step_timeout_s,
+                env=runner.environment(endpoint_env),
+                on_event=lambda event: self._on_event(runner, event),
+                stop=self.stop,
+            )
+        self.created.update((result.footer or {}).get("cleanup") or {})
+        return {step.id: step for step in result.step_results()}
+
+    def _options(self, runner: Runner) -> dict[str, Any]:
+        """Task options: a framework runner is told which model to use and what to ask it."""
+        if not runner.spec.family or self.model is None:
+            return {}
+        from .model import TASK_PROMPT
+
+        return {
+            "model": self.model.for_runner(runner.name),
+            "prompt": TASK_PROMPT,
+            "attempts": self.options.attempts,
+        }
+
+    def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
+        """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+        run_dir = self.lifecycle.run_dir
+        if event.get("type") != "transcript" or run_dir is None:
+            return
+        transcript = dict(event.get("transcript") or {})
+        if self.model is not None and self.model.scripted is not None:
+            transcript["model_exchanges"] = self.model.scripted.transcript.exchanges(runner.name)
+        run_dir.write_json(f"{runner.name}.json", transcript)
+
+    def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
+        identifier = case_id(suite, runner.name, step)
+        declared = self.expectations.for_case(identifier)
+        verdict = judge(observed.outcome, observed.details, observed.error, declared)
+        if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement
+            observed.details.setdefault("observed_outcome", observed.outcome)
+        record = CaseRecord(
+            id=identifier,
+            suite=suite,
+            runner=runner.name,
+            case=step,
+            outcome=verdict.outcome,
+            expected=verdict.expected,
+            conformant=verdict.conformant,
+            duration_ms=observed.duration_ms,
+            error=observed.error,
+            details=observed.details,
+            note=verdict.note,
+        )
+        assert self.lifecycle.run_dir is not None
+        self.lifecycle.run_dir.record(record)
+        return record, verdict.note or ""
+
+    def end(self, status: str, exit_code: int) -> int:
+        """Leak sweep (when runners ran), then JUnit, footer and report; returns the exit code."""
+        if self.jobs and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
+            exit_code = ExitCode.NONCONFORMANT
+        self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
+        return self.exit_code
+
+
+SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
+SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model framework runners talk to: a real one (`--model-base-url`) or the session's scripted one."""
+
+    base_url: str
+    name: str
+    key_env: str
+    key: str = field(repr=False)
+    scripted: ModelServer | None
+
+    def for_runner(self, runner: str) -> dict[str, Any]:
+        """What a runner's task says about the model: never the key, only the variable holding it."""
+        base_url = self.scripted.endpoint.base_url(runner) if self.scripted is not None else self.base_url
+        return {"base_url": base_url, "name": self.name, "key_env": self.key_env, "scripted": self.scripted is not None}

@@ -112,22 +112,3 @@ def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(
     calls = [json.loads(line) for line in text.splitlines()]
     assert calls[0]["method"] == "POST" and calls[0]["url"].endswith("/v2/sandboxes")
     assert {call["request_headers"].get("x-access-token") for call in calls} <= {None, "[REDACTED]"}
-
-
-def test_the_runner_refuses_a_task_of_another_protocol_version_and_says_so_in_its_footer() -> None:
-    task = {"protocol": 2, "suite": "quickstart", "runner": SPEC.name, "run_id": "t2", "steps": [], "depends": {}}
-
-    done = subprocess.run(
-        [ensure_python_env(SPEC), SPEC.entry_path],
-        input=json.dumps(task),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-    assert done.returncode == 2
-    assert [json.loads(line) for line in done.stdout.splitlines()] == [
-        {"type": "footer", "completed": False, "reason": "task is not protocol 1"}
-    ]
-    assert "runner: task is not protocol 1" in done.stderr

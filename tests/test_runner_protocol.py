@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 import time
 from typing import Any
@@ -10,6 +12,7 @@ import pytest
 
 from bench.results import schema_errors
 from bench.runners import RunnerSpec, StepResult, run_runner
+from bench.runners.catalog import available_runners
 from bench.runners.protocol import ProtocolError, make_task
 
 STEPS = ["s1", "s2", "s3", "s4"]
@@ -140,3 +143,25 @@ def test_a_hello_of_another_protocol_version_is_a_protocol_error() -> None:
         "stdout line 1: hello event does not match event.schema.json: $.protocol: 1 was expected"
     ]
     assert outcomes(list(result.step_results())) == [(s, "pass", None) for s in STEPS]
+
+
+@pytest.mark.parametrize("name", ["py-e2b-2.63.0", "js-e2b-2.51.0"])
+def test_each_runner_kit_refuses_a_task_of_another_protocol_version_and_says_so_in_its_footer(name: str) -> None:
+    runner = available_runners()[name]
+    unversioned = {"suite": "quickstart", "runner": name, "run_id": "t", "steps": [], "depends": {}}
+
+    done = subprocess.run(
+        [str(runner.prepare()), str(runner.spec.entry_path)],
+        input=json.dumps(unversioned),
+        env=runner.environment({}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"type": "footer", "completed": False, "reason": "task is not protocol 1"}
+    ]
+    assert "runner: task is not protocol 1" in done.stderr

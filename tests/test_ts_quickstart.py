@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -224,24 +223,3 @@ def test_an_endpoint_deviation_is_a_fail_naming_what_was_observed() -> None:
     assert stdin_error == f"InvalidArgumentError: {refusal}"
     assert stdin_details["raised"] == {"exception": "InvalidArgumentError", "message": refusal}
     assert result.footer is not None and result.footer["cleanup"] == {}
-
-
-def test_the_node_kit_refuses_a_task_of_another_protocol_version_and_says_so_in_its_footer() -> None:
-    node = ensure_node_runner(NEWEST)
-    unversioned = {"suite": "quickstart", "runner": NEWEST.name, "run_id": "t", "steps": [], "depends": {}}
-
-    done = subprocess.run(
-        [str(node), str(NEWEST.entry_path)],
-        input=json.dumps(unversioned),
-        env=runner_env(env_dir(project_of(NEWEST)), BASE_ENV),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-    assert done.returncode == 2
-    assert [json.loads(line) for line in done.stdout.splitlines()] == [
-        {"type": "footer", "completed": False, "reason": "task is not protocol 1"}
-    ]
-    assert "runner: task is not protocol 1" in done.stderr

@@ -213,6 +213,25 @@ def spawn_as(
             os.close(fd)
 
 
+SYS_OPENAT2, AT_FDCWD, RESOLVE_NO_MAGICLINKS = 437, -100, 0x02
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def open_in_sandbox(path: str, flags: int, mode: int = 0) -> int:
+    """open(2) refusing magic links (/proc/self/fd/N, /proc/PID/root, ...): they lead to files outside the root."""
+    if "\0" in path:
+        raise OSError(errno.EINVAL, "path contains a NUL byte", path)
+    how = OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE_NO_MAGICLINKS)
+    fd = libc.syscall(SYS_OPENAT2, AT_FDCWD, path.encode(), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "a link that leaves the sandbox" if err == errno.ELOOP else os.strerror(err), path)
+    return fd
+
+
 FILE_TYPES = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
 
 
@@ -570,6 +589,46 @@ class Agent:
         if entry:
             os.close(entry[0])
         return {}
+
+    def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """A file to download, opened non-blocking (a FIFO without a writer reads as empty, never hangs)."""
+        with self._creds(message)[0]:
+            fd = open_in_sandbox(message["path"], os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
+            raise IsADirectoryError(errno.EISDIR, "path is a directory", message["path"])
+        return {"size": st.st_size, "regular": stat.S_ISREG(st.st_mode)}, [fd]
+
+    def op_write_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """envd's upload: parents made for the user, the file opened by root and given to the user.
+
+        The upload's metadata replaces the file's (none clears it). Only regular files are written:
+        opening a FIFO would wait for a reader.
+        """
+        uid, gid, _, _ = user_ids(message["user"])
+        path = message["path"]
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            make_dirs(parent, uid, gid)
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+        fd = open_in_sandbox(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            os.set_blocking(fd, True)
+            os.ftruncate(fd, 0)
+            os.fchown(fd, uid, gid)
+            for name in os.listxattr(fd):
+                if name.startswith(METADATA_PREFIX):
+                    os.removexattr(fd, name)
+            for key, value in (message.get("metadata") or {}).items():
+                os.setxattr(fd, METADATA_PREFIX + key, value.encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        return {}, [fd]
 
 
 def run_agent(config: dict) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -29,6 +31,23 @@ TEMPLATE_BUILD_ROUTES = (
 )
 
 
+# Parts of E2B's API the endpoint does not serve: each answers 501 naming the feature, never a bare 404
+# (which the SDKs read as "sandbox not found").
+UNIMPLEMENTED = (
+    (r"/sandboxes/[^/]+/snapshots|/snapshots", "snapshots"),
+    (r"/sandboxes/[^/]+/fork", "forking sandboxes"),
+    (r"/sandboxes/[^/]+/network", "updating a sandbox's network"),
+    (r"(/v2)?/sandboxes/[^/]+/logs", "sandbox logs"),
+    (r"/sandboxes/metrics", "metrics of several sandboxes"),
+    (r"(/v\d)?/templates(/.*)?", "templates"),
+    (r"/teams(/.*)?", "teams"),
+    (r"/volumes(/.*)?", "volumes"),
+    (r"/secrets(/.*)?", "secrets"),
+    (r"/(access-tokens|api-keys)(/.*)?", "access tokens and API keys"),
+    (r"/(nodes|admin)(/.*)?", "cluster administration"),
+)
+
+
 class ApiError(Exception):
     """An error answered as E2B does: `{"code": <status>, "message": ...}`."""
 
@@ -44,6 +63,11 @@ def error_response(status: int, message: str, error_code: str | None = None) -> 
     if error_code:
         body["error_code"] = error_code
     return JSONResponse(body, status_code=status)
+
+
+def unimplemented(method: str, path: str) -> ApiError:
+    feature = next((name for pattern, name in UNIMPLEMENTED if re.fullmatch(pattern, path)), "this route")
+    return ApiError(501, f"{feature} ({method} {path}) is not implemented by this endpoint", "not_implemented")
 
 
 async def json_body(request: Request) -> dict[str, Any]:
@@ -287,8 +311,12 @@ class Api:
         sandbox = self._sandbox(request)
         if self.registry.quirks.metrics_404:
             raise ApiError(404, "metrics are not supported by this endpoint")
-        cpu, memory, disk = sandbox.box.usage()
+        start, end = (_unix_param(request, name) for name in ("start", "end"))
         now = time.time()
+        outside = (end is not None and end < int(sandbox.started_at)) or (start is not None and start > now)
+        if outside and not self.registry.quirks.metrics_ignore_window:
+            return JSONResponse([])  # no sample of this sandbox falls in the window
+        cpu, memory, disk = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
         sample = {
             "timestamp": utc(now),
             "timestampUnix": int(now),
@@ -301,6 +329,16 @@ class Api:
             "diskTotal": DISK_SIZE_MB * 1024 * 1024,
         }
         return JSONResponse([sample])
+
+
+def _unix_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"'{name}' must be a Unix timestamp in seconds") from exc
 
 
 def parse_metadata_query(raw: str) -> dict[str, str]:

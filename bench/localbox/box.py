@@ -69,6 +69,7 @@ class ProcessRecord:
     exit: ExitStatus | None = None
     subscribers: list[asyncio.Queue] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    reaped: asyncio.Event = field(default_factory=asyncio.Event)  # the process is gone (waited for)
     done_callbacks: list[Callable[[], object]] = field(default_factory=list)
 
     def subscribe(self) -> asyncio.Queue:
@@ -494,6 +495,7 @@ class Box:
             self._early_exits[pid] = raw_status
             return
         record.exit = ExitStatus.from_wait_status(raw_status)
+        record.reaped.set()
         if self.settings.end_on_exit and record.outputs:
             # Such an endpoint ends a command shortly after its process exits, whatever is still to come.
             asyncio.get_running_loop().call_later(END_ON_EXIT_GRACE_S, self._finish, record, record.exit)
@@ -517,8 +519,10 @@ class Box:
                 os.close(record.stdin_fd)
             record.stdin_fd = None
         record.exit = status
-        record.publish(("end", status))
+        # The sandbox itself is gone: its streams are cut, without an end event, as when E2B's VM stops.
+        record.publish(("end" if self.running else "gone", status))
         record.done.set()
+        record.reaped.set()
         for callback in record.done_callbacks:
             callback()
         self.processes.pop(record.pid, None)
@@ -550,6 +554,16 @@ class Box:
     async def open(self, path: str, mode: str, user: str, metadata: dict[str, str] | None = None) -> tuple[int, dict]:
         result, fds = await self._call("open", path=path, mode=mode, user=user, metadata=metadata or {})
         return fds[0], result
+
+    async def open_read(self, path: str, user: str) -> tuple[int, dict]:
+        """A non-blocking fd of a file to download, opened with the user's rights; magic links refused."""
+        result, fds = await self._call("read_open", path=path, user=user)
+        return fds[0], result  # type: ignore[return-value]
+
+    async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> int:
+        """A file opened for an upload as envd opens it: by root, then owned by the user."""
+        _, fds = await self._call("write_open", path=path, user=user, metadata=metadata)
+        return fds[0]
 
     async def fs(self, op: str, **fields: object) -> object:
         return await self._call_result(op, **fields)

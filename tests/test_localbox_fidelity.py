@@ -1,0 +1,439 @@
+"""The embedded endpoint behaves as E2B where clients written elsewhere tell the difference (#13).
+
+Each test drives the unmodified SDKs (Python sync and async, npm where it has the call) and checks the
+resulting state a second way: a shell command in the sandbox, the REST API, or the raw HTTP answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import gzip
+import json
+import os
+import resource
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from e2b import (
+    AsyncSandbox,
+    FileType,
+    InvalidArgumentException,
+    PtySize,
+    Sandbox,
+    SandboxNotRunningException,
+)
+
+from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
+from bench.runners.node import NODE_RUNNERS, ensure_node_env, find_node, project_of
+
+NODE_SDK = NODE_RUNNERS["js-e2b-2.51.0"]
+
+
+def run_js(body: str, tmp_path: Path, **values: Any) -> Any:
+    """Run `body` (an async function body with `Sandbox` and `values` in scope) with the pinned npm SDK."""
+    modules = ensure_node_env(project_of(NODE_SDK)) / "node_modules"
+    script = tmp_path / "probe.mjs"
+    script.write_text(
+        f"import {{ Sandbox }} from {json.dumps(str(modules / 'e2b' / 'dist' / 'index.mjs'))};\n"
+        f"const values = {json.dumps(values)};\n"
+        f"const result = await (async () => {{ {body} }})();\n"
+        "process.stdout.write(JSON.stringify(result ?? null));\n"
+    )
+    done = subprocess.run([str(find_node()), str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def envd(endpoint: LocalEndpoint, sandbox: Sandbox) -> httpx.Client:
+    """A plain client of the sandbox's envd, authenticated as the SDK is."""
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox._envd_access_token or ""}
+    return httpx.Client(base_url=endpoint.sandbox_url, headers=headers, timeout=30)
+
+
+def wait_for(predicate: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
+    """Wait for a condition the server reaches on its own (after a client left); fail with `what` if it never does."""
+    deadline = time.monotonic() + limit_s
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+# --- 1. a directory's mode is its permission bits ---------------------------------------------------------
+
+
+def test_a_directorys_mode_is_its_permission_bits_only(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.commands.run("mkdir -p /home/user/d/inner && chmod 750 /home/user/d/inner")
+
+    info = sandbox.files.get_info("/home/user/d")
+    listed = {e.name: e.mode for e in sandbox.files.list("/home/user/d")}
+    made = run_js(
+        "const s = await Sandbox.connect(values.id); return (await s.files.getInfo('/home/user/d')).mode;",
+        tmp_path,
+        id=sandbox.sandbox_id,
+    )
+    shell = sandbox.commands.run("stat -c %a /home/user/d /home/user/d/inner").stdout
+
+    assert (info.type, info.mode, listed, made) == (FileType.DIR, 0o755, {"inner": 0o750}, 0o755)
+    assert shell == "755\n750\n"
+
+
+# --- 2. removing a missing path succeeds ------------------------------------------------------------------
+
+
+def test_removing_a_missing_path_succeeds_as_envds_remove_all(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.files.remove("/home/user/never-there")
+    run_js(
+        "const s = await Sandbox.connect(values.id); await s.files.remove('/home/user/not-either');",
+        tmp_path,
+        id=sandbox.sandbox_id,
+    )
+
+    left = sandbox.commands.run("ls -d /home/user/never-there /home/user/not-either 2>/dev/null; true").stdout
+
+    assert left == ""
+    assert sandbox.files.exists("/home/user/never-there") is False
+
+
+# --- 3. an upload answers and replaces the file's metadata ------------------------------------------------
+
+XATTRS = 'python3 -c "import os,sys; print(sorted(os.listxattr(sys.argv[1])))" '
+
+
+def test_an_upload_answers_its_metadata_and_replaces_or_clears_the_old(sandbox: Sandbox) -> None:
+    first = sandbox.files.write("/home/user/m.txt", "1", metadata={"a": "1", "b": "2"})
+    second = sandbox.files.write("/home/user/m.txt", "2", metadata={"c": "3"})
+    after_second = sandbox.files.get_info("/home/user/m.txt").metadata
+    third = sandbox.files.write("/home/user/m.txt", "3")
+    after_third = sandbox.files.get_info("/home/user/m.txt").metadata
+    xattrs = sandbox.commands.run(XATTRS + "/home/user/m.txt").stdout
+
+    assert (first.metadata, second.metadata, third.metadata) == ({"a": "1", "b": "2"}, {"c": "3"}, None)
+    assert (after_second, after_third) == ({"c": "3"}, None)
+    assert xattrs == "[]\n"
+
+
+# --- 4. files whose stat size is 0 are read whole ---------------------------------------------------------
+
+
+def test_a_proc_file_of_size_zero_is_read_whole_and_the_connection_stays_usable(
+    sandbox: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    boot_id = sandbox.files.read("/proc/sys/kernel/random/boot_id")
+    status = sandbox.files.read("/proc/1/status")
+    with envd(endpoint, sandbox) as client:
+        raw = client.get("/files", params={"path": "/proc/sys/kernel/random/boot_id"})
+        again = client.get("/files", params={"path": "/proc/sys/kernel/random/boot_id"})
+    shell = sandbox.commands.run("cat /proc/sys/kernel/random/boot_id").stdout
+
+    assert boot_id == shell and len(boot_id) == 37
+    assert status.startswith("Name:\t")
+    assert "content-length" not in raw.headers and raw.text == again.text == shell
+
+
+# --- 5. killing a sandbox cuts its streams ----------------------------------------------------------------
+
+
+def test_killing_the_sandbox_cuts_a_streaming_command_without_an_end_event(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=60)
+    handle = sbx.commands.run("echo started; sleep 60", background=True)
+    threading.Timer(0.5, lambda: Sandbox.kill(sbx.sandbox_id)).start()
+
+    with pytest.raises(SandboxNotRunningException) as cut:
+        handle.wait()
+    health = httpx.get(f"{endpoint.sandbox_url}/health", headers={"E2b-Sandbox-Id": sbx.sandbox_id})
+
+    assert "killed or reached its end of life" in str(cut.value)
+    assert health.status_code == 502 and "was not found" in health.json()["message"]
+
+
+def test_killing_the_sandbox_cuts_an_async_stream_too(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> str:
+        sbx = await AsyncSandbox.create(timeout=60)
+        handle = await sbx.commands.run("sleep 60", background=True)
+        await sbx.kill()
+        try:
+            await handle.wait()
+        except SandboxNotRunningException as exc:
+            return str(exc)
+        return "ended cleanly"
+
+    assert "killed or reached its end of life" in asyncio.run(scenario())
+
+
+def test_the_npm_sdk_sees_a_killed_sandbox_as_gone(endpoint: LocalEndpoint, tmp_path: Path) -> None:
+    result = run_js(
+        """
+        const s = await Sandbox.create({ timeoutMs: 60000 });
+        const handle = await s.commands.run('sleep 60', { background: true });
+        await s.kill();
+        try { await handle.wait(); return 'ended cleanly'; } catch (e) { return e.name; }
+        """,
+        tmp_path,
+    )
+
+    assert result in ("SandboxNotRunningError", "TimeoutError")
+
+
+# --- 6. kill returns once the process is gone -------------------------------------------------------------
+
+
+def test_a_kill_returns_once_the_process_is_reaped(sandbox: Sandbox) -> None:
+    seen: list[tuple[bool, bool]] = []
+    for _ in range(20):
+        command = sandbox.commands.run("sleep 60", background=True)
+        pty = sandbox.pty.create(PtySize(rows=24, cols=80))
+        killed = (sandbox.commands.kill(command.pid), sandbox.pty.kill(pty.pid))
+        listed = {p.pid for p in sandbox.commands.list()}
+        alive = sandbox.commands.run(f"ls -d /proc/{command.pid} /proc/{pty.pid} 2>/dev/null; true").stdout
+        seen.append((killed == (True, True), not ({command.pid, pty.pid} & listed) and alive == ""))
+
+    assert seen == [(True, True)] * 20
+
+
+# --- 7. a stream whose client went away is cancelled ------------------------------------------------------
+
+
+def inotify_fds() -> int:
+    """inotify instances this process holds: the endpoint serves from a thread of it, reading each watch's."""
+    found = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            found += os.readlink(fd) == "anon_inode:inotify"
+        except OSError:
+            continue
+    return found
+
+
+def test_a_watch_whose_client_went_away_is_closed(sandbox: Sandbox) -> None:
+    before = inotify_fds()
+
+    async def watch_and_leave() -> int:
+        async_sbx = await AsyncSandbox.connect(sandbox.sandbox_id)
+        handle = await async_sbx.files.watch_dir("/home/user", on_event=lambda e: None)
+        during = inotify_fds()
+        await handle.stop()
+        return during
+
+    during = asyncio.run(watch_and_leave())
+
+    assert during == before + 1
+    wait_for(lambda: inotify_fds() == before, "the watch outlived its client")
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[LocalServer]:
+    """An endpoint whose registry the test can look into (the session's is reached only over HTTP)."""
+    server = LocalServer(pool_size=0)
+    with in_thread(server):
+        yield server
+
+
+def envelope(message: dict) -> bytes:
+    data = json.dumps(message).encode()
+    return b"\0" + struct.pack(">I", len(data)) + data
+
+
+def test_a_command_stream_whose_client_went_away_is_cancelled(own_server: LocalServer) -> None:
+    url = own_server.endpoint.api_url
+    created = httpx.post(f"{url}/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": own_server.api_key})
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+    headers = {"Content-Type": "application/connect+json", "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    start = envelope({"process": {"cmd": "/bin/sleep", "args": ["60"]}})
+    with (
+        httpx.Client(base_url=url, headers=headers, timeout=10) as client,
+        client.stream("POST", "/process.Process/Start", content=start) as answer,
+    ):
+        chunks = answer.iter_raw()  # held: a dropped iterator closes the connection
+        first = json.loads(next(chunks)[5:])
+        pid = first["event"]["start"]["pid"]
+        record = own_server.registry.sandboxes[sandbox_id].box.processes[pid]
+        listening = len(record.subscribers)
+
+    wait_for(lambda: not record.subscribers, "the stream outlived its client")
+    assert listening == 1 and not record.done.is_set()  # the stream is gone, the process is not
+    httpx.delete(f"{url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": own_server.api_key})
+
+
+# --- 8. signed-URL refusals carry envd's messages ---------------------------------------------------------
+
+
+def test_signed_url_refusals_carry_envds_messages(sandbox: Sandbox) -> None:
+    sandbox.files.write("/home/user/signed.txt", "s")
+    expired = sandbox.download_url("/home/user/signed.txt", use_signature_expiration=-10)
+    forged = sandbox.download_url("/home/user/signed.txt", use_signature_expiration=60).replace(
+        "signature=v1_", "signature=v1_x"
+    )
+
+    answers = [httpx.get(url) for url in (expired, forged)]
+
+    assert [(a.status_code, a.json()) for a in answers] == [
+        (401, {"code": 401, "message": "signature is already expired"}),
+        (401, {"code": 401, "message": "invalid signature"}),
+    ]
+
+
+# --- 9. metrics honour their window -----------------------------------------------------------------------
+
+
+def test_metrics_honour_the_window(sandbox: Sandbox, tmp_path: Path) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    before = sandbox.get_metrics(start=now - datetime.timedelta(hours=2), end=now - datetime.timedelta(hours=1))
+    current = sandbox.get_metrics()
+    js_before = run_js(
+        "const s = await Sandbox.connect(values.id);"
+        "return (await s.getMetrics({ start: new Date(Date.now() - 7200e3), end: new Date(Date.now() - 3600e3) }))"
+        ".length;",
+        tmp_path,
+        id=sandbox.sandbox_id,
+    )
+
+    assert (before, js_before) == ([], 0)
+    assert len(current) == 1 and current[0].mem_used > 0
+
+
+# --- 11. uploads are written by root and handed to the user -----------------------------------------------
+
+
+def test_an_upload_under_a_root_directory_belongs_to_the_user(sandbox: Sandbox) -> None:
+    sandbox.files.write("/opt/made/by/upload.txt", "u")
+    sandbox.files.write("/etc/motd", "welcome\n")
+
+    owners = sandbox.commands.run("stat -c '%U %a %n' /opt/made /opt/made/by /opt/made/by/upload.txt /etc/motd")
+    content = sandbox.commands.run("cat /etc/motd").stdout
+
+    assert owners.stdout.splitlines() == [
+        "user 755 /opt/made",
+        "user 755 /opt/made/by",
+        "user 644 /opt/made/by/upload.txt",
+        "user 644 /etc/motd",
+    ]
+    assert content == "welcome\n"
+
+
+def test_async_uploads_are_written_as_envd_writes_them(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> tuple[str, str | None, int]:
+        sbx = await AsyncSandbox.create(timeout=60)
+        try:
+            await sbx.files.write("/srv/async/a.txt", "a", metadata={"k": "v"})
+            owner = (await sbx.commands.run("stat -c %U /srv/async /srv/async/a.txt")).stdout
+            info = await sbx.files.get_info("/srv/async")
+            await sbx.files.remove("/srv/async/missing")
+            return owner, (await sbx.files.get_info("/srv/async/a.txt")).metadata, info.mode
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(scenario()) == ("user\nuser\n", {"k": "v"}, 0o755)
+
+
+# --- 12. the base template has E2B's tools ----------------------------------------------------------------
+
+
+def test_the_base_template_has_python_git_curl_sudo_and_xattr_tools(sandbox: Sandbox) -> None:
+    found = sandbox.commands.run(
+        "for t in python python3 git curl sudo getfattr setfattr; do command -v $t >/dev/null && echo $t; done;"
+        " touch x; setfattr -n user.k -v v x && getfattr --only-values -n user.k x; echo"
+    ).stdout
+
+    assert found.split() == ["python", "python3", "git", "curl", "sudo", "getfattr", "setfattr", "v"]
+
+
+# --- 13. an unimplemented route answers 501 naming the feature --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "feature"),
+    [
+        ("GET", "/volumes", "volumes"),
+        ("POST", "/v2/templates/x/builds/y/logs", "templates"),
+        ("GET", "/sandboxes/abc/logs", "sandbox logs"),
+        ("GET", "/no/such/thing", "this route"),
+    ],
+)
+def test_an_unimplemented_route_answers_501_naming_the_feature(
+    endpoint: LocalEndpoint, method: str, path: str, feature: str
+) -> None:
+    answer = httpx.request(method, endpoint.api_url + path, headers={"X-API-KEY": endpoint.api_key})
+
+    assert answer.status_code == 501
+    assert answer.json() == {
+        "code": 501,
+        "message": f"{feature} ({method} {path}) is not implemented by this endpoint",
+        "error_code": "not_implemented",
+    }
+
+
+# --- the server never blocks on a sandbox, and client errors are 4xx (#12) ---------------------------------
+
+
+def test_a_fifo_download_neither_hangs_nor_stalls_the_server(sandbox: Sandbox) -> None:
+    sandbox.commands.run("mkfifo /home/user/fifo")
+
+    content = sandbox.files.read("/home/user/fifo")
+    other = sandbox.commands.run("echo answered").stdout
+
+    assert (content, other) == ("", "answered\n")
+
+
+def test_an_upload_to_a_fifo_is_refused_without_waiting_for_a_reader(sandbox: Sandbox) -> None:
+    sandbox.commands.run("mkfifo /home/user/fifo-in")
+
+    with pytest.raises(InvalidArgumentException) as refused:
+        sandbox.files.write("/home/user/fifo-in", "x")
+
+    assert "is not a regular file" in str(refused.value)
+    assert sandbox.commands.run("test -p /home/user/fifo-in && echo fifo").stdout == "fifo\n"
+
+
+def test_a_gzip_bomb_is_inflated_as_it_is_written_not_in_memory(sandbox: Sandbox, endpoint: LocalEndpoint) -> None:
+    inflated = 512 << 20
+    body = gzip.compress(bytes(inflated), compresslevel=9)
+    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+
+    with envd(endpoint, sandbox) as client:
+        answer = client.post(
+            "/files",
+            params={"path": "/home/user/bomb"},
+            content=body,
+            headers={"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"},
+        )
+    peak_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    size = sandbox.commands.run("stat -c %s /home/user/bomb && rm /home/user/bomb").stdout
+
+    assert answer.status_code == 200 and len(body) < (1 << 20)
+    assert size == f"{inflated}\n"
+    assert peak_after - peak_before < inflated // 2
+
+
+@pytest.fixture
+def plain_envd(sandbox: Sandbox, endpoint: LocalEndpoint) -> Iterator[httpx.Client]:
+    with envd(endpoint, sandbox) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("/home/user/a\0b", "path contains a NUL byte"),
+        ("/home/user/" + "d/" * 2100 + "f", "path is longer than 4095 bytes"),
+        ("/home/user/" + "n" * 300, "is too long"),
+        ("/proc/self/fd/1", "goes through a link that leaves the sandbox"),
+        ("/proc/1/root/etc/hostname", "goes through a link that leaves the sandbox"),
+    ],
+)
+def test_bad_paths_are_client_errors_in_e2bs_shape(plain_envd: httpx.Client, path: str, message: str) -> None:
+    read = plain_envd.get("/files", params={"path": path})
+    write = plain_envd.post(
+        "/files", params={"path": path}, content=b"x", headers={"Content-Type": "application/octet-stream"}
+    )
+
+    for answer in (read, write):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["code"] == 400 and message in answer.json()["message"]

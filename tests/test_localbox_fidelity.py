@@ -120,22 +120,22 @@ def test_an_upload_answers_its_metadata_and_replaces_or_clears_the_old(sandbox: 
     assert xattrs == "[]\n"
 
 
-# --- 4. files whose stat size is 0 are read whole ---------------------------------------------------------
+# --- 4. files whose stat size is 0 are read whole, as the sandbox reads them --------------------------------
 
 
 def test_a_proc_file_of_size_zero_is_read_whole_and_the_connection_stays_usable(
     sandbox: Sandbox, endpoint: LocalEndpoint
 ) -> None:
-    boot_id = sandbox.files.read("/proc/sys/kernel/random/boot_id")
+    hostname = sandbox.files.read("/proc/sys/kernel/hostname")
     status = sandbox.files.read("/proc/1/status")
     with envd(endpoint, sandbox) as client:
-        raw = client.get("/files", params={"path": "/proc/sys/kernel/random/boot_id"})
-        again = client.get("/files", params={"path": "/proc/sys/kernel/random/boot_id"})
-    shell = sandbox.commands.run("cat /proc/sys/kernel/random/boot_id").stdout
+        raw = client.get("/files", params={"path": "/proc/sys/kernel/hostname"})
+        again = client.get("/files", params={"path": "/proc/sys/kernel/hostname"})
+    shell = sandbox.commands.run("stat -c %s /proc/sys/kernel/hostname; cat /proc/sys/kernel/hostname").stdout
 
-    assert boot_id == shell and len(boot_id) == 37
+    assert shell == f"0\n{sandbox.sandbox_id}\n" and hostname == f"{sandbox.sandbox_id}\n"
     assert status.startswith("Name:\t")
-    assert "content-length" not in raw.headers and raw.text == again.text == shell
+    assert raw.headers["content-length"] == str(len(hostname)) and raw.text == again.text == hostname
 
 
 # --- 5. killing a sandbox cuts its streams ----------------------------------------------------------------
@@ -297,6 +297,49 @@ def test_metrics_honour_the_window(sandbox: Sandbox, tmp_path: Path) -> None:
 
     assert (before, js_before) == ([], 0)
     assert len(current) == 1 and current[0].mem_used > 0
+
+
+# --- 10. a pause without memory cold-boots on resume -----------------------------------------------------
+
+BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
+
+
+def test_a_filesystem_only_pause_cold_boots_on_resume(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=60)
+    other = Sandbox.create(timeout=60)
+    try:
+        sbx.commands.run("echo on-disk > ~/kept; sleep 600 >/dev/null 2>&1 &")
+        before = sbx.commands.run(BOOT_STATE).stdout.split()
+        other_boot = other.files.read("/proc/sys/kernel/random/boot_id")
+        sbx.pause(mode="filesystem")
+        state = Sandbox.get_info(sbx.sandbox_id).state
+        resumed = Sandbox.connect(sbx.sandbox_id)
+        after = resumed.commands.run(BOOT_STATE).stdout.split()
+    finally:
+        sbx.kill()
+        other.kill()
+
+    assert state.value == "paused"
+    assert before[2:] == ["1", "on-disk"] and after[2:] == ["0", "on-disk"]  # processes gone, files kept
+    assert len({before[0], after[0], other_boot.strip()}) == 3  # a boot id per boot of each sandbox
+    assert before[1] != after[1]  # pid 1 is another process
+
+
+def test_an_async_reboot_on_connect_drops_a_memory_pause(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> tuple[str, str]:
+        sbx = await AsyncSandbox.create(timeout=60)
+        try:
+            await sbx.commands.run("sleep 600 >/dev/null 2>&1 &")
+            await sbx.pause()
+            kept = await AsyncSandbox.connect(sbx.sandbox_id)
+            running = (await kept.commands.run("pgrep -x sleep | wc -l")).stdout
+            await kept.pause()
+            rebooted = await AsyncSandbox.connect(sbx.sandbox_id, on_resume="reboot")
+            return running, (await rebooted.commands.run("pgrep -x sleep | wc -l")).stdout
+        finally:
+            await sbx.kill()
+
+    assert asyncio.run(scenario()) == ("1\n", "0\n")
 
 
 # --- 11. uploads are written by root and handed to the user -----------------------------------------------

@@ -213,7 +213,34 @@ def spawn_as(
             os.close(fd)
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SYS_OPENAT2, AT_FDCWD, RESOLVE_NO_MAGICLINKS = 437, -100, 0x02
+
+
+PROC_READ_MAX = 16 << 20
+
+
+def read_here(fd: int) -> int:
+    """A copy of what this process reads from `fd` (at most PROC_READ_MAX bytes), in a memfd; `fd` is closed."""
+    copy = os.memfd_create("read", os.MFD_CLOEXEC)
+    try:
+        total = 0
+        while total < PROC_READ_MAX:
+            try:
+                chunk = os.read(fd, min(1 << 16, PROC_READ_MAX - total))
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            os.write(copy, chunk)
+            total += len(chunk)
+        os.lseek(copy, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(copy)
+        raise
+    finally:
+        os.close(fd)
+    return copy
 
 
 class OpenHow(ctypes.Structure):
@@ -590,6 +617,16 @@ class Agent:
             os.close(entry[0])
         return {}
 
+    def op_boot_id(self, message: dict, fds: list[int]) -> dict:
+        """A boot id of this boot of this sandbox, where the kernel's own would be the same for all."""
+        source = "/dev/.boot_id"
+        with open(source, "w") as f:
+            f.write(message["boot_id"] + "\n")
+        os.chmod(source, 0o444)
+        if not os.path.ismount(BOOT_ID):
+            mount(source, BOOT_ID, None, MS_BIND)
+        return {}
+
     def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """A file to download, opened non-blocking (a FIFO without a writer reads as empty, never hangs)."""
         with self._creds(message)[0]:
@@ -598,7 +635,11 @@ class Agent:
         if stat.S_ISDIR(st.st_mode):
             os.close(fd)
             raise IsADirectoryError(errno.EISDIR, "path is a directory", message["path"])
-        return {"size": st.st_size, "regular": stat.S_ISREG(st.st_mode)}, [fd]
+        stat_size = st.st_size
+        if stat.S_ISREG(st.st_mode) and st.st_dev == os.stat("/proc").st_dev:
+            fd = read_here(fd)  # what a /proc file says depends on who reads it: the sandbox, not the server
+            st = os.fstat(fd)
+        return {"size": st.st_size, "stat_size": stat_size, "regular": stat.S_ISREG(st.st_mode)}, [fd]
 
     def op_write_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """envd's upload: parents made for the user, the file opened by root and given to the user.

@@ -188,6 +188,7 @@ class Api:
             )
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
+        sandbox.pause_memory = body.get("autoPauseMemory") is not False
         return self._created(sandbox, token, 201)
 
     # --- list and get --------------------------------------------------------------------------
@@ -275,10 +276,11 @@ class Api:
 
     async def pause(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
-        self._refuse_options("pause", await json_body(request))
+        body = await json_body(request)
+        self._refuse_options("pause", body)
         if sandbox.state == "paused":
             raise ApiError(409, f"sandbox {sandbox.id} is already paused")
-        await self.registry.pause(sandbox)
+        await self.registry.pause(sandbox, memory=body.get("memory") is not False)
         return Response(status_code=204)
 
     async def resume_v1(self, request: Request) -> Response:
@@ -295,7 +297,7 @@ class Api:
         self._refuse_options("connect", body)
         timeout_s = _int(body, "timeout", DEFAULT_TIMEOUT_V2)
         if sandbox.state == "paused":
-            await self.registry.resume(sandbox, timeout_s)
+            await self.registry.resume(sandbox, timeout_s, reboot=body.get("memory") is False)
             return self._created(sandbox, sandbox.mint_token(), 201)
         sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
         return self._created(sandbox, sandbox.mint_token(), 200)

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -384,6 +385,26 @@ class Box:
 
     async def thaw(self) -> None:
         await self.freezer.freeze(False, self._root_pid())
+
+    # --- filesystem-only pause --------------------------------------------------------------
+    async def power_off(self) -> Path:
+        """End the sandbox but keep its root's changes (returned): a pause without memory."""
+        self.on_exit = None  # not an exit of the sandbox: it is paused
+        await self.freeze()
+        kept = self.dir.parent / f"{self.name}.upper"
+        os.rename(self.dir / "upper", kept)  # frozen: nothing writes while the upper layer moves
+        await self.kill()
+        return kept
+
+    async def power_on(self, hostname: str, kept: Path) -> None:
+        """Cold-boot this (new) box on the root's changes kept by `power_off`: new processes, a new boot id."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.rename(kept, self.dir / "upper")
+        await self.start(hostname)
+        await self.new_boot_id()
+
+    async def new_boot_id(self) -> None:
+        await self._call_result("boot_id", boot_id=str(uuid.uuid4()))
 
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:

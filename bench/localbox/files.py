@@ -106,7 +106,7 @@ class Files:
         compress = "gzip" in [e.strip() for e in request.headers.get("accept-encoding", "").split(",")] and (
             request.headers.get("accept-encoding", "").strip() == "gzip"
         )
-        if info["size"] == 0 and sandbox.quirks.proc_size_zero:
+        if info["stat_size"] == 0 and sandbox.quirks.proc_size_zero:
             os.close(fd)
             return Response(b"", media_type="application/octet-stream", headers=headers)
         if compress:

@@ -58,6 +58,8 @@ class Sandbox:
     tokens: dict[str, float | None] = field(default_factory=dict)  # sha256 -> expiry (None: current)
     watchers: dict[str, Watcher] = field(default_factory=dict)
     paused_at: float | None = None
+    pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
+    kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -150,6 +152,7 @@ class Registry:
     async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
         box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet), self.zygote)
         await box.start(hostname=sandbox_id)
+        await box.new_boot_id()
         return box
 
     def _refill_pool(self) -> None:
@@ -239,19 +242,34 @@ class Registry:
             return False
         for watcher in list(sandbox.watchers.values()):
             await watcher.close()
+        if sandbox.kept_root is not None:  # paused without memory: only its root's changes are left
+            kept, sandbox.kept_root = sandbox.kept_root, None
+            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, kept, True)
         removal = await sandbox.box.kill(wait_for_files=False)
         if removal is not None:
             self._tasks.add(removal)
             removal.add_done_callback(self._tasks.discard)
         return True
 
-    async def pause(self, sandbox: Sandbox) -> None:
-        await sandbox.box.freeze()
+    async def pause(self, sandbox: Sandbox, memory: bool = True) -> None:
+        if memory or self.quirks.pause_keeps_memory:
+            await sandbox.box.freeze()
+        else:
+            sandbox.kept_root = await sandbox.box.power_off()
         sandbox.state = "paused"
         sandbox.paused_at = time.time()
 
-    async def resume(self, sandbox: Sandbox, timeout_s: int) -> None:
-        await sandbox.box.thaw()
+    async def resume(self, sandbox: Sandbox, timeout_s: int, reboot: bool = False) -> None:
+        if reboot and sandbox.kept_root is None and not self.quirks.pause_keeps_memory:
+            sandbox.kept_root = await sandbox.box.power_off()  # the memory kept by the pause is let go
+        if sandbox.kept_root is not None:
+            old = sandbox.box
+            box = Box(old.name, old.template_root, self.boxes_dir, old.settings, self.zygote)
+            await box.power_on(sandbox.id, sandbox.kept_root)
+            box.on_exit = lambda: self._box_exited(sandbox)
+            sandbox.box, sandbox.kept_root = box, None
+        else:
+            await sandbox.box.thaw()
         sandbox.state = "running"
         sandbox.paused_at = None
         sandbox.end_at = time.time() + timeout_s
@@ -265,7 +283,7 @@ class Registry:
                     continue
                 try:
                     if sandbox.auto_pause:
-                        await self.pause(sandbox)
+                        await self.pause(sandbox, memory=sandbox.pause_memory)
                     else:
                         await self.kill(sandbox.id)
                 except Exception:

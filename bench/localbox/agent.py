@@ -627,6 +627,15 @@ class Agent:
             mount(source, BOOT_ID, None, MS_BIND)
         return {}
 
+    def op_connect(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """A TCP connection to a port of the sandbox's own loopback, handed to the server (E2B's port proxy)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        err = sock.connect_ex(("127.0.0.1", int(message["port"])))
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            raise OSError(err, os.strerror(err), f"127.0.0.1:{message['port']}")
+        return {"pending": err == errno.EINPROGRESS}, [sock.detach()]
+
     def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """A file to download, opened non-blocking (a FIFO without a writer reads as empty, never hangs)."""
         with self._creds(message)[0]:

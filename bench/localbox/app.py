@@ -22,6 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 from .api import Api, ApiError, error_response, unimplemented
 from .envd import envd_apps, rpc_paths
 from .files import Files
+from .ports import PortProxy, port_target
 from .registry import Registry, Sandbox
 
 log = logging.getLogger("e2b-bench.localbox")
@@ -74,6 +75,7 @@ class LocalboxApp:
                 Exception: self._crash,
             },
         )
+        self.ports = PortProxy(registry)
         self.rpc: dict[str, ASGIApp] = {app.path + "/": app for app in envd_apps(registry)}
         self.rpc_paths = rpc_paths()
         files = Files(self._authorized_sandbox)
@@ -94,6 +96,9 @@ class LocalboxApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+            return
+        if scope["type"] in ("http", "websocket") and (target := port_target(scope)) is not None:
+            await self.ports(scope, receive, send, *target)
             return
         if scope["type"] != "http":
             return

@@ -386,6 +386,27 @@ class Box:
     async def thaw(self) -> None:
         await self.freezer.freeze(False, self._root_pid())
 
+    # --- ports ------------------------------------------------------------------------------
+    async def connect(self, port: int, timeout: float = 10.0) -> socket.socket:
+        """A connected, non-blocking TCP socket to `port` on the sandbox's loopback."""
+        result, fds = await self._call("connect", port=port)
+        sock = socket.socket(fileno=fds[0])
+        if result["pending"]:  # type: ignore[index]
+            loop = asyncio.get_running_loop()
+            writable = loop.create_future()
+            loop.add_writer(sock.fileno(), writable.set_result, None)
+            try:
+                await asyncio.wait_for(writable, timeout)
+            except BaseException:
+                sock.close()
+                raise
+            finally:
+                loop.remove_writer(sock.fileno())
+            if err := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                sock.close()
+                raise AgentError(os.strerror(err), err)
+        return sock
+
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:
         """End the sandbox but keep its root's changes (returned): a pause without memory."""

@@ -28,6 +28,7 @@ from e2b import (
     InvalidArgumentException,
     PtySize,
     Sandbox,
+    SandboxException,
     SandboxNotRunningException,
 )
 
@@ -480,3 +481,26 @@ def test_bad_paths_are_client_errors_in_e2bs_shape(plain_envd: httpx.Client, pat
     for answer in (read, write):
         assert answer.status_code == 400, answer.text
         assert answer.json()["code"] == 400 and message in answer.json()["message"]
+
+
+# --- 16. network update -----------------------------------------------------------------------------------
+
+
+def test_a_network_update_is_applied_or_refused_as_declared(sandbox: Sandbox, endpoint: LocalEndpoint) -> None:
+    sandbox.update_network({"allow_out": ["8.8.8.8/32", "*.example.com"]})
+    with pytest.raises(SandboxException) as restricted:
+        sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
+    bad = httpx.put(
+        f"{endpoint.api_url}/sandboxes/{sandbox.sandbox_id}/network",
+        json={"denyOut": ["example.com"]},
+        headers={"X-API-KEY": endpoint.api_key},
+    )
+    missing = httpx.put(f"{endpoint.api_url}/sandboxes/nope/network", json={}, headers={"X-API-KEY": endpoint.api_key})
+    still_out = sandbox.commands.run("echo reachable").stdout
+
+    assert str(restricted.value).startswith("501: egress rules are not enforced by this endpoint")
+    assert (bad.status_code, bad.json()["message"]) == (
+        400,
+        "'denyOut' entry is not a CIDR block or an IP address: 'example.com'",
+    )
+    assert missing.status_code == 404 and still_out == "reachable\n"

@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .agentlink import AgentError
+from .network import EgressRules, NetworkError
 from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
 
 TEMPLATES = {"base": None}  # template id -> alias
@@ -36,7 +37,6 @@ TEMPLATE_BUILD_ROUTES = (
 UNIMPLEMENTED = (
     (r"/sandboxes/[^/]+/snapshots|/snapshots", "snapshots"),
     (r"/sandboxes/[^/]+/fork", "forking sandboxes"),
-    (r"/sandboxes/[^/]+/network", "updating a sandbox's network"),
     (r"(/v2)?/sandboxes/[^/]+/logs", "sandbox logs"),
     (r"/sandboxes/metrics", "metrics of several sandboxes"),
     (r"(/v\d)?/templates(/.*)?", "templates"),
@@ -118,6 +118,7 @@ class Api:
             Route("/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/v2/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/sandboxes/{sandbox_id}/metrics", self.metrics, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}/network", self.update_network, methods=["PUT"]),
             *(Route(path, self.template_build, methods=["POST"]) for path in TEMPLATE_BUILD_ROUTES),
         ]
 
@@ -301,6 +302,23 @@ class Api:
             return self._created(sandbox, sandbox.mint_token(), 201)
         sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
         return self._created(sandbox, sandbox.mint_token(), 200)
+
+    async def update_network(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        try:
+            rules = EgressRules.from_body(await json_body(request))
+        except NetworkError as exc:
+            raise ApiError(400, str(exc)) from exc
+        if sandbox.state != "running":
+            raise ApiError(409, f"sandbox {sandbox.id} is not running")
+        if not rules.unrestricted:
+            try:
+                await sandbox.box.apply_egress(rules)
+            except AgentError as exc:
+                message = f"egress rules are not enforced by this endpoint: {exc}"
+                raise ApiError(501, message, "not_implemented") from exc
+        sandbox.egress = rules
+        return Response(status_code=204)
 
     async def template_build(self, request: Request) -> Response:
         await json_body(request)

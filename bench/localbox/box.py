@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agentlink import AgentError, AgentGone, AgentLink
+from .network import EgressRules
 
 AGENT_PATH = Path(__file__).with_name("agent.py")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -406,6 +407,10 @@ class Box:
                 sock.close()
                 raise AgentError(os.strerror(err), err)
         return sock
+
+    async def apply_egress(self, rules: EgressRules) -> None:
+        """Enforce egress rules in the sandbox's network stack; this box shares the host's, so it cannot."""
+        raise AgentError("the sandbox shares the host's network stack, where rules cannot be applied", errno.ENOSYS)
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:

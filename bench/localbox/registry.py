@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .box import Box, BoxSettings, Zygote
+from .network import EgressRules
 from .quirks import Quirks
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class Sandbox:
     watchers: dict[str, Watcher] = field(default_factory=dict)
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
+    egress: EgressRules = field(default_factory=EgressRules)  # as last set by a network update
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)

@@ -151,8 +151,9 @@ class Registry:
             profile_lines=q.login_profile(),
         )
 
-    async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
-        box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet), self.zygote)
+    async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
+        root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
+        box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote)
         await box.start(hostname=sandbox_id)
         await box.new_boot_id()
         return box
@@ -179,14 +180,14 @@ class Registry:
         await box.warm_up()
         return box
 
-    async def _take_box(self, internet: bool, sandbox_id: str | None) -> Box:
+    async def _take_box(self, internet: bool, sandbox_id: str | None, layers: str | None = None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""
-        while internet and sandbox_id is None and self._pool:
+        while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
             if box.running:
                 self._refill_pool()
                 return box
-        box = await self._new_box(internet, sandbox_id or self.new_id())
+        box = await self._new_box(internet, sandbox_id or self.new_id(), layers)
         self._refill_pool()
         return box
 
@@ -206,8 +207,9 @@ class Registry:
         auto_pause: bool,
         auto_resume: bool,
         sandbox_id: str | None = None,
+        layers: str | None = None,
     ) -> tuple[Sandbox, str]:
-        box = await self._take_box(internet, sandbox_id)
+        box = await self._take_box(internet, sandbox_id, layers)
         sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(

@@ -504,3 +504,33 @@ def test_a_network_update_is_applied_or_refused_as_declared(sandbox: Sandbox, en
         "'denyOut' entry is not a CIDR block or an IP address: 'example.com'",
     )
     assert missing.status_code == 404 and still_out == "reachable\n"
+
+
+# A process that never reads its stdin, reporting how many bytes wait in it (FIONREAD) in ~/fill.
+NON_READER = (
+    'while true; do python3 -c \'import array,fcntl,termios; n=array.array("i",[0]);'
+    " fcntl.ioctl(0, termios.FIONREAD, n); print(n[0])' > ~/fill.new && mv ~/fill.new ~/fill; sleep 0.05; done"
+)
+
+
+def test_stdin_for_a_process_that_does_not_read_waits_without_stalling_the_server(sandbox: Sandbox) -> None:
+    reader = sandbox.commands.run(NON_READER, background=True, stdin=True)
+    outcome: list[BaseException | None] = []
+
+    def send() -> None:
+        try:
+            sandbox.commands.send_stdin(reader.pid, b"x" * (1 << 20), request_timeout=60)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    wait_for(lambda: sandbox.commands.run("cat ~/fill; true").stdout == "65536\n", "stdin never filled up")
+    answered = sandbox.commands.run("echo answered").stdout
+    pending = sender.is_alive()
+    sandbox.commands.kill(reader.pid)
+    sender.join(30)
+
+    assert (answered, pending) == ("answered\n", True)
+    assert len(outcome) == 1 and isinstance(outcome[0], SandboxException)

@@ -72,6 +72,8 @@ class ProcessRecord:
     subscribers: list[asyncio.Queue] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     reaped: asyncio.Event = field(default_factory=asyncio.Event)  # the process is gone (waited for)
+    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # input is written in the order it came
+    input_waiters: set[asyncio.Future] = field(default_factory=set)  # writes waiting for the process to read
     done_callbacks: list[Callable[[], object]] = field(default_factory=list)
 
     def subscribe(self) -> asyncio.Queue:
@@ -505,6 +507,7 @@ class Box:
             record.outputs = {fds[0]: "stdout", fds[1]: "stderr"}
             if stdin:
                 record.stdin_fd = fds[2]
+                os.set_blocking(fds[2], False)  # a process that does not read must not stall the server
         for fd, kind in record.outputs.items():
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._read_output, record, fd, kind)
@@ -528,6 +531,8 @@ class Box:
         self._maybe_finish(record)
 
     def _close_output(self, record: ProcessRecord, fd: int) -> None:
+        if record.pty_fd == fd:
+            self._drop_input(record, fd)
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(fd)
         with contextlib.suppress(OSError):
@@ -562,6 +567,7 @@ class Box:
                     record.publish(("data", kind, data))
             self._close_output(record, fd)
         if record.stdin_fd is not None:
+            self._drop_input(record, record.stdin_fd)
             with contextlib.suppress(OSError):
                 os.close(record.stdin_fd)
             record.stdin_fd = None
@@ -577,20 +583,46 @@ class Box:
     async def signal(self, pid: int, signum: int) -> None:
         await self._call_result("signal", pid=pid, signal=signum)
 
-    def write_input(self, record: ProcessRecord, data: bytes, pty: bool) -> None:
-        fd = record.pty_fd if pty else record.stdin_fd
-        if fd is None:
-            raise AgentError("stdin is not open for this process", errno.EBADF)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+    async def write_input(self, record: ProcessRecord, data: bytes, pty: bool) -> None:
+        """Write all of `data`, waiting (without blocking the loop) while the process does not read."""
+        async with record.input_lock:
+            view = memoryview(data)
+            while view:
+                fd = record.pty_fd if pty else record.stdin_fd
+                if fd is None:
+                    raise AgentError("stdin is not open for this process", errno.EBADF)
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await self._writable(record, fd)
 
-    def close_input(self, record: ProcessRecord) -> None:
-        if record.stdin_fd is None:
-            raise AgentError("stdin is not open for this process", errno.EBADF)
-        os.close(record.stdin_fd)
-        record.stdin_fd = None
+    async def _writable(self, record: ProcessRecord, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
+        loop.add_writer(fd, lambda: waiter.done() or waiter.set_result(None))
+        record.input_waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            record.input_waiters.discard(waiter)
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_writer(fd)
+
+    def _drop_input(self, record: ProcessRecord, fd: int) -> None:
+        """Writes still waiting on `fd` fail: it is about to close."""
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_writer(fd)
+        for waiter in list(record.input_waiters):
+            if not waiter.done():
+                waiter.set_exception(AgentError("stdin was closed", errno.EPIPE))
+
+    async def close_input(self, record: ProcessRecord) -> None:
+        """Close stdin once the input sent before has been written."""
+        async with record.input_lock:
+            if record.stdin_fd is None:
+                raise AgentError("stdin is not open for this process", errno.EBADF)
+            os.close(record.stdin_fd)
+            record.stdin_fd = None
 
     async def resize(self, record: ProcessRecord, cols: int, rows: int) -> None:
         if record.pty_fd is None:

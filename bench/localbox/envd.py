@@ -191,17 +191,17 @@ class ProcessService(EnvdBase, Process):
                 await asyncio.wait_for(record.reaped.wait(), KILL_REAP_WAIT_S)
         return pb.SendSignalResponse()
 
-    def _input(self, sandbox: Sandbox, record: ProcessRecord, data: pb.ProcessInput | None) -> None:
+    async def _input(self, sandbox: Sandbox, record: ProcessRecord, data: pb.ProcessInput | None) -> None:
         if data is None or data.input is None:
             return
         try:
-            sandbox.box.write_input(record, data.input.value, pty=data.input.field == "pty")
+            await sandbox.box.write_input(record, data.input.value, pty=data.input.field == "pty")
         except (AgentError, OSError) as exc:
             raise ConnectError(Code.FAILED_PRECONDITION, f"cannot write input: {exc}") from exc
 
     async def send_input(self, request: pb.SendInputRequest, ctx: RequestContext) -> pb.SendInputResponse:
         sandbox = self.sandbox(ctx)
-        self._input(sandbox, self.find(sandbox, request.process), request.input)
+        await self._input(sandbox, self.find(sandbox, request.process), request.input)
         return pb.SendInputResponse()
 
     async def stream_input(
@@ -218,14 +218,14 @@ class ProcessService(EnvdBase, Process):
             elif record is None:
                 raise ConnectError(Code.FAILED_PRECONDITION, "input sent before the start message")
             else:
-                self._input(sandbox, record, event.value.input)
+                await self._input(sandbox, record, event.value.input)
         return pb.StreamInputResponse()
 
     async def close_stdin(self, request: pb.CloseStdinRequest, ctx: RequestContext) -> pb.CloseStdinResponse:
         sandbox = self.sandbox(ctx)
         record = self.find(sandbox, request.process)
         try:
-            sandbox.box.close_input(record)
+            await sandbox.box.close_input(record)
         except (AgentError, OSError) as exc:
             raise ConnectError(Code.FAILED_PRECONDITION, f"cannot close stdin: {exc}") from exc
         return pb.CloseStdinResponse()

@@ -534,3 +534,14 @@ def test_stdin_for_a_process_that_does_not_read_waits_without_stalling_the_serve
 
     assert (answered, pending) == ("answered\n", True)
     assert len(outcome) == 1 and isinstance(outcome[0], SandboxException)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [("/home/user/a\0b", "path contains a NUL byte"), ("/home/user/" + "n" * 300, "File name too long")],
+)
+def test_bad_paths_in_filesystem_calls_are_invalid_arguments(plain_envd: httpx.Client, path: str, message: str) -> None:
+    answer = plain_envd.post("/filesystem.Filesystem/MakeDir", json={"path": path})
+
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == "invalid_argument" and message in answer.json()["message"]

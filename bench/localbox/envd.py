@@ -22,7 +22,7 @@ from protobuf import Oneof
 
 from .agentlink import AgentError
 from .box import ProcessRecord
-from .messages import connect_error, entry_message
+from .messages import PATH_MAX, connect_error, entry_message
 from .registry import Registry, Sandbox
 from .watch import Watcher
 
@@ -61,6 +61,10 @@ class EnvdBase:
             raise ConnectError(Code.UNAUTHENTICATED, f"invalid user: '{user}'") from exc
 
     async def path(self, sandbox: Sandbox, ctx: RequestContext, path: str) -> tuple[str, str]:
+        if "\0" in path:
+            raise ConnectError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
+        if len(path.encode()) >= PATH_MAX:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"path is longer than {PATH_MAX - 1} bytes")
         user = request_user(ctx.request_headers)
         home = await self.home(sandbox, user)
         return sandbox.box.resolve(path, home), user

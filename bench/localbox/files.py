@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .agentlink import AgentError, AgentGone
 from .api import ApiError
+from .messages import PATH_MAX
 from .registry import Sandbox
 
 CHUNK = 1 << 20
@@ -30,7 +31,6 @@ DEFAULT_USER = "user"
 METADATA_HEADER = "x-metadata-"
 METADATA_KEY_MAX = 246  # the VFS xattr name limit less the `user.e2b.` prefix
 METADATA_TOTAL_MAX = 4096
-PATH_MAX = 4096
 
 
 def file_error(exc: AgentError, path: str) -> ApiError:

@@ -25,6 +25,7 @@ ERRNO_CODES = {
     errno.ELOOP: Code.INVALID_ARGUMENT,
     errno.EINVAL: Code.INVALID_ARGUMENT,
 }
+PATH_MAX = 4096  # bytes of a path, its NUL included (Linux)
 GO_MODE_DIR = 0o20000000000  # Go's fs.ModeDir, which envd's EntryInfo.mode (Mode().Perm()) leaves out
 FILE_TYPES = {
     "file": fs_pb.FileType.FILE,

@@ -545,3 +545,26 @@ def test_bad_paths_in_filesystem_calls_are_invalid_arguments(plain_envd: httpx.C
 
     assert answer.status_code == 400, answer.text
     assert answer.json()["code"] == "invalid_argument" and message in answer.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        ({"X-Metadata-Key": "caf\u00e9".encode()}, "printable US-ASCII"),
+        ({"X-Metadata-Key": b"tab\there"}, "printable US-ASCII"),
+        ({"X-Metadata-" + "k" * 247: "v"}, "metadata key longer than 246 bytes"),
+        ({f"X-Metadata-k{i}": "v" * 200 for i in range(20)}, "metadata larger than 4096 bytes"),
+    ],
+)
+def test_metadata_envd_refuses_is_refused_and_nothing_is_written(
+    plain_envd: httpx.Client, sandbox: Sandbox, headers: dict[str, str | bytes], message: str
+) -> None:
+    answer = plain_envd.post(
+        "/files",
+        params={"path": "/home/user/meta.txt"},
+        content=b"x",
+        headers={"Content-Type": "application/octet-stream", **headers},
+    )
+
+    assert answer.status_code == 400 and message in answer.json()["message"]
+    assert sandbox.files.exists("/home/user/meta.txt") is False

@@ -598,8 +598,13 @@ class Box:
 
     async def _writable(self, record: ProcessRecord, fd: int) -> None:
         loop = asyncio.get_running_loop()
-        waiter = loop.create_future()
-        loop.add_writer(fd, lambda: waiter.done() or waiter.set_result(None))
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(fd, ready)
         record.input_waiters.add(waiter)
         try:
             await waiter

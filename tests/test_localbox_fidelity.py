@@ -13,12 +13,10 @@ import json
 import os
 import resource
 import struct
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -31,26 +29,9 @@ from e2b import (
     SandboxException,
     SandboxNotRunningException,
 )
+from js_sdk import run_js
 
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
-from bench.runners.node import NODE_RUNNERS, ensure_node_env, find_node, project_of
-
-NODE_SDK = NODE_RUNNERS["js-e2b-2.51.0"]
-
-
-def run_js(body: str, tmp_path: Path, **values: Any) -> Any:
-    """Run `body` (an async function body with `Sandbox` and `values` in scope) with the pinned npm SDK."""
-    modules = ensure_node_env(project_of(NODE_SDK)) / "node_modules"
-    script = tmp_path / "probe.mjs"
-    script.write_text(
-        f"import {{ Sandbox }} from {json.dumps(str(modules / 'e2b' / 'dist' / 'index.mjs'))};\n"
-        f"const values = {json.dumps(values)};\n"
-        f"const result = await (async () => {{ {body} }})();\n"
-        "process.stdout.write(JSON.stringify(result ?? null));\n"
-    )
-    done = subprocess.run([str(find_node()), str(script)], capture_output=True, text=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
 
 
 def envd(endpoint: LocalEndpoint, sandbox: Sandbox) -> httpx.Client:
@@ -175,12 +156,12 @@ def test_the_npm_sdk_sees_a_killed_sandbox_as_gone(endpoint: LocalEndpoint, tmp_
         const s = await Sandbox.create({ timeoutMs: 60000 });
         const handle = await s.commands.run('sleep 60', { background: true });
         await s.kill();
-        try { await handle.wait(); return 'ended cleanly'; } catch (e) { return e.name; }
+        try { await handle.wait(); return ['ended cleanly']; } catch (e) { return [e.name, e.message]; }
         """,
         tmp_path,
     )
 
-    assert result in ("SandboxNotRunningError", "TimeoutError")
+    assert result[0] == "TimeoutError" and "This error is likely due to sandbox timeout" in result[1]
 
 
 # --- 6. kill returns once the process is gone -------------------------------------------------------------
@@ -279,6 +260,23 @@ def test_signed_url_refusals_carry_envds_messages(sandbox: Sandbox) -> None:
         (401, {"code": 401, "message": "signature is already expired"}),
         (401, {"code": 401, "message": "invalid signature"}),
     ]
+
+
+def test_the_npm_sdks_expired_url_gets_envds_message(sandbox: Sandbox, tmp_path: Path) -> None:
+    sandbox.files.write("/home/user/signed.txt", "s")
+
+    answer = run_js(
+        """
+        const s = await Sandbox.connect(values.id);
+        const url = await s.downloadUrl('/home/user/signed.txt', { useSignatureExpiration: -10000 });
+        const res = await fetch(url);
+        return [res.status, await res.json()];
+        """,
+        tmp_path,
+        id=sandbox.sandbox_id,
+    )
+
+    assert answer == [401, {"code": 401, "message": "signature is already expired"}]
 
 
 # --- 9. metrics honour their window -----------------------------------------------------------------------
@@ -568,3 +566,17 @@ def test_metadata_envd_refuses_is_refused_and_nothing_is_written(
 
     assert answer.status_code == 400 and message in answer.json()["message"]
     assert sandbox.files.exists("/home/user/meta.txt") is False
+
+
+def test_the_npm_sdk_gets_the_network_refusal(sandbox: Sandbox, tmp_path: Path) -> None:
+    answer = run_js(
+        """
+        const s = await Sandbox.connect(values.id);
+        await s.updateNetwork({ allowOut: ['1.1.1.1'] });
+        try { await s.updateNetwork({ denyOut: ['0.0.0.0/0'] }); return 'applied'; } catch (e) { return e.message; }
+        """,
+        tmp_path,
+        id=sandbox.sandbox_id,
+    )
+
+    assert "egress rules are not enforced by this endpoint" in answer

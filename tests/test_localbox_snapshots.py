@@ -7,10 +7,12 @@ sandboxes, and the listing and deletion through the SDK and the REST API.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import httpx
 import pytest
 from e2b import AsyncSandbox, Sandbox, SandboxException
+from js_sdk import run_js
 
 from bench.localbox.server import LocalEndpoint
 
@@ -100,3 +102,26 @@ def test_the_async_sdk_snapshots_and_forks(endpoint: LocalEndpoint) -> None:
                 await sbx.kill()
 
     assert asyncio.run(scenario()) == ("async", "async")
+
+
+def test_the_npm_sdk_snapshots_and_forks(endpoint: LocalEndpoint, tmp_path: Path) -> None:
+    seen = run_js(
+        """
+        const source = await Sandbox.create({ timeoutMs: 60000 });
+        try {
+          await source.files.write('/home/user/js.txt', 'from js');
+          const snapshot = await source.createSnapshot({ name: 'js-snap' });
+          const child = await Sandbox.create(snapshot.snapshotId, { timeoutMs: 60000 });
+          const [fork] = await source.fork({ count: 1 });
+          const read = [await child.files.read('/home/user/js.txt'), await fork.files.read('/home/user/js.txt')];
+          await child.kill();
+          await fork.kill();
+          return [snapshot.snapshotId, ...read];
+        } finally {
+          await source.kill();
+        }
+        """,
+        tmp_path,
+    )
+
+    assert seen == ["js-snap:default", "from js", "from js"]

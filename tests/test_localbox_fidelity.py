@@ -164,6 +164,17 @@ def test_the_npm_sdk_sees_a_killed_sandbox_as_gone(endpoint: LocalEndpoint, tmp_
     assert result[0] == "TimeoutError" and "This error is likely due to sandbox timeout" in result[1]
 
 
+def test_killing_the_sandbox_ends_a_watch_stream_as_the_sandbox_gone(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> BaseException | None:
+        sbx = await AsyncSandbox.create(timeout=60)
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+        await sbx.files.watch_dir("/home/user", on_event=lambda e: None, on_exit=ended.set_result, timeout=0)
+        await sbx.kill()
+        return await asyncio.wait_for(ended, 30)
+
+    assert isinstance(asyncio.run(scenario()), SandboxNotRunningException)
+
+
 # --- 6. kill returns once the process is gone -------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from .agentlink import AgentError
 from .box import ProcessRecord
 from .messages import PATH_MAX, connect_error, entry_message
 from .registry import Registry, Sandbox
-from .watch import Watcher
+from .watch import WatchClosed, Watcher
 
 DEFAULT_USER = "user"
 KEEPALIVE_DEFAULT_S = 50.0
@@ -314,12 +314,16 @@ class FilesystemService(EnvdBase, Filesystem):
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
+        stream_id = f"stream-{uuid.uuid4().hex}"
+        sandbox.watchers[stream_id] = watcher  # so killing the sandbox closes it, and this stream ends
         interval = _keepalive_interval(ctx)
         try:
             yield fs_pb.WatchDirResponse(event=Oneof("start", fs_pb.WatchDirResponse.StartEvent()))
             while True:
                 try:
                     events = await asyncio.wait_for(watcher.next_events(), interval)
+                except WatchClosed:
+                    raise stream_cut(sandbox) from None
                 except TimeoutError:
                     if not sandbox.box.running:
                         raise stream_cut(sandbox) from None
@@ -328,6 +332,7 @@ class FilesystemService(EnvdBase, Filesystem):
                 for event in events:
                     yield fs_pb.WatchDirResponse(event=Oneof("filesystem", event))
         finally:
+            sandbox.watchers.pop(stream_id, None)
             await watcher.close()
 
     async def create_watcher(

@@ -356,20 +356,30 @@ async def _read_stream(fd: int) -> AsyncIterator[bytes]:
             except BlockingIOError:
                 readable = loop.create_future()
                 try:
-                    loop.add_reader(fd, readable.set_result, None)
-                except PermissionError:  # not pollable (e.g. /dev/zero): such devices never block
-                    os.set_blocking(fd, True)
+                    loop.add_reader(fd, _wake, readable)
+                except PermissionError:  # a device that cannot be polled: a thread waits for it instead
+                    chunk = await loop.run_in_executor(_readers, _read_when_ready, fd)
+                else:
+                    try:
+                        await readable
+                    finally:
+                        loop.remove_reader(fd)
                     continue
-                try:
-                    await readable
-                finally:
-                    loop.remove_reader(fd)
-                continue
             if not chunk:
                 return
             yield chunk
     finally:
         os.close(fd)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # readiness is reported until the reader is removed
+        waiter.set_result(None)
+
+
+def _read_when_ready(fd: int) -> bytes:
+    os.set_blocking(fd, True)
+    return os.read(fd, CHUNK)
 
 
 async def _encoded(chunks: AsyncIterator[bytes], compress: bool) -> AsyncIterator[bytes]:

@@ -149,6 +149,8 @@ async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.s
         )
     finally:
         pumping.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await pumping  # a client that left mid-body is not an error of this request
         writer.close()
 
 

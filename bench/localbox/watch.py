@@ -28,6 +28,10 @@ KINDS = (
 )
 
 
+class WatchClosed(Exception):
+    """The watch was closed while a stream waited on it."""
+
+
 class Watcher:
     def __init__(self, sandbox: Sandbox, root: str, recursive: bool, include_entry: bool, user: str) -> None:
         self.sandbox = sandbox
@@ -79,7 +83,10 @@ class Watcher:
             self.paths.update({int(k): v for k, v in added["paths"].items()})
 
     async def next_events(self) -> list[fs_pb.FilesystemEvent]:
+        """The next events; raises WatchClosed once the watch was closed (its sandbox killed) and drained."""
         while not self.raw:
+            if self.fd < 0:
+                raise WatchClosed(self.root)
             self.arrived.clear()
             await self.arrived.wait()
         return await self.drain()
@@ -108,5 +115,6 @@ class Watcher:
         with contextlib.suppress(OSError):
             os.close(self.fd)
         self.fd = -1
+        self.arrived.set()  # a stream waiting for events learns the watch is gone
         with contextlib.suppress(AgentError):
             await self.sandbox.box.fs("watch_close", watch=self.watch_id)

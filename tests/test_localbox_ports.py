@@ -62,6 +62,16 @@ def test_request_bodies_stream_to_the_server_fixed_and_chunked(served: Sandbox, 
     assert (chunked.status_code, chunked.content) == (201, b"fedcba")
 
 
+def test_a_response_streams_as_the_server_writes_it(served: Sandbox, endpoint: LocalEndpoint) -> None:
+    with httpx.stream("GET", f"{endpoint.sandbox_url}/stream", headers=routed(served)) as answer:
+        chunks = answer.iter_bytes()
+        first = next(chunks)  # arrives while the server still waits for /tmp/go
+        served.commands.run("touch /tmp/go")
+        rest = b"".join(chunks)
+
+    assert (first, rest) == (b"first\n", b"second\n")
+
+
 def test_a_websocket_is_relayed_both_ways(served: Sandbox, endpoint: LocalEndpoint) -> None:
     url = endpoint.sandbox_url.replace("http://", "ws://") + "/ws"
     with ws_connect(url, additional_headers=routed(served)) as ws:

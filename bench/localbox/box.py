@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from .agentlink import AgentError, AgentGone, AgentLink
 from .network import EgressRules
 
+log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SIGNAL_NAMES = {
@@ -432,7 +434,13 @@ class Box:
         await self.new_boot_id()
 
     async def new_boot_id(self) -> None:
-        await self._call_result("boot_id", boot_id=str(uuid.uuid4()))
+        """Give this boot its own boot id; a sandbox that cannot mount one still starts (and says so)."""
+        try:
+            await self._call_result("boot_id", boot_id=str(uuid.uuid4()))
+        except AgentGone:
+            raise
+        except AgentError as exc:
+            log.warning("sandbox %s keeps the host's boot id: %s", self.name, exc)
 
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:

@@ -423,6 +423,19 @@ def test_an_unimplemented_route_answers_501_naming_the_feature(
     }
 
 
+def test_an_envd_route_not_served_answers_501_from_envd(plain_envd: httpx.Client) -> None:
+    answer = plain_envd.get("/envs")
+
+    assert (answer.status_code, answer.json()) == (
+        501,
+        {
+            "code": 501,
+            "message": "this route (GET /envs) is not implemented by this endpoint",
+            "error_code": "not_implemented",
+        },
+    )
+
+
 # --- the server never blocks on a sandbox, and client errors are 4xx (#12) ---------------------------------
 
 

@@ -105,7 +105,9 @@ class LocalboxApp:
         path: str = scope["path"]
         if path.startswith(RPC_PREFIXES):
             await self._rpc(scope, receive, send)
-        elif path in ("/files", "/health", "/files/compose"):
+        elif path in ("/files", "/health", "/files/compose") or (
+            _header(scope, b"e2b-sandbox-id") and not _header(scope, b"x-api-key")
+        ):  # envd's other routes (e.g. /envs, /init) answer 501 from envd, not an API key refusal
             await self._envd_http(scope, receive, send)
         else:
             await self._rest(scope, receive, send)

@@ -61,7 +61,7 @@ STOP_GRACE_S = 10.0
 BASELINE_COUNT = 30  # each of the two times the baselines are measured: before the runners and after
 DRIFT_NOTE = 0.25  # a baseline median that moved this much between the two is noted
 BURST_TARGET = (100, 5000.0)  # a burst of 100 all ready within 5 s
-TTI_KINDS = ("tti", "tti_http")
+TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork")
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
 
 
@@ -94,6 +94,10 @@ MEASURES: tuple[Measure, ...] = (
     Measure("upload_http", "upload_http", f"{PLAIN_HTTP}: POST /files, one multipart part", (base.DISK_COPY,), None),
     Measure("download", "download", "files.read of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
     Measure("download_http", "download_http", f"{PLAIN_HTTP}: GET /files, streamed", (base.DISK_COPY,), None),
+    *(
+        Measure(kind, kind, f"{what} -> first commands.run('true') done", (base.SPAWN,), None, languages=("python",))
+        for kind, what in (("tti_snapshot", "create from a snapshot"), ("tti_fork", "fork"))
+    ),
 )  # fmt: skip
 BY_ID = {measure.id: measure for measure in MEASURES}
 

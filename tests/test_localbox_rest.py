@@ -171,7 +171,7 @@ def test_metrics_report_real_memory_and_cpu_figures(api: httpx.Client, endpoint:
         ("post", "/v2/sandboxes", {"json": {"templateID": "base", "timeout": "soon"}}, 400),
         ("post", "/v2/sandboxes", {"content": b"templateID=base", "headers": {"Content-Type": "text/plain"}}, 415),
         ("post", "/v2/sandboxes", {"content": b"x" * (2 << 20), "headers": {"Content-Type": "application/json"}}, 413),
-        ("get", "/no/such/route", {}, 404),
+        ("get", "/no/such/route", {}, 501),
         ("put", "/v2/sandboxes", {"json": {}}, 405),
         ("get", "/v2/sandboxes?limit=0", {}, 400),
         ("get", "/v2/sandboxes?state=sleeping", {}, 400),

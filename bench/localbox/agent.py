@@ -213,6 +213,52 @@ def spawn_as(
             os.close(fd)
 
 
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+SYS_OPENAT2, AT_FDCWD, RESOLVE_NO_MAGICLINKS = 437, -100, 0x02
+
+
+PROC_READ_MAX = 16 << 20
+
+
+def read_here(fd: int) -> int:
+    """A copy of what this process reads from `fd` (at most PROC_READ_MAX bytes), in a memfd; `fd` is closed."""
+    copy = os.memfd_create("read", os.MFD_CLOEXEC)
+    try:
+        total = 0
+        while total < PROC_READ_MAX:
+            try:
+                chunk = os.read(fd, min(1 << 16, PROC_READ_MAX - total))
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            os.write(copy, chunk)
+            total += len(chunk)
+        os.lseek(copy, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(copy)
+        raise
+    finally:
+        os.close(fd)
+    return copy
+
+
+class OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def open_in_sandbox(path: str, flags: int, mode: int = 0) -> int:
+    """open(2) refusing magic links (/proc/self/fd/N, /proc/PID/root, ...): they lead to files outside the root."""
+    if "\0" in path:
+        raise OSError(errno.EINVAL, "path contains a NUL byte", path)
+    how = OpenHow(flags | os.O_CLOEXEC, mode if flags & os.O_CREAT else 0, RESOLVE_NO_MAGICLINKS)
+    fd = libc.syscall(SYS_OPENAT2, AT_FDCWD, path.encode(), ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "a link that leaves the sandbox" if err == errno.ELOOP else os.strerror(err), path)
+    return fd
+
+
 FILE_TYPES = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
 
 
@@ -570,6 +616,69 @@ class Agent:
         if entry:
             os.close(entry[0])
         return {}
+
+    def op_boot_id(self, message: dict, fds: list[int]) -> dict:
+        """A boot id of this boot of this sandbox, where the kernel's own would be the same for all."""
+        source = "/dev/.boot_id"
+        with open(source, "w") as f:
+            f.write(message["boot_id"] + "\n")
+        os.chmod(source, 0o444)
+        if not os.path.ismount(BOOT_ID):
+            mount(source, BOOT_ID, None, MS_BIND)
+        return {}
+
+    def op_connect(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """A TCP connection to a port of the sandbox's own loopback, handed to the server (E2B's port proxy)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        err = sock.connect_ex(("127.0.0.1", int(message["port"])))
+        if err not in (0, errno.EINPROGRESS):
+            sock.close()
+            raise OSError(err, os.strerror(err), f"127.0.0.1:{message['port']}")
+        return {"pending": err == errno.EINPROGRESS}, [sock.detach()]
+
+    def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """A file to download, opened non-blocking (a FIFO without a writer reads as empty, never hangs)."""
+        with self._creds(message)[0]:
+            fd = open_in_sandbox(message["path"], os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            os.close(fd)
+            raise IsADirectoryError(errno.EISDIR, "path is a directory", message["path"])
+        stat_size = st.st_size
+        if stat.S_ISREG(st.st_mode) and st.st_dev == os.stat("/proc").st_dev:
+            fd = read_here(fd)  # what a /proc file says depends on who reads it: the sandbox, not the server
+            st = os.fstat(fd)
+        return {"size": st.st_size, "stat_size": stat_size, "regular": stat.S_ISREG(st.st_mode)}, [fd]
+
+    def op_write_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        """envd's upload: parents made for the user, the file opened by root and given to the user.
+
+        The upload's metadata replaces the file's (none clears it). Only regular files are written:
+        opening a FIFO would wait for a reader.
+        """
+        uid, gid, _, _ = user_ids(message["user"])
+        path = message["path"]
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            make_dirs(parent, uid, gid)
+        if os.path.isdir(path):
+            raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+        fd = open_in_sandbox(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            os.set_blocking(fd, True)
+            os.ftruncate(fd, 0)
+            os.fchown(fd, uid, gid)
+            for name in os.listxattr(fd):
+                if name.startswith(METADATA_PREFIX):
+                    os.removexattr(fd, name)
+            for key, value in (message.get("metadata") or {}).items():
+                os.setxattr(fd, METADATA_PREFIX + key, value.encode())
+        except BaseException:
+            os.close(fd)
+            raise
+        return {}, [fd]
 
 
 def run_agent(config: dict) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -14,9 +16,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .agentlink import AgentError
+from .network import EgressRules, NetworkError
 from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
+from .snapshots import Snapshot, SnapshotError, Snapshots
 
 TEMPLATES = {"base": None}  # template id -> alias
+MAX_FORKS = 100
+SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_TIMEOUT_V1 = 15
 DEFAULT_TIMEOUT_V2 = 300
 MAX_TIMEOUT = 24 * 3600
@@ -26,6 +32,20 @@ TEMPLATE_BUILD_ROUTES = (
     "/v2/templates",
     "/templates",
     "/v2/templates/{template_id}/builds/{build_id}",
+)
+
+
+# Parts of E2B's API the endpoint does not serve: each answers 501 naming the feature, never a bare 404
+# (which the SDKs read as "sandbox not found").
+UNIMPLEMENTED = (
+    (r"(/v2)?/sandboxes/[^/]+/logs", "sandbox logs"),
+    (r"/sandboxes/metrics", "metrics of several sandboxes"),
+    (r"(/v\d)?/templates(/.*)?", "templates"),
+    (r"/teams(/.*)?", "teams"),
+    (r"/volumes(/.*)?", "volumes"),
+    (r"/secrets(/.*)?", "secrets"),
+    (r"/(access-tokens|api-keys)(/.*)?", "access tokens and API keys"),
+    (r"/(nodes|admin)(/.*)?", "cluster administration"),
 )
 
 
@@ -44,6 +64,11 @@ def error_response(status: int, message: str, error_code: str | None = None) -> 
     if error_code:
         body["error_code"] = error_code
     return JSONResponse(body, status_code=status)
+
+
+def unimplemented(method: str, path: str) -> ApiError:
+    feature = next((name for pattern, name in UNIMPLEMENTED if re.fullmatch(pattern, path)), "this route")
+    return ApiError(501, f"{feature} ({method} {path}) is not implemented by this endpoint", "not_implemented")
 
 
 async def json_body(request: Request) -> dict[str, Any]:
@@ -78,6 +103,7 @@ def _string_map(body: dict, key: str) -> dict[str, str]:
 class Api:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
+        self.snapshots = Snapshots(registry)
 
     def routes(self) -> list[Route]:
         return [
@@ -94,6 +120,11 @@ class Api:
             Route("/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/v2/sandboxes/{sandbox_id}/connect", self.connect, methods=["POST"]),
             Route("/sandboxes/{sandbox_id}/metrics", self.metrics, methods=["GET"]),
+            Route("/sandboxes/{sandbox_id}/network", self.update_network, methods=["PUT"]),
+            Route("/sandboxes/{sandbox_id}/snapshots", self.create_snapshot, methods=["POST"]),
+            Route("/snapshots", self.list_snapshots, methods=["GET"]),
+            Route("/templates/{template_id}", self.delete_template, methods=["DELETE"]),
+            Route("/sandboxes/{sandbox_id}/fork", self.fork, methods=["POST"]),
             *(Route(path, self.template_build, methods=["POST"]) for path in TEMPLATE_BUILD_ROUTES),
         ]
 
@@ -146,15 +177,17 @@ class Api:
         if not isinstance(template, str):
             raise ApiError(400, "'templateID' must be a string")
         template_id = next((t for t, alias in TEMPLATES.items() if template in (t, alias)), None)
-        if template_id is None:
+        snapshot = self.snapshots.find(template) if template_id is None else None
+        if template_id is None and snapshot is None:
             raise ApiError(404, f"template '{template}' not found")
         self._refuse_options("create", body)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:
             sandbox, token = await self.registry.create(
-                template_id=template_id,
-                alias=TEMPLATES[template_id],
+                template_id=template_id or snapshot.snapshot_id,  # type: ignore[union-attr]
+                alias=TEMPLATES[template_id] if template_id else None,
+                layers=snapshot.layers if snapshot else None,
                 timeout_s=_int(body, "timeout", default_timeout),
                 metadata=_string_map(body, "metadata"),
                 env_vars=_string_map(body, "envVars"),
@@ -164,6 +197,7 @@ class Api:
             )
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
+        sandbox.pause_memory = body.get("autoPauseMemory") is not False
         return self._created(sandbox, token, 201)
 
     # --- list and get --------------------------------------------------------------------------
@@ -251,10 +285,11 @@ class Api:
 
     async def pause(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
-        self._refuse_options("pause", await json_body(request))
+        body = await json_body(request)
+        self._refuse_options("pause", body)
         if sandbox.state == "paused":
             raise ApiError(409, f"sandbox {sandbox.id} is already paused")
-        await self.registry.pause(sandbox)
+        await self.registry.pause(sandbox, memory=body.get("memory") is not False)
         return Response(status_code=204)
 
     async def resume_v1(self, request: Request) -> Response:
@@ -271,10 +306,96 @@ class Api:
         self._refuse_options("connect", body)
         timeout_s = _int(body, "timeout", DEFAULT_TIMEOUT_V2)
         if sandbox.state == "paused":
-            await self.registry.resume(sandbox, timeout_s)
+            await self.registry.resume(sandbox, timeout_s, reboot=body.get("memory") is False)
             return self._created(sandbox, sandbox.mint_token(), 201)
         sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
         return self._created(sandbox, sandbox.mint_token(), 200)
+
+    async def update_network(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        try:
+            rules = EgressRules.from_body(await json_body(request))
+        except NetworkError as exc:
+            raise ApiError(400, str(exc)) from exc
+        if sandbox.state != "running":
+            raise ApiError(409, f"sandbox {sandbox.id} is not running")
+        if not rules.unrestricted:
+            try:
+                await sandbox.box.apply_egress(rules)
+            except AgentError as exc:
+                message = f"egress rules are not enforced by this endpoint: {exc}"
+                raise ApiError(501, message, "not_implemented") from exc
+        sandbox.egress = rules
+        return Response(status_code=204)
+
+    # --- snapshots and forks -------------------------------------------------------------------
+    async def create_snapshot(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        name = body.get("name")
+        if name is not None and (not isinstance(name, str) or not SNAPSHOT_NAME.fullmatch(name)):
+            raise ApiError(400, "'name' must be 1-128 letters, digits, '-', '_' or '.'")
+        if body.get("memory") is True:
+            raise ApiError(501, "memory snapshots are not provided: snapshots keep the filesystem", "not_implemented")
+        snapshot = await self._snapshot(sandbox, name)
+        return JSONResponse(snapshot.info(), status_code=201)
+
+    async def _snapshot(self, sandbox: Sandbox, name: str | None, listed: bool = True) -> Snapshot:
+        try:
+            return await self.snapshots.take(sandbox, name, listed)
+        except SnapshotError as exc:
+            raise ApiError(500, str(exc)) from exc
+
+    async def list_snapshots(self, request: Request) -> Response:
+        params = request.query_params
+        found = self.snapshots.listed(params.get("sandboxID"), params.get("name"))
+        limit = self._limit(params.get("limit"))
+        start = self._decode_token(params.get("nextToken"))
+        headers = {}
+        if start + limit < len(found):
+            headers["X-Next-Token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
+        return JSONResponse([s.info() for s in found[start : start + limit]], headers=headers)
+
+    async def delete_template(self, request: Request) -> Response:
+        template = request.path_params["template_id"]
+        if template in TEMPLATES:
+            raise ApiError(400, f"template '{template}' is built in and cannot be deleted")
+        if not self.snapshots.delete(template):
+            raise ApiError(404, f"template '{template}' not found")
+        return Response(status_code=204)
+
+    async def fork(self, request: Request) -> Response:
+        sandbox = self._sandbox(request)
+        body = await json_body(request)
+        count = body.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_FORKS:
+            raise ApiError(400, f"'count' must be an integer from 1 to {MAX_FORKS}")
+        timeout_s = _int(body, "timeout", DEFAULT_TIMEOUT_V1)
+        snapshot = await self._snapshot(sandbox, None, listed=False)
+        forks = await asyncio.gather(
+            *(self._fork_one(sandbox, snapshot, timeout_s) for _ in range(count)), return_exceptions=True
+        )
+        results = [
+            {"error": {"code": 500, "message": f"the fork could not be started: {f}"}}
+            if isinstance(f, BaseException)
+            else {"sandbox": f}
+            for f in forks
+        ]
+        return JSONResponse(results, status_code=201)
+
+    async def _fork_one(self, source: Sandbox, snapshot: Snapshot, timeout_s: int) -> dict[str, Any]:
+        sandbox, token = await self.registry.create(
+            template_id=source.template_id,
+            alias=source.alias,
+            timeout_s=timeout_s,
+            metadata=dict(source.metadata),
+            env_vars=dict(source.env_vars),
+            internet=source.internet,
+            auto_pause=source.auto_pause,
+            auto_resume=source.auto_resume,
+            layers=snapshot.layers,
+        )
+        return {**sandbox.summary(), "envdAccessToken": token, "trafficAccessToken": None}
 
     async def template_build(self, request: Request) -> Response:
         await json_body(request)
@@ -287,8 +408,12 @@ class Api:
         sandbox = self._sandbox(request)
         if self.registry.quirks.metrics_404:
             raise ApiError(404, "metrics are not supported by this endpoint")
-        cpu, memory, disk = sandbox.box.usage()
+        start, end = (_unix_param(request, name) for name in ("start", "end"))
         now = time.time()
+        outside = (end is not None and end < int(sandbox.started_at)) or (start is not None and start > now)
+        if outside and not self.registry.quirks.metrics_ignore_window:
+            return JSONResponse([])  # no sample of this sandbox falls in the window
+        cpu, memory, disk = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
         sample = {
             "timestamp": utc(now),
             "timestampUnix": int(now),
@@ -301,6 +426,16 @@ class Api:
             "diskTotal": DISK_SIZE_MB * 1024 * 1024,
         }
         return JSONResponse([sample])
+
+
+def _unix_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"'{name}' must be a Unix timestamp in seconds") from exc
 
 
 def parse_metadata_query(raw: str) -> dict[str, str]:

@@ -17,11 +17,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
-from .api import Api, ApiError, error_response
+from .api import Api, ApiError, error_response, unimplemented
 from .envd import envd_apps, rpc_paths
 from .files import Files
+from .ports import PortProxy, port_target
 from .registry import Registry, Sandbox
 
 log = logging.getLogger("e2b-bench.localbox")
@@ -38,6 +39,7 @@ DEBUG_SANDBOX_ID = "debug_sandbox_id"
 WATCH_METHODS = {
     f"/filesystem.Filesystem/{name}" for name in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher")
 }
+SERVER_STREAMS = {"/process.Process/Start", "/process.Process/Connect", "/filesystem.Filesystem/WatchDir"}
 HOST_ROUTE = re.compile(r"^\d+-([a-z0-9-]+)\.")  # 49983-<sandbox id>.<domain>
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
@@ -73,6 +75,7 @@ class LocalboxApp:
                 Exception: self._crash,
             },
         )
+        self.ports = PortProxy(registry)
         self.rpc: dict[str, ASGIApp] = {app.path + "/": app for app in envd_apps(registry)}
         self.rpc_paths = rpc_paths()
         files = Files(self._authorized_sandbox)
@@ -81,6 +84,7 @@ class LocalboxApp:
                 Route("/files", files.download, methods=["GET"]),
                 Route("/files", files.upload, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
+                Route("/files/compose", self.compose, methods=["POST"]),
             ],
             exception_handlers={
                 ApiError: self._api_error,
@@ -93,12 +97,17 @@ class LocalboxApp:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] in ("http", "websocket") and (target := port_target(scope)) is not None:
+            await self.ports(scope, receive, send, *target)
+            return
         if scope["type"] != "http":
             return
         path: str = scope["path"]
         if path.startswith(RPC_PREFIXES):
             await self._rpc(scope, receive, send)
-        elif path in ("/files", "/health"):
+        elif path in ("/files", "/health", "/files/compose") or (
+            _header(scope, b"e2b-sandbox-id") and not _header(scope, b"x-api-key")
+        ):  # envd's other routes (e.g. /envs, /init) answer 501 from envd, not an API key refusal
             await self._envd_http(scope, receive, send)
         else:
             await self._rest(scope, receive, send)
@@ -140,42 +149,58 @@ class LocalboxApp:
         await self.rest(scope, _limited(receive, MAX_REST_BODY), send)
 
     # --- envd ----------------------------------------------------------------------------------
-    async def _gate(self, scope: Scope, query: dict[str, str] | None = None) -> Sandbox | None:
-        """The sandbox a request may use, or None: every refusal looks the same from outside."""
+    async def _gate(self, scope: Scope, query: dict[str, str] | None = None) -> Sandbox | str:
+        """The sandbox a request may use, or why not (envd's message; every other refusal looks the same)."""
+        quirks = self.registry.quirks
+        refused = quirks.token_error
         sandbox_id = _header(scope, b"e2b-sandbox-id")
         if self.debug and sandbox_id in (DEBUG_SANDBOX_ID, ""):
             return await self._debug_sandbox()
         if not sandbox_id and (match := HOST_ROUTE.match(_header(scope, b"host"))):
             sandbox_id = match.group(1)
-        if not sandbox_id and query and query.get("signature"):
+        signed = bool(query and query.get("signature"))
+        if not sandbox_id and signed:
             # A signed URL made with E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
-            return next((s for s in self.registry.sandboxes.values() if self._signature_allowed(s, scope, query)), None)
+            sandbox_id = next((s.id for s in self.registry.sandboxes.values() if self._signed_by(s, scope, query)), "")
+            if not sandbox_id and not (quirks.refuse_signed_urls or quirks.signed_url_generic_error):
+                return "invalid signature"
         sandbox = self.registry.get(sandbox_id)
         if sandbox is None:
-            return None
+            return refused
         if sandbox.token_valid(_header(scope, b"x-access-token")):
             return sandbox
-        if query and query.get("signature"):
-            return sandbox if self._signature_allowed(sandbox, scope, query) else None
+        if not signed or sandbox.quirks.refuse_signed_urls:
+            return refused
+        refusal = self._signature_refusal(sandbox, scope, query)  # type: ignore[arg-type]
+        if refusal is None:
+            return sandbox
+        return refused if sandbox.quirks.signed_url_generic_error else refusal
+
+    def _signature_refusal(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> str | None:
+        """envd's order: the signature first, so a forger never learns whether the expiration was wrong."""
+        expiration = query.get("signature_expiration")
+        if expiration and not expiration.isdigit():
+            return "invalid signature_expiration"
+        if not self._signed_by(sandbox, scope, query):
+            return "invalid signature"
+        if expiration and int(expiration) < time.time():
+            return "signature is already expired"
         return None
 
-    def _signature_allowed(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> bool:
-        return not sandbox.quirks.refuse_signed_urls and self._signature_valid(sandbox, scope, query)
-
-    def _signature_valid(self, sandbox: Sandbox, scope: Scope, query: dict[str, str]) -> bool:
+    @staticmethod
+    def _signed_by(sandbox: Sandbox, scope: Scope, query: dict[str, str] | None) -> bool:
+        query = query or {}
         expiration = query.get("signature_expiration")
-        if expiration and (not expiration.isdigit() or int(expiration) < time.time()):
-            return False
         operation = "read" if scope["method"] == "GET" else "write"
         path = query.get("path", "")
         user = query.get("username", "")
         return any(
-            hmac.compare_digest(query["signature"], signature(path, operation, user, token, expiration))
+            hmac.compare_digest(query.get("signature", ""), signature(path, operation, user, token, expiration))
             for token in sandbox.live_tokens()
         )
 
-    def _unauthorized(self, rpc: bool) -> Response:
-        message = self.registry.quirks.token_error
+    @staticmethod
+    def _unauthorized(message: str, rpc: bool) -> Response:
         if rpc:
             return connect_json_error(401, "unauthenticated", message)
         return error_response(401, message)
@@ -194,10 +219,13 @@ class LocalboxApp:
             response = connect_json_error(
                 415, "invalid_argument", f"unsupported Content-Type '{_header(scope, b'content-type')}'"
             )
-        elif (sandbox := await self._gate(scope)) is None:
-            response = self._unauthorized(rpc=True)
+        elif isinstance(sandbox := await self._gate(scope), str):
+            response = self._unauthorized(sandbox, rpc=True)
         elif sandbox.state != "running":
             response = connect_json_error(502, "unavailable", f"The sandbox {sandbox.id} is paused")
+        elif path in SERVER_STREAMS and not sandbox.quirks.streams_outlive_clients:
+            await _cancelled_on_disconnect(app, scope, receive, send)  # type: ignore[arg-type]
+            return
         else:
             await app(scope, receive, send)  # type: ignore[misc]
             return
@@ -209,8 +237,8 @@ class LocalboxApp:
             return
         query = dict(Request(scope).query_params)
         sandbox = await self._gate(scope, query)
-        if sandbox is None:
-            await self._unauthorized(rpc=False)(scope, receive, send)
+        if isinstance(sandbox, str):
+            await self._unauthorized(sandbox, rpc=False)(scope, receive, send)
             return
         if sandbox.state != "running":
             await error_response(502, f"The sandbox {sandbox.id} is paused")(scope, receive, send)
@@ -246,15 +274,21 @@ class LocalboxApp:
             return JSONResponse(body, status_code=502)
         return Response(status_code=204)
 
+    @staticmethod
+    async def compose(request: Request) -> Response:
+        raise ApiError(501, "composing files (POST /files/compose) is not implemented by this endpoint")
+
     # --- errors --------------------------------------------------------------------------------
     @staticmethod
     async def _api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return error_response(exc.status, exc.message, exc.error_code)
 
-    @staticmethod
-    async def _http_error(request: Request, exc: Exception) -> Response:
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        if exc.status_code == 404 and not self.registry.quirks.unknown_route_404:
+            error = unimplemented(request.method, request.url.path)
+            return error_response(error.status, error.message, error.error_code)
         message = {404: f"route {request.method} {request.url.path} not found"}.get(exc.status_code, exc.detail)
         return error_response(exc.status_code, str(message))
 
@@ -278,3 +312,41 @@ def _limited(receive: Receive, limit: int) -> Receive:
         return message
 
     return wrapped
+
+
+async def _cancelled_on_disconnect(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+    """Run a streaming handler until it ends or its client goes away, as envd cancels a handler's context."""
+    body_read = asyncio.Event()
+    finished = False
+
+    async def receive_body() -> Message:
+        message = await receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body"):
+            body_read.set()
+        return message
+
+    async def send_tracked(message: Message) -> None:
+        nonlocal finished
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            finished = True
+        await send(message)
+
+    async def watch() -> bool:
+        await body_read.wait()
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if finished:
+            return False
+        handler.cancel()
+        return True
+
+    handler = asyncio.ensure_future(app(scope, receive_body, send_tracked))
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait([handler])
+    finally:
+        watcher.cancel()
+        handler.cancel()
+    client_left = watcher.done() and not watcher.cancelled() and watcher.result()
+    if not handler.cancelled() and not client_left:
+        handler.result()  # the handler's own failure; after a cancel there is nobody left to tell

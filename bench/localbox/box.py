@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import errno
 import json
+import logging
 import os
 import shutil
 import signal
@@ -13,12 +14,15 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .agentlink import AgentError, AgentGone, AgentLink
+from .network import EgressRules
 
+log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SIGNAL_NAMES = {
@@ -69,6 +73,9 @@ class ProcessRecord:
     exit: ExitStatus | None = None
     subscribers: list[asyncio.Queue] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    reaped: asyncio.Event = field(default_factory=asyncio.Event)  # the process is gone (waited for)
+    input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # input is written in the order it came
+    input_waiters: set[asyncio.Future] = field(default_factory=set)  # writes waiting for the process to read
     done_callbacks: list[Callable[[], object]] = field(default_factory=list)
 
     def subscribe(self) -> asyncio.Queue:
@@ -384,6 +391,57 @@ class Box:
     async def thaw(self) -> None:
         await self.freezer.freeze(False, self._root_pid())
 
+    # --- ports ------------------------------------------------------------------------------
+    async def connect(self, port: int, timeout: float = 10.0) -> socket.socket:
+        """A connected, non-blocking TCP socket to `port` on the sandbox's loopback."""
+        result, fds = await self._call("connect", port=port)
+        sock = socket.socket(fileno=fds[0])
+        if result["pending"]:  # type: ignore[index]
+            loop = asyncio.get_running_loop()
+            writable = loop.create_future()
+            loop.add_writer(sock.fileno(), writable.set_result, None)
+            try:
+                await asyncio.wait_for(writable, timeout)
+            except BaseException:
+                sock.close()
+                raise
+            finally:
+                loop.remove_writer(sock.fileno())
+            if err := sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                sock.close()
+                raise AgentError(os.strerror(err), err)
+        return sock
+
+    async def apply_egress(self, rules: EgressRules) -> None:
+        """Enforce egress rules in the sandbox's network stack; this box shares the host's, so it cannot."""
+        raise AgentError("the sandbox shares the host's network stack, where rules cannot be applied", errno.ENOSYS)
+
+    # --- filesystem-only pause --------------------------------------------------------------
+    async def power_off(self) -> Path:
+        """End the sandbox but keep its root's changes (returned): a pause without memory."""
+        self.on_exit = None  # not an exit of the sandbox: it is paused
+        await self.freeze()
+        kept = self.dir.parent / f"{self.name}.upper"
+        os.rename(self.dir / "upper", kept)  # frozen: nothing writes while the upper layer moves
+        await self.kill()
+        return kept
+
+    async def power_on(self, hostname: str, kept: Path) -> None:
+        """Cold-boot this (new) box on the root's changes kept by `power_off`: new processes, a new boot id."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        os.rename(kept, self.dir / "upper")
+        await self.start(hostname)
+        await self.new_boot_id()
+
+    async def new_boot_id(self) -> None:
+        """Give this boot its own boot id; a sandbox that cannot mount one still starts (and says so)."""
+        try:
+            await self._call_result("boot_id", boot_id=str(uuid.uuid4()))
+        except AgentGone:
+            raise
+        except AgentError as exc:
+            log.warning("sandbox %s keeps the host's boot id: %s", self.name, exc)
+
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:
         """(cpu percent since the previous sample, resident memory bytes, disk bytes written)."""
@@ -457,6 +515,7 @@ class Box:
             record.outputs = {fds[0]: "stdout", fds[1]: "stderr"}
             if stdin:
                 record.stdin_fd = fds[2]
+                os.set_blocking(fds[2], False)  # a process that does not read must not stall the server
         for fd, kind in record.outputs.items():
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._read_output, record, fd, kind)
@@ -480,6 +539,8 @@ class Box:
         self._maybe_finish(record)
 
     def _close_output(self, record: ProcessRecord, fd: int) -> None:
+        if record.pty_fd == fd:
+            self._drop_input(record, fd)
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(fd)
         with contextlib.suppress(OSError):
@@ -494,6 +555,7 @@ class Box:
             self._early_exits[pid] = raw_status
             return
         record.exit = ExitStatus.from_wait_status(raw_status)
+        record.reaped.set()
         if self.settings.end_on_exit and record.outputs:
             # Such an endpoint ends a command shortly after its process exits, whatever is still to come.
             asyncio.get_running_loop().call_later(END_ON_EXIT_GRACE_S, self._finish, record, record.exit)
@@ -513,12 +575,15 @@ class Box:
                     record.publish(("data", kind, data))
             self._close_output(record, fd)
         if record.stdin_fd is not None:
+            self._drop_input(record, record.stdin_fd)
             with contextlib.suppress(OSError):
                 os.close(record.stdin_fd)
             record.stdin_fd = None
         record.exit = status
-        record.publish(("end", status))
+        # The sandbox itself is gone: its streams are cut, without an end event, as when E2B's VM stops.
+        record.publish(("end" if self.running else "gone", status))
         record.done.set()
+        record.reaped.set()
         for callback in record.done_callbacks:
             callback()
         self.processes.pop(record.pid, None)
@@ -526,20 +591,51 @@ class Box:
     async def signal(self, pid: int, signum: int) -> None:
         await self._call_result("signal", pid=pid, signal=signum)
 
-    def write_input(self, record: ProcessRecord, data: bytes, pty: bool) -> None:
-        fd = record.pty_fd if pty else record.stdin_fd
-        if fd is None:
-            raise AgentError("stdin is not open for this process", errno.EBADF)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+    async def write_input(self, record: ProcessRecord, data: bytes, pty: bool) -> None:
+        """Write all of `data`, waiting (without blocking the loop) while the process does not read."""
+        async with record.input_lock:
+            view = memoryview(data)
+            while view:
+                fd = record.pty_fd if pty else record.stdin_fd
+                if fd is None:
+                    raise AgentError("stdin is not open for this process", errno.EBADF)
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    await self._writable(record, fd)
 
-    def close_input(self, record: ProcessRecord) -> None:
-        if record.stdin_fd is None:
-            raise AgentError("stdin is not open for this process", errno.EBADF)
-        os.close(record.stdin_fd)
-        record.stdin_fd = None
+    async def _writable(self, record: ProcessRecord, fd: int) -> None:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(fd, ready)
+        record.input_waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            record.input_waiters.discard(waiter)
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_writer(fd)
+
+    def _drop_input(self, record: ProcessRecord, fd: int) -> None:
+        """Writes still waiting on `fd` fail: it is about to close."""
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_writer(fd)
+        for waiter in list(record.input_waiters):
+            if not waiter.done():
+                waiter.set_exception(AgentError("stdin was closed", errno.EPIPE))
+
+    async def close_input(self, record: ProcessRecord) -> None:
+        """Close stdin once the input sent before has been written."""
+        async with record.input_lock:
+            if record.stdin_fd is None:
+                raise AgentError("stdin is not open for this process", errno.EBADF)
+            os.close(record.stdin_fd)
+            record.stdin_fd = None
 
     async def resize(self, record: ProcessRecord, cols: int, rows: int) -> None:
         if record.pty_fd is None:
@@ -550,6 +646,16 @@ class Box:
     async def open(self, path: str, mode: str, user: str, metadata: dict[str, str] | None = None) -> tuple[int, dict]:
         result, fds = await self._call("open", path=path, mode=mode, user=user, metadata=metadata or {})
         return fds[0], result
+
+    async def open_read(self, path: str, user: str) -> tuple[int, dict]:
+        """A non-blocking fd of a file to download, opened with the user's rights; magic links refused."""
+        result, fds = await self._call("read_open", path=path, user=user)
+        return fds[0], result  # type: ignore[return-value]
+
+    async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> int:
+        """A file opened for an upload as envd opens it: by root, then owned by the user."""
+        _, fds = await self._call("write_open", path=path, user=user, metadata=metadata)
+        return fds[0]
 
     async def fs(self, op: str, **fields: object) -> object:
         return await self._call_result(op, **fields)

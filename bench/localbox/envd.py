@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -21,12 +22,13 @@ from protobuf import Oneof
 
 from .agentlink import AgentError
 from .box import ProcessRecord
-from .messages import connect_error, entry_message
+from .messages import PATH_MAX, connect_error, entry_message
 from .registry import Registry, Sandbox
-from .watch import Watcher
+from .watch import WatchClosed, Watcher
 
 DEFAULT_USER = "user"
 KEEPALIVE_DEFAULT_S = 50.0
+KILL_REAP_WAIT_S = 5.0
 SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM}
 
 
@@ -59,6 +61,10 @@ class EnvdBase:
             raise ConnectError(Code.UNAUTHENTICATED, f"invalid user: '{user}'") from exc
 
     async def path(self, sandbox: Sandbox, ctx: RequestContext, path: str) -> tuple[str, str]:
+        if "\0" in path:
+            raise ConnectError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
+        if len(path.encode()) >= PATH_MAX:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"path is longer than {PATH_MAX - 1} bytes")
         user = request_user(ctx.request_headers)
         home = await self.home(sandbox, user)
         return sandbox.box.resolve(path, home), user
@@ -85,6 +91,7 @@ class ProcessService(EnvdBase, Process):
                     tag=r.tag,
                 )
                 for r in sandbox.box.processes.values()
+                if not r.reaped.is_set()  # a process already waited for is not running, output or not
             ]
         )
 
@@ -120,7 +127,7 @@ class ProcessService(EnvdBase, Process):
             )
             record.done_callbacks.append(kill.cancel)
         yield pb.StartResponse(event=_start_event(record.pid))
-        async for event in self.events(record, queue, ctx):
+        async for event in self.events(sandbox, record, queue, ctx):
             yield pb.StartResponse(event=event)
 
     async def connect(self, request: pb.ConnectRequest, ctx: RequestContext) -> AsyncIterator[pb.ConnectResponse]:
@@ -128,7 +135,7 @@ class ProcessService(EnvdBase, Process):
         record = self.find(sandbox, request.process)
         queue = record.subscribe()
         yield pb.ConnectResponse(event=_start_event(record.pid))
-        async for event in self.events(record, queue, ctx):
+        async for event in self.events(sandbox, record, queue, ctx):
             yield pb.ConnectResponse(event=event)
 
     @staticmethod
@@ -138,7 +145,7 @@ class ProcessService(EnvdBase, Process):
                 await sandbox.box.signal(record.pid, signal.SIGKILL)
 
     async def events(
-        self, record: ProcessRecord, queue: asyncio.Queue, ctx: RequestContext
+        self, sandbox: Sandbox, record: ProcessRecord, queue: asyncio.Queue, ctx: RequestContext
     ) -> AsyncIterator[pb.ProcessEvent]:
         interval = _keepalive_interval(ctx)
         try:
@@ -158,7 +165,9 @@ class ProcessService(EnvdBase, Process):
                     output = pb.ProcessEvent.DataEvent(output=Oneof(kind, data))
                     yield pb.ProcessEvent(event=Oneof("data", output))
                 else:
-                    status = event[1]
+                    kind, status = event
+                    if kind == "gone" and not sandbox.quirks.kill_stream_clean_end:
+                        raise stream_cut(sandbox)
                     end = pb.ProcessEvent.EndEvent(
                         exit_code=status.exit_code,
                         exited=status.exited,
@@ -180,19 +189,23 @@ class ProcessService(EnvdBase, Process):
             await sandbox.box.signal(record.pid, signum)
         except AgentError as exc:
             raise connect_error(exc) from exc
+        if signum == signal.SIGKILL and not sandbox.quirks.kill_returns_early:
+            # envd answers once the process is gone: a list or wait right after never sees it alive.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(record.reaped.wait(), KILL_REAP_WAIT_S)
         return pb.SendSignalResponse()
 
-    def _input(self, sandbox: Sandbox, record: ProcessRecord, data: pb.ProcessInput | None) -> None:
+    async def _input(self, sandbox: Sandbox, record: ProcessRecord, data: pb.ProcessInput | None) -> None:
         if data is None or data.input is None:
             return
         try:
-            sandbox.box.write_input(record, data.input.value, pty=data.input.field == "pty")
+            await sandbox.box.write_input(record, data.input.value, pty=data.input.field == "pty")
         except (AgentError, OSError) as exc:
             raise ConnectError(Code.FAILED_PRECONDITION, f"cannot write input: {exc}") from exc
 
     async def send_input(self, request: pb.SendInputRequest, ctx: RequestContext) -> pb.SendInputResponse:
         sandbox = self.sandbox(ctx)
-        self._input(sandbox, self.find(sandbox, request.process), request.input)
+        await self._input(sandbox, self.find(sandbox, request.process), request.input)
         return pb.SendInputResponse()
 
     async def stream_input(
@@ -209,14 +222,14 @@ class ProcessService(EnvdBase, Process):
             elif record is None:
                 raise ConnectError(Code.FAILED_PRECONDITION, "input sent before the start message")
             else:
-                self._input(sandbox, record, event.value.input)
+                await self._input(sandbox, record, event.value.input)
         return pb.StreamInputResponse()
 
     async def close_stdin(self, request: pb.CloseStdinRequest, ctx: RequestContext) -> pb.CloseStdinResponse:
         sandbox = self.sandbox(ctx)
         record = self.find(sandbox, request.process)
         try:
-            sandbox.box.close_input(record)
+            await sandbox.box.close_input(record)
         except (AgentError, OSError) as exc:
             raise ConnectError(Code.FAILED_PRECONDITION, f"cannot close stdin: {exc}") from exc
         return pb.CloseStdinResponse()
@@ -232,6 +245,11 @@ class ProcessService(EnvdBase, Process):
         return pb.UpdateResponse()
 
 
+def stream_cut(sandbox: Sandbox) -> ConnectError:
+    """How a stream ends when its sandbox is killed: no end event, an `unavailable` the SDKs then probe."""
+    return ConnectError(Code.UNAVAILABLE, f"the connection to sandbox {sandbox.id} ended before the stream completed")
+
+
 def _start_event(pid: int) -> pb.ProcessEvent:
     return pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=pid)))
 
@@ -241,6 +259,10 @@ def _keepalive_interval(ctx: RequestContext) -> float:
         return max(float(ctx.request_headers.get("keepalive-ping-interval", KEEPALIVE_DEFAULT_S)), 0.05)
     except ValueError:
         return KEEPALIVE_DEFAULT_S
+
+
+def entry(sandbox: Sandbox, info: dict) -> fs_pb.EntryInfo:
+    return entry_message(info, go_dir_bit=sandbox.quirks.dir_mode_go_bit)
 
 
 class FilesystemService(EnvdBase, Filesystem):
@@ -254,31 +276,36 @@ class FilesystemService(EnvdBase, Filesystem):
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         info = await self._fs(sandbox, "stat", path=path, user=user)
-        return fs_pb.StatResponse(entry=entry_message(info))
+        return fs_pb.StatResponse(entry=entry(sandbox, info))
 
     async def make_dir(self, request: fs_pb.MakeDirRequest, ctx: RequestContext) -> fs_pb.MakeDirResponse:
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         info = await self._fs(sandbox, "mkdir", path=path, user=user)
-        return fs_pb.MakeDirResponse(entry=entry_message(info))
+        return fs_pb.MakeDirResponse(entry=entry(sandbox, info))
 
     async def move(self, request: fs_pb.MoveRequest, ctx: RequestContext) -> fs_pb.MoveResponse:
         sandbox = self.sandbox(ctx)
         source, user = await self.path(sandbox, ctx, request.source)
         destination, _ = await self.path(sandbox, ctx, request.destination)
         info = await self._fs(sandbox, "move", source=source, destination=destination, user=user)
-        return fs_pb.MoveResponse(entry=entry_message(info))
+        return fs_pb.MoveResponse(entry=entry(sandbox, info))
 
     async def list_dir(self, request: fs_pb.ListDirRequest, ctx: RequestContext) -> fs_pb.ListDirResponse:
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         entries = await self._fs(sandbox, "list", path=path, depth=max(request.depth, 1), user=user)
-        return fs_pb.ListDirResponse(entries=[entry_message(e) for e in entries])
+        return fs_pb.ListDirResponse(entries=[entry(sandbox, e) for e in entries])
 
     async def remove(self, request: fs_pb.RemoveRequest, ctx: RequestContext) -> fs_pb.RemoveResponse:
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
-        await self._fs(sandbox, "remove", path=path, user=user)
+        try:
+            await sandbox.box.fs("remove", path=path, user=user)
+        except AgentError as exc:
+            # envd removes with RemoveAll: a path that is not there is already removed.
+            if exc.errno != errno.ENOENT or sandbox.quirks.remove_missing_404:
+                raise connect_error(exc) from exc
         return fs_pb.RemoveResponse()
 
     async def watch_dir(
@@ -287,18 +314,25 @@ class FilesystemService(EnvdBase, Filesystem):
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         watcher = await Watcher.open(sandbox, path, request.recursive, request.include_entry, user)
+        stream_id = f"stream-{uuid.uuid4().hex}"
+        sandbox.watchers[stream_id] = watcher  # so killing the sandbox closes it, and this stream ends
         interval = _keepalive_interval(ctx)
         try:
             yield fs_pb.WatchDirResponse(event=Oneof("start", fs_pb.WatchDirResponse.StartEvent()))
             while True:
                 try:
                     events = await asyncio.wait_for(watcher.next_events(), interval)
+                except WatchClosed:
+                    raise stream_cut(sandbox) from None
                 except TimeoutError:
+                    if not sandbox.box.running:
+                        raise stream_cut(sandbox) from None
                     yield fs_pb.WatchDirResponse(event=Oneof("keepalive", fs_pb.WatchDirResponse.KeepAlive()))
                     continue
                 for event in events:
                     yield fs_pb.WatchDirResponse(event=Oneof("filesystem", event))
         finally:
+            sandbox.watchers.pop(stream_id, None)
             await watcher.close()
 
     async def create_watcher(

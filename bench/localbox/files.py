@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from .agentlink import AgentError, AgentGone
 from .api import ApiError
+from .messages import PATH_MAX
 from .registry import Sandbox
 
 CHUNK = 1 << 20
@@ -24,8 +25,12 @@ WRITE_BATCH = 1 << 20  # bytes of a request body handed to a writer thread at on
 MAX_READ_AHEAD = 64 << 20  # body bytes read ahead of the file at most
 IOV_MAX = os.sysconf("SC_IOV_MAX")
 _writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-writes")
+_readers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-reads")
+INFLATE_PIECE = 1 << 20  # a gzip body is inflated this much at a time, each piece written before the next
 DEFAULT_USER = "user"
 METADATA_HEADER = "x-metadata-"
+METADATA_KEY_MAX = 246  # the VFS xattr name limit less the `user.e2b.` prefix
+METADATA_TOTAL_MAX = 4096
 
 
 def file_error(exc: AgentError, path: str) -> ApiError:
@@ -38,9 +43,40 @@ def file_error(exc: AgentError, path: str) -> ApiError:
         errno.EACCES: (403, f"permission denied: '{path}'"),
         errno.EPERM: (403, f"permission denied: '{path}'"),
         errno.ENOSPC: (507, "not enough disk space"),
+        errno.ENAMETOOLONG: (400, f"path '{path}' is too long"),
+        errno.ELOOP: (400, f"path '{path}' goes through a link that leaves the sandbox or loops"),
+        errno.EINVAL: (400, f"path '{path}' is not a regular file"),
+        errno.ENXIO: (400, f"path '{path}' is not a regular file"),
     }
     status, message = known.get(exc.errno or 0, (500, f"{exc}"))
     return ApiError(status, message)
+
+
+def checked_path(raw: str | None) -> str:
+    """A path from the query, refused with 400 when it cannot name a file."""
+    if not raw:
+        raise ApiError(400, "'path' is required")
+    if "\0" in raw:
+        raise ApiError(400, "path contains a NUL byte")
+    if len(raw.encode()) >= PATH_MAX:
+        raise ApiError(400, f"path is longer than {PATH_MAX - 1} bytes")
+    return raw
+
+
+def upload_metadata(request: Request) -> dict[str, str]:
+    """`X-Metadata-<key>` headers as envd keeps them: the first of repeated keys, printable ASCII, capped."""
+    metadata: dict[str, str] = {}
+    for name, value in request.headers.items():
+        if name.startswith(METADATA_HEADER):
+            metadata.setdefault(name[len(METADATA_HEADER) :], value)
+    for key, value in metadata.items():
+        if not key or not (key + value).isascii() or not (key + value).isprintable():
+            raise ApiError(400, f"metadata key and value must be printable US-ASCII: '{key}'")
+        if len(key) > METADATA_KEY_MAX:
+            raise ApiError(400, f"metadata key longer than {METADATA_KEY_MAX} bytes: '{key[:32]}...'")
+    if sum(len("user.e2b.") + len(k) + len(v) for k, v in metadata.items()) > METADATA_TOTAL_MAX:
+        raise ApiError(400, f"metadata larger than {METADATA_TOTAL_MAX} bytes in all")
+    return metadata
 
 
 class Files:
@@ -58,12 +94,9 @@ class Files:
     async def download(self, request: Request) -> Response:
         sandbox = self.sandbox_of(request)
         user, home = await self._user(sandbox, request)
-        raw_path = request.query_params.get("path")
-        if not raw_path:
-            raise ApiError(400, "'path' is required")
-        path = sandbox.box.resolve(raw_path, home)
+        path = sandbox.box.resolve(checked_path(request.query_params.get("path")), home)
         try:
-            fd, info = await sandbox.box.open(path, "r", user)
+            fd, info = await sandbox.box.open_read(path, user)
         except AgentError as exc:
             raise file_error(exc, path) from exc
         name = os.path.basename(path)
@@ -73,16 +106,21 @@ class Files:
         compress = "gzip" in [e.strip() for e in request.headers.get("accept-encoding", "").split(",")] and (
             request.headers.get("accept-encoding", "").strip() == "gzip"
         )
+        if info["stat_size"] == 0 and sandbox.quirks.proc_size_zero:
+            os.close(fd)
+            return Response(b"", media_type="application/octet-stream", headers=headers)
         if compress:
             headers["Content-Encoding"] = "gzip"
-        else:
+        elif info["regular"] and info["size"] > 0:
+            # A size of 0 (files in /proc) or a FIFO says nothing of the length: such bodies are chunked.
             headers["Content-Length"] = str(info["size"])
-        return StreamingResponse(_read_fd(fd, compress), media_type="application/octet-stream", headers=headers)
+        reads = _read_regular(fd) if info["regular"] else _read_stream(fd)
+        return StreamingResponse(_encoded(reads, compress), media_type="application/octet-stream", headers=headers)
 
     async def upload(self, request: Request) -> Response:
         sandbox = self.sandbox_of(request)
         user, home = await self._user(sandbox, request)
-        metadata = {k[len(METADATA_HEADER) :]: v for k, v in request.headers.items() if k.startswith(METADATA_HEADER)}
+        metadata = upload_metadata(request)
         content_type, options = parse_options_header(request.headers.get("content-type", ""))
         raw_path = request.query_params.get("path")
         if content_type == b"multipart/form-data":
@@ -91,8 +129,7 @@ class Files:
                 raise ApiError(400, "multipart body without a boundary")
             written = await self._multipart(request, sandbox, user, home, raw_path, boundary, metadata)
         elif content_type in (b"application/octet-stream", b""):
-            if not raw_path:
-                raise ApiError(400, "'path' is required for an octet-stream upload")
+            raw_path = checked_path(raw_path)
             encoding = request.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("identity", "gzip", ""):
                 raise ApiError(400, f"unsupported Content-Encoding '{encoding}'")
@@ -103,14 +140,17 @@ class Files:
             written = [path]
         else:
             raise ApiError(400, f"unsupported Content-Type '{content_type.decode(errors='replace')}'")
-        return JSONResponse([{"name": os.path.basename(p), "type": "file", "path": p} for p in written])
+        shown = {} if sandbox.quirks.upload_no_metadata else ({"metadata": metadata} if metadata else {})
+        return JSONResponse([{"name": os.path.basename(p), "type": "file", "path": p, **shown} for p in written])
 
     async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> int:
         try:
-            fd, _ = await sandbox.box.open(path, "w", user, metadata)
+            if sandbox.quirks.files_write_as_user or sandbox.quirks.upload_no_metadata:
+                fd, _ = await sandbox.box.open(path, "w", user, metadata)
+                return fd
+            return await sandbox.box.open_write(path, user, metadata)
         except AgentError as exc:
             raise file_error(exc, path) from exc
-        return fd
 
     async def _multipart(
         self,
@@ -165,7 +205,7 @@ class Files:
                             target = _part_filename(text)
                             if not raw_path and not target:
                                 raise ApiError(400, "multipart part without a filename and no 'path'")
-                            path = sandbox.box.resolve(raw_path or target, home)  # type: ignore[arg-type]
+                            path = sandbox.box.resolve(checked_path(raw_path or target), home)
                             sink = FileSink(self._open(sandbox, path, user, metadata))
                             written.append(path)
                     elif kind == "data" and sink is not None:
@@ -267,16 +307,23 @@ def _write_all(fd: int, buffers: list[bytes | memoryview]) -> None:
             views[0] = views[0][written:]
 
 
+async def _inflated(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A gzip body inflated a piece at a time: the next piece waits until the file has taken this one."""
+    inflater = zlib.decompressobj(wbits=31)
+    async for chunk in stream:
+        data = chunk
+        while data and not inflater.eof:
+            yield inflater.decompress(data, INFLATE_PIECE)
+            data = inflater.unconsumed_tail
+    if not inflater.eof:
+        raise ApiError(400, "gzip body is truncated")
+
+
 async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: str) -> None:
-    inflater = zlib.decompressobj(wbits=31) if encoding == "gzip" else None
     try:
         try:
-            async for chunk in stream:
-                await sink.write(inflater.decompress(chunk) if inflater else chunk)
-            if inflater:
-                await sink.write(inflater.flush())
-                if not inflater.eof:
-                    raise ApiError(400, "gzip body is truncated")
+            async for chunk in _inflated(stream) if encoding == "gzip" else stream:
+                await sink.write(chunk)
         except BaseException:
             await sink.abort()
             raise
@@ -289,13 +336,55 @@ async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: 
         raise
 
 
-async def _read_fd(fd: int, compress: bool) -> AsyncIterator[bytes]:
-    deflater = zlib.compressobj(1, zlib.DEFLATED, 31) if compress else None
+async def _read_regular(fd: int) -> AsyncIterator[bytes]:
+    """A regular file, read by a thread: a read of a file on disk (or in /proc) never waits on the event loop."""
+    loop = asyncio.get_running_loop()
     try:
-        while chunk := os.read(fd, CHUNK):
-            yield deflater.compress(chunk) if deflater else chunk
-            await asyncio.sleep(0)
-        if deflater:
-            yield deflater.flush()
+        while chunk := await loop.run_in_executor(_readers, os.read, fd, CHUNK):
+            yield chunk
     finally:
         os.close(fd)
+
+
+async def _read_stream(fd: int) -> AsyncIterator[bytes]:
+    """A FIFO, pipe or device: read when readable, so a writer that never writes holds no thread or loop."""
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, CHUNK)
+            except BlockingIOError:
+                readable = loop.create_future()
+                try:
+                    loop.add_reader(fd, _wake, readable)
+                except PermissionError:  # a device that cannot be polled: a thread waits for it instead
+                    chunk = await loop.run_in_executor(_readers, _read_when_ready, fd)
+                else:
+                    try:
+                        await readable
+                    finally:
+                        loop.remove_reader(fd)
+                    continue
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # readiness is reported until the reader is removed
+        waiter.set_result(None)
+
+
+def _read_when_ready(fd: int) -> bytes:
+    os.set_blocking(fd, True)
+    return os.read(fd, CHUNK)
+
+
+async def _encoded(chunks: AsyncIterator[bytes], compress: bool) -> AsyncIterator[bytes]:
+    deflater = zlib.compressobj(1, zlib.DEFLATED, 31) if compress else None
+    async for chunk in chunks:
+        yield deflater.compress(chunk) if deflater else chunk
+    if deflater:
+        yield deflater.flush()

@@ -21,7 +21,12 @@ ERRNO_CODES = {
     errno.ENOTEMPTY: Code.INVALID_ARGUMENT,
     errno.ESRCH: Code.NOT_FOUND,
     errno.ENOSPC: Code.RESOURCE_EXHAUSTED,
+    errno.ENAMETOOLONG: Code.INVALID_ARGUMENT,
+    errno.ELOOP: Code.INVALID_ARGUMENT,
+    errno.EINVAL: Code.INVALID_ARGUMENT,
 }
+PATH_MAX = 4096  # bytes of a path, its NUL included (Linux)
+GO_MODE_DIR = 0o20000000000  # Go's fs.ModeDir, which envd's EntryInfo.mode (Mode().Perm()) leaves out
 FILE_TYPES = {
     "file": fs_pb.FileType.FILE,
     "directory": fs_pb.FileType.DIRECTORY,
@@ -37,8 +42,11 @@ def connect_error(exc: AgentError) -> ConnectError:
     return ConnectError(code, f"{exc}{target}")
 
 
-def entry_message(info: dict) -> fs_pb.EntryInfo:
+def entry_message(info: dict, go_dir_bit: bool = False) -> fs_pb.EntryInfo:
     kind = info["type"]
+    mode = info["mode"] & 0o777
+    if go_dir_bit and kind == "directory":
+        mode |= GO_MODE_DIR
     is_symlink = kind == "symlink"
     shown = info.get("target_type", kind) if is_symlink else kind
     mtime = info["mtime_ns"]
@@ -47,7 +55,7 @@ def entry_message(info: dict) -> fs_pb.EntryInfo:
         type=FILE_TYPES.get(shown, fs_pb.FileType.UNSPECIFIED),
         path=info["path"],
         size=info["size"],
-        mode=info["mode"],
+        mode=mode,
         permissions=info["permissions"],
         owner=info["owner"],
         group=info["group"],

@@ -33,6 +33,19 @@ class Quirks:
     token_prefix: str = ""
     sandbox_id_prefix: str = ""
     token_error: str = "invalid or missing access token"
+    # Fidelity deviations: each brings back one behaviour E2B does not have.
+    dir_mode_go_bit: bool = False  # a directory's EntryInfo.mode carries Go's ModeDir bit (0o20000000000)
+    remove_missing_404: bool = False  # files.remove of a missing path fails with not_found
+    upload_no_metadata: bool = False  # POST /files answers without metadata and keeps the old metadata
+    proc_size_zero: bool = False  # a file whose stat size is 0 (/proc) downloads empty
+    kill_stream_clean_end: bool = False  # killing a sandbox ends its command streams with a clean end event
+    kill_returns_early: bool = False  # commands.kill returns before the process is reaped
+    streams_outlive_clients: bool = False  # a stream whose client went away runs on until it ends
+    signed_url_generic_error: bool = False  # a refused signed URL gets the generic token error
+    metrics_ignore_window: bool = False  # metrics answer the current sample whatever start/end ask
+    pause_keeps_memory: bool = False  # a pause with memory: false still keeps every process
+    files_write_as_user: bool = False  # POST /files writes with the user's rights (403 under root's dirs)
+    unknown_route_404: bool = False  # an unimplemented route answers a bare 404
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .box import Box, BoxSettings, Zygote
+from .network import EgressRules
 from .quirks import Quirks
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class Sandbox:
     tokens: dict[str, float | None] = field(default_factory=dict)  # sha256 -> expiry (None: current)
     watchers: dict[str, Watcher] = field(default_factory=dict)
     paused_at: float | None = None
+    pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
+    egress: EgressRules = field(default_factory=EgressRules)  # as last set by a network update
+    kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -147,9 +151,11 @@ class Registry:
             profile_lines=q.login_profile(),
         )
 
-    async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
-        box = Box(sandbox_id, self.config.template_root, self.boxes_dir, self._settings(internet), self.zygote)
+    async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
+        root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
+        box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote)
         await box.start(hostname=sandbox_id)
+        await box.new_boot_id()
         return box
 
     def _refill_pool(self) -> None:
@@ -174,14 +180,14 @@ class Registry:
         await box.warm_up()
         return box
 
-    async def _take_box(self, internet: bool, sandbox_id: str | None) -> Box:
+    async def _take_box(self, internet: bool, sandbox_id: str | None, layers: str | None = None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""
-        while internet and sandbox_id is None and self._pool:
+        while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
             if box.running:
                 self._refill_pool()
                 return box
-        box = await self._new_box(internet, sandbox_id or self.new_id())
+        box = await self._new_box(internet, sandbox_id or self.new_id(), layers)
         self._refill_pool()
         return box
 
@@ -201,8 +207,9 @@ class Registry:
         auto_pause: bool,
         auto_resume: bool,
         sandbox_id: str | None = None,
+        layers: str | None = None,
     ) -> tuple[Sandbox, str]:
-        box = await self._take_box(internet, sandbox_id)
+        box = await self._take_box(internet, sandbox_id, layers)
         sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(
@@ -239,19 +246,34 @@ class Registry:
             return False
         for watcher in list(sandbox.watchers.values()):
             await watcher.close()
+        if sandbox.kept_root is not None:  # paused without memory: only its root's changes are left
+            kept, sandbox.kept_root = sandbox.kept_root, None
+            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, kept, True)
         removal = await sandbox.box.kill(wait_for_files=False)
         if removal is not None:
             self._tasks.add(removal)
             removal.add_done_callback(self._tasks.discard)
         return True
 
-    async def pause(self, sandbox: Sandbox) -> None:
-        await sandbox.box.freeze()
+    async def pause(self, sandbox: Sandbox, memory: bool = True) -> None:
+        if memory or self.quirks.pause_keeps_memory:
+            await sandbox.box.freeze()
+        else:
+            sandbox.kept_root = await sandbox.box.power_off()
         sandbox.state = "paused"
         sandbox.paused_at = time.time()
 
-    async def resume(self, sandbox: Sandbox, timeout_s: int) -> None:
-        await sandbox.box.thaw()
+    async def resume(self, sandbox: Sandbox, timeout_s: int, reboot: bool = False) -> None:
+        if reboot and sandbox.kept_root is None and not self.quirks.pause_keeps_memory:
+            sandbox.kept_root = await sandbox.box.power_off()  # the memory kept by the pause is let go
+        if sandbox.kept_root is not None:
+            old = sandbox.box
+            box = Box(old.name, old.template_root, self.boxes_dir, old.settings, self.zygote)
+            await box.power_on(sandbox.id, sandbox.kept_root)
+            box.on_exit = lambda: self._box_exited(sandbox)
+            sandbox.box, sandbox.kept_root = box, None
+        else:
+            await sandbox.box.thaw()
         sandbox.state = "running"
         sandbox.paused_at = None
         sandbox.end_at = time.time() + timeout_s
@@ -265,7 +287,7 @@ class Registry:
                     continue
                 try:
                     if sandbox.auto_pause:
-                        await self.pause(sandbox)
+                        await self.pause(sandbox, memory=sandbox.pause_memory)
                     else:
                         await self.kill(sandbox.id)
                 except Exception:

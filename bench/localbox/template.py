@@ -13,10 +13,11 @@ import subprocess
 from pathlib import Path
 
 # Bump when the recipe changes: a new directory is built and the old one is left for `clean`.
-TEMPLATE_REVISION = "2"
+TEMPLATE_REVISION = "3"
 PACKAGES = [
     "bash", "coreutils", "sudo", "curl", "ca-certificates", "python3", "procps", "iproute2",
     "less", "file", "passwd", "util-linux", "findutils", "grep", "sed", "gzip", "tar",
+    "python-is-python3", "git", "attr",  # as E2B's base: `python`, git and the xattr tools
 ]  # fmt: skip
 CUSTOMIZE = [
     'chroot "$1" useradd --create-home --uid 1000 --user-group --shell /bin/bash user',

@@ -28,6 +28,10 @@ KINDS = (
 )
 
 
+class WatchClosed(Exception):
+    """The watch was closed while a stream waited on it."""
+
+
 class Watcher:
     def __init__(self, sandbox: Sandbox, root: str, recursive: bool, include_entry: bool, user: str) -> None:
         self.sandbox = sandbox
@@ -79,7 +83,10 @@ class Watcher:
             self.paths.update({int(k): v for k, v in added["paths"].items()})
 
     async def next_events(self) -> list[fs_pb.FilesystemEvent]:
+        """The next events; raises WatchClosed once the watch was closed (its sandbox killed) and drained."""
         while not self.raw:
+            if self.fd < 0:
+                raise WatchClosed(self.root)
             self.arrived.clear()
             await self.arrived.wait()
         return await self.drain()
@@ -95,7 +102,8 @@ class Watcher:
             entry = None
             if self.include_entry and kind != fs_pb.EventType.REMOVE and kind != fs_pb.EventType.RENAME:
                 with contextlib.suppress(AgentError):
-                    entry = entry_message(await self.sandbox.box.fs("stat", path=full, user=self.user))
+                    info = await self.sandbox.box.fs("stat", path=full, user=self.user)
+                    entry = entry_message(info, go_dir_bit=self.sandbox.quirks.dir_mode_go_bit)  # type: ignore[arg-type]
             events.append(fs_pb.FilesystemEvent(name=name, type=kind, entry=entry))
         return events
 
@@ -107,5 +115,6 @@ class Watcher:
         with contextlib.suppress(OSError):
             os.close(self.fd)
         self.fd = -1
+        self.arrived.set()  # a stream waiting for events learns the watch is gone
         with contextlib.suppress(AgentError):
             await self.sandbox.box.fs("watch_close", watch=self.watch_id)

@@ -127,6 +127,35 @@ class Bench:
             self.sample(measure["id"], index, started_ms, outcome)
         return {"attempted": attempted, "wall_ms": ms_since(began), "client": client}
 
+    def tti_snapshot(self, measure: dict[str, Any]) -> dict[str, Any]:
+        """Create from a snapshot of the shared sandbox (taken once, untimed) -> first command."""
+        from e2b import Sandbox
+
+        snapshot = self._work_sandbox().create_snapshot()
+
+        def create() -> Any:
+            sandbox = Sandbox.create(snapshot.snapshot_id, timeout=self.sandbox_timeout_s, metadata=self.metadata)
+            self.created.append(sandbox.sandbox_id)
+            return sandbox
+
+        try:
+            return self._sequential(measure, create, lambda s: s.commands.run("true"), self._kill_timed, "Sandbox")
+        finally:
+            Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+    def tti_fork(self, measure: dict[str, Any]) -> dict[str, Any]:
+        """Fork the shared sandbox (one fork) -> first command in the fork."""
+        source = self._work_sandbox()
+
+        def create() -> Any:
+            (fork,) = source.fork(timeout=self.sandbox_timeout_s)
+            if isinstance(fork, Exception):
+                raise fork
+            self.created.append(fork.sandbox_id)
+            return fork
+
+        return self._sequential(measure, create, lambda s: s.commands.run("true"), self._kill_timed, "Sandbox")
+
     def _kill_timed(self, sandbox: Any) -> float | None:
         started = time.perf_counter()
         try:
@@ -450,6 +479,8 @@ def main() -> int:
         "upload_http": bench.upload_http,
         "download": bench.download,
         "download_http": bench.download_http,
+        "tti_snapshot": bench.tti_snapshot,
+        "tti_fork": bench.tti_fork,
     }
     cleaned: dict[str, str] = {}
     try:

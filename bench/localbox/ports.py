@@ -1,0 +1,217 @@
+"""Sandbox ports: a request for port N of a sandbox is proxied to N on the sandbox's own loopback.
+
+As E2B's sandbox proxy: the port comes from `E2b-Sandbox-Port` (with `E2b-Sandbox-Id`) or from a
+`<port>-<sandbox id>.` host name; HTTP bodies stream both ways and WebSocket upgrades are relayed message by
+message. The connection is made inside the sandbox by its agent, so it reaches the sandbox's network stack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+from collections.abc import Awaitable, Callable
+
+import h11
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from .agentlink import AgentError
+from .registry import Registry, Sandbox
+
+ENVD_PORT = 49983
+PORT_HOST = re.compile(r"^(\d+)-([a-z0-9-]+)\.")  # <port>-<sandbox id>.<domain>
+# Headers of one hop (RFC 9110 7.6.1) and the routing headers of this endpoint: never passed on.
+HOP_HEADERS = {
+    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
+    b"proxy-authorization", b"proxy-authenticate", b"e2b-sandbox-id", b"e2b-sandbox-port",
+}  # fmt: skip
+READ_CHUNK = 1 << 16
+WS_MAX_MESSAGE = 16 << 20
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    return next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == name), "")
+
+
+def port_target(scope: Scope) -> tuple[str, int] | None:
+    """(sandbox id, port) when the request is for a sandbox port other than envd's."""
+    port, sandbox_id = _header(scope, b"e2b-sandbox-port"), _header(scope, b"e2b-sandbox-id")
+    if not port and (match := PORT_HOST.match(_header(scope, b"host"))):
+        port, sandbox_id = match.group(1), sandbox_id or match.group(2)
+    if not port.isdigit() or int(port) == ENVD_PORT:
+        return None
+    return sandbox_id, int(port)
+
+
+def proxy_error(status: int, message: str, sandbox_id: str, port: int) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message, "sandboxId": sandbox_id, "port": port}, status)
+
+
+class PortProxy:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, port: int) -> None:
+        sandbox = self.registry.get(sandbox_id)
+        refusal = None
+        if not 0 < port < 65536:
+            refusal = proxy_error(400, f"invalid port {port}", sandbox_id, port)
+        elif sandbox is None or not sandbox.box.running:
+            refusal = proxy_error(502, f"The sandbox {sandbox_id} was not found", sandbox_id, port)
+        elif sandbox.state != "running":
+            refusal = proxy_error(502, f"The sandbox {sandbox_id} is paused", sandbox_id, port)
+        if refusal is not None or sandbox is None:
+            await _refuse(scope, receive, send, refusal)
+            return
+        try:
+            sock = await sandbox.box.connect(port)
+        except (AgentError, TimeoutError):
+            closed = f"The sandbox {sandbox_id} is running but port {port} is not open"
+            await _refuse(scope, receive, send, proxy_error(502, closed, sandbox_id, port))
+            return
+        if scope["type"] == "websocket":
+            await _relay_websocket(scope, receive, send, sock, sandbox, port)
+        else:
+            await _proxy_http(scope, receive, send, sock)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, response: JSONResponse | None) -> None:
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1011, "reason": "port not reachable"})
+    elif response is not None:
+        await response(scope, receive, send)
+
+
+def _request_head(scope: Scope) -> tuple[h11.Request, bool]:
+    """The request as it goes on to the sandbox, and whether a body follows."""
+    original = {k.lower(): v for k, v in scope["headers"]}
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_HEADERS]
+    chunked = b"chunked" in original.get(b"transfer-encoding", b"").lower()
+    if chunked:
+        headers.append((b"transfer-encoding", b"chunked"))
+    headers.append((b"connection", b"close"))
+    target = scope.get("raw_path") or scope["path"].encode()
+    if scope.get("query_string"):
+        target += b"?" + scope["query_string"]
+    has_body = chunked or int(original.get(b"content-length", b"0") or 0) > 0
+    return h11.Request(method=scope["method"], target=target, headers=headers), has_body
+
+
+async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_connection(sock=sock)
+    conn = h11.Connection(h11.CLIENT)
+    request, has_body = _request_head(scope)
+    writer.write(conn.send(request) or b"")
+
+    async def pump_body() -> None:
+        while has_body:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            if message.get("body"):
+                writer.write(conn.send(h11.Data(data=message["body"])) or b"")
+                await writer.drain()
+            if not message.get("more_body"):
+                break
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+
+    pumping = asyncio.ensure_future(pump_body())
+    started = False
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await reader.read(READ_CHUNK)
+                if not data and not started:
+                    raise h11.RemoteProtocolError("the sandbox's server closed the connection without an answer")
+                conn.receive_data(data)
+                continue
+            if isinstance(event, h11.Response):
+                headers = [(k, v) for k, v in event.headers if k.lower() not in HOP_HEADERS]
+                await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
+                started = True
+            elif isinstance(event, h11.Data):
+                await send({"type": "http.response.body", "body": bytes(event.data), "more_body": True})
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+    except h11.RemoteProtocolError as exc:
+        if started:
+            raise  # the answer is cut: the client sees the connection end
+        await JSONResponse({"code": 502, "message": f"bad answer from the sandbox's server: {exc}"}, 502)(
+            scope, receive, send
+        )
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await pumping  # a client that left mid-body is not an error of this request
+        writer.close()
+
+
+async def _relay_websocket(
+    scope: Scope, receive: Receive, send: Send, sock: socket.socket, sandbox: Sandbox, port: int
+) -> None:
+    await receive()  # websocket.connect
+    path = scope.get("raw_path") or scope["path"].encode()
+    query = b"?" + scope["query_string"] if scope.get("query_string") else b""
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() in PASSED_WS]
+    sock.setblocking(True)  # websockets takes a blocking socket and makes it its own
+    try:
+        upstream = await connect(
+            f"ws://127.0.0.1:{port}{(path + query).decode('latin-1')}",
+            sock=sock,
+            additional_headers=headers,
+            subprotocols=scope.get("subprotocols") or None,  # type: ignore[arg-type]
+            ping_interval=None,
+            max_size=WS_MAX_MESSAGE,
+            open_timeout=10,
+        )
+    except (InvalidHandshake, OSError, TimeoutError) as exc:
+        await send({"type": "websocket.close", "code": 1011, "reason": f"the sandbox refused: {exc}"[:120]})
+        return
+    await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+    async with upstream:
+        await _first_to_end(_client_to_sandbox(receive, upstream), _sandbox_to_client(upstream, send))
+
+
+PASSED_WS = {b"cookie", b"authorization", b"origin", b"user-agent"}
+
+
+async def _first_to_end(*relays: Awaitable[None]) -> None:
+    tasks = [asyncio.ensure_future(r) for r in relays]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _client_to_sandbox(receive: Receive, upstream: ClientConnection) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "websocket.disconnect":
+            await upstream.close(message.get("code", 1000))
+            return
+        data = message.get("bytes") if message.get("bytes") is not None else message.get("text")
+        if data is not None:
+            with contextlib.suppress(ConnectionClosed):
+                await upstream.send(data)
+
+
+async def _sandbox_to_client(upstream: ClientConnection, send: Callable[..., Awaitable[None]]) -> None:
+    try:
+        async for data in upstream:
+            key = "bytes" if isinstance(data, bytes) else "text"
+            await send({"type": "websocket.send", key: data})
+    except ConnectionClosed:
+        pass
+    code = upstream.close_code or 1000
+    with contextlib.suppress(Exception):
+        await send({"type": "websocket.close", "code": code if code != 1006 else 1011})

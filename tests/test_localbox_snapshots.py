@@ -1,0 +1,127 @@
+"""Snapshots and forks (#13 item 15): a sandbox's files, taken at a moment, become new sandboxes.
+
+The embedded endpoint keeps the filesystem (not memory): each test checks files through commands in the new
+sandboxes, and the listing and deletion through the SDK and the REST API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import AsyncSandbox, Sandbox, SandboxException
+from js_sdk import run_js
+
+from bench.localbox.server import LocalEndpoint
+
+STATE = "cat ~/state.txt; test -e /etc/issue && echo issue || echo no-issue; pgrep -x sleep | wc -l"
+
+
+def test_a_snapshot_keeps_the_files_of_its_moment_and_stacks(endpoint: LocalEndpoint) -> None:
+    source = Sandbox.create(timeout=120)
+    made: list[Sandbox] = [source]
+    try:
+        source.commands.run("echo v1 > ~/state.txt; sudo rm /etc/issue; sleep 600 >/dev/null 2>&1 &")
+        first = source.create_snapshot(name="snap-a")
+        source.commands.run("echo v2 > ~/state.txt")
+        child = Sandbox.create(template=first.snapshot_id, timeout=120)
+        made.append(child)
+        in_child = child.commands.run(STATE).stdout
+        child.commands.run("echo v3 > ~/state.txt")
+        second = child.create_snapshot()
+        grandchild = Sandbox.create(template=second.snapshot_id, timeout=120)
+        made.append(grandchild)
+        in_grandchild = grandchild.commands.run(STATE).stdout
+        in_source = source.commands.run(STATE).stdout
+        by_sandbox = [s.snapshot_id for s in source.list_snapshots().next_items()]
+        by_name = [s.snapshot_id for s in Sandbox.list_snapshots(name="snap-a").next_items()]
+    finally:
+        for sbx in made:
+            sbx.kill()
+
+    assert (first.snapshot_id, first.names) == ("snap-a:default", ["snap-a:default"])
+    assert in_child == "v1\nno-issue\n0\n"  # files of the moment, a deleted template file stays deleted
+    assert in_grandchild == "v3\nno-issue\n0\n"
+    assert in_source == "v2\nno-issue\n1\n"  # the source runs on, its process untouched
+    assert by_sandbox == by_name == ["snap-a:default"]
+
+
+def test_deleting_a_snapshot_unlists_it_and_refuses_new_sandboxes(endpoint: LocalEndpoint) -> None:
+    source = Sandbox.create(timeout=60)
+    try:
+        snapshot = source.create_snapshot()
+        deleted, again = Sandbox.delete_snapshot(snapshot.snapshot_id), Sandbox.delete_snapshot(snapshot.snapshot_id)
+        listed = [s.snapshot_id for s in source.list_snapshots().next_items()]
+        with pytest.raises(SandboxException) as refused:
+            Sandbox.create(template=snapshot.snapshot_id)
+        base = httpx.delete(f"{endpoint.api_url}/templates/base", headers={"X-API-KEY": endpoint.api_key})
+    finally:
+        source.kill()
+
+    assert (deleted, again, listed) == (True, False, [])
+    assert "not found" in str(refused.value)
+    assert base.status_code == 400
+
+
+def test_a_fork_starts_sandboxes_with_the_sources_files(endpoint: LocalEndpoint) -> None:
+    source = Sandbox.create(timeout=60, envs={"FROM": "source"}, metadata={"role": "source"})
+    forks: list[Sandbox] = []
+    try:
+        source.commands.run("echo v1 > ~/state.txt")
+        results = source.fork(count=2, timeout=60)
+        forks = [f for f in results if isinstance(f, Sandbox)]
+        forks[0].commands.run("echo changed > ~/state.txt")
+        seen = [f.commands.run("cat ~/state.txt; echo $FROM").stdout for f in (source, *forks)]
+        info = Sandbox.get_info(forks[1].sandbox_id)
+    finally:
+        for sbx in (source, *forks):
+            sbx.kill()
+
+    assert len(forks) == 2 and len({source.sandbox_id, *(f.sandbox_id for f in forks)}) == 3
+    assert seen == ["v1\nsource\n", "changed\nsource\n", "v1\nsource\n"]
+    assert info.metadata == {"role": "source"}
+
+
+def test_the_async_sdk_snapshots_and_forks(endpoint: LocalEndpoint) -> None:
+    async def scenario() -> tuple[str, str]:
+        source = await AsyncSandbox.create(timeout=60)
+        made = [source]
+        try:
+            await source.files.write("/home/user/a.txt", "async")
+            snapshot = await source.create_snapshot()
+            child = await AsyncSandbox.create(template=snapshot.snapshot_id, timeout=60)
+            made.append(child)
+            (fork,) = await source.fork(timeout=60)
+            assert isinstance(fork, AsyncSandbox)
+            made.append(fork)
+            return await child.files.read("/home/user/a.txt"), await fork.files.read("/home/user/a.txt")
+        finally:
+            for sbx in made:
+                await sbx.kill()
+
+    assert asyncio.run(scenario()) == ("async", "async")
+
+
+def test_the_npm_sdk_snapshots_and_forks(endpoint: LocalEndpoint, tmp_path: Path) -> None:
+    seen = run_js(
+        """
+        const source = await Sandbox.create({ timeoutMs: 60000 });
+        try {
+          await source.files.write('/home/user/js.txt', 'from js');
+          const snapshot = await source.createSnapshot({ name: 'js-snap' });
+          const child = await Sandbox.create(snapshot.snapshotId, { timeoutMs: 60000 });
+          const [fork] = await source.fork({ count: 1 });
+          const read = [await child.files.read('/home/user/js.txt'), await fork.files.read('/home/user/js.txt')];
+          await child.kill();
+          await fork.kill();
+          return [snapshot.snapshotId, ...read];
+        } finally {
+          await source.kill();
+        }
+        """,
+        tmp_path,
+    )
+
+    assert seen == ["js-snap:default", "from js", "from js"]

@@ -300,7 +300,7 @@ class Benchmark:
         if exit_code == EXIT_OK and not all(record.conformant for record in records):
             exit_code = EXIT_FAILED
         run_dir.write_json(BENCH_JSON, document)
-        run_dir.write_text("junit.xml", write_junit(run_dir.path))
+        run_dir.write_text("junit.xml", write_junit(run_dir.path, status))
         run_dir.finish(status, exit_code)  # type: ignore[arg-type]
         print_table(document, self.out)
         print(f"run directory: {run_dir.path}", file=self.out)

@@ -77,8 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.set_defaults(handler=cmd_model)
 
     report = commands.add_parser("report", help="render the HTML report and Markdown summary of run directories")
-    report.add_argument("run_dirs", nargs="+", type=Path)
+    report.add_argument("run_dirs", nargs="*", type=Path)
     report.add_argument("--out", type=Path, default=None, help="default: reports/out/")
+    report.add_argument("--baseline", type=Path, default=None, help="RUN to compare the one run directory with")
+    report.add_argument("--fail-on-new", action="store_true", help="with --baseline: exit 1 on a new failure")
+    report.add_argument("--duration-factor", type=float, default=2.0, help="with --baseline: slower/faster factor")
+    report.add_argument("--history", type=Path, default=None, help="DIR of runs: timeline, flaky cases, trends")
     report.set_defaults(handler=cmd_report)
 
     bench = commands.add_parser(
@@ -233,18 +237,22 @@ def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from .report import render
+    from .compare import report_command
     from .results import RunError
 
     out = args.out or REPO_ROOT / "reports" / "out"
     try:
-        paths = render(args.run_dirs, out)
+        return report_command(
+            args.run_dirs,
+            out,
+            baseline=args.baseline,
+            history=args.history,
+            fail_on_new=args.fail_on_new,
+            factor=args.duration_factor,
+        )
     except RunError as exc:
         print(f"e2b-bench report: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    print(f"report: {paths.html}")
-    print(f"summary: {paths.markdown}")
-    return 0
 
 
 def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:

@@ -465,7 +465,7 @@ def _finish(bench: BenchSession, status: str) -> None:
     assert bench.run_dir is not None
     if bench.preflight_error:
         bench.run_dir.write_json("preflight.json", {"error": bench.preflight_error})
-    bench.run_dir.write_text("junit.xml", write_junit(bench.run_dir.path))
+    bench.run_dir.write_text("junit.xml", write_junit(bench.run_dir.path, status))
     bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
     if not bench.config.getoption("no_report"):
         with contextlib.suppress(Exception):

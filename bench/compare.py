@@ -62,7 +62,8 @@ class Diff:
 
 def symptom(case: CaseRecord) -> str:
     first = (case.error or "").strip().splitlines()[0] if (case.error or "").strip() else ""
-    return f"{case.outcome}" + (f": {first}" if first else "")
+    declared = "" if case.conformant else f" (declared {case.expected})"
+    return f"{case.outcome}{declared}" + (f": {first}" if first else "")
 
 
 def _same_symptom(a: CaseRecord, b: CaseRecord) -> bool:

@@ -11,6 +11,9 @@ from tests.run_cli import e2b_bench
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 PY, JS, AG2 = "py-e2b-2.63.0", "js-e2b-2.51.0", "ag2-1.2.1"
+METRICS_404 = (
+    "refused (declared pass): GET /sandboxes/{id}/metrics: HTTP 404: metrics are not supported by this endpoint"
+)
 
 
 def run(name: str):  # type: ignore[no-untyped-def]
@@ -21,14 +24,24 @@ def test_diff_lists_new_failures_and_slower_cases() -> None:
     result = diff(run("nightly-01"), run("nightly-02"))
 
     assert result.changes == [
-        Change("new failure", f"frameworks/{AG2}/fw01_proof_task", "pass", "fail: the model's answer was empty"),
+        Change(
+            "new failure",
+            f"frameworks/{AG2}/fw01_proof_task",
+            "pass",
+            "fail (declared pass): the model's answer was empty",
+        ),
         Change(
             "new failure",
             f"probes/{PY}/pr10_metrics",
             "pass",
-            "refused: GET /sandboxes/{id}/metrics: HTTP 404: metrics are not supported by this endpoint",
+            METRICS_404,
         ),
-        Change("new failure", f"quickstart/{PY}/py02_run_echo", "pass", "fail: CommandExitException: exit status 1"),
+        Change(
+            "new failure",
+            f"quickstart/{PY}/py02_run_echo",
+            "pass",
+            "fail (declared pass): CommandExitException: exit status 1",
+        ),
         Change("slower", f"quickstart/{JS}/ts01_create", "400 ms", "1300 ms"),
     ]
 
@@ -37,13 +50,20 @@ def test_diff_lists_fixed_cases_changed_symptoms_new_cases_and_pins() -> None:
     result = diff(run("nightly-02"), run("nightly-03"))
 
     assert result.changes == [
-        Change("fixed", f"frameworks/{AG2}/fw01_proof_task", "fail: the model's answer was empty", "pass"),
-        Change("fixed", f"quickstart/{PY}/py02_run_echo", "fail: CommandExitException: exit status 1", "pass"),
+        Change(
+            "fixed", f"frameworks/{AG2}/fw01_proof_task", "fail (declared pass): the model's answer was empty", "pass"
+        ),
+        Change(
+            "fixed",
+            f"quickstart/{PY}/py02_run_echo",
+            "fail (declared pass): CommandExitException: exit status 1",
+            "pass",
+        ),
         Change(
             "symptom changed",
             f"probes/{PY}/pr10_metrics",
-            "refused: GET /sandboxes/{id}/metrics: HTTP 404: metrics are not supported by this endpoint",
-            "refused: GET /sandboxes/{id}/metrics: HTTP 501: metrics are not implemented",
+            METRICS_404,
+            "refused (declared pass): GET /sandboxes/{id}/metrics: HTTP 501: metrics are not implemented",
         ),
         Change("new case", f"quickstart/{PY}/py03_files", "", "pass"),
         Change("faster", f"quickstart/{JS}/ts01_create", "1300 ms", "390 ms"),
@@ -78,7 +98,7 @@ def test_report_baseline_fails_on_new_failures_when_asked(tmp_path: Path) -> Non
     lines = done.stdout.splitlines()
     assert (done.returncode, lines[0], lines[4]) == (
         1,
-        f"new failure: frameworks/{AG2}/fw01_proof_task: pass → fail: the model's answer was empty",
+        f"new failure: frameworks/{AG2}/fw01_proof_task: pass → fail (declared pass): the model's answer was empty",
         "3 new failure(s), 4 change(s) since nightly-01",
     )
     changes = select((tmp_path / "report.html").read_text(), "tr", data_kind="new failure")

@@ -52,6 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true")
     run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
     run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
+    run.add_argument(
+        "--wire-bodies",
+        type=int,
+        nargs="?",
+        const=4096,
+        default=None,
+        metavar="BYTES",
+        help="also log the first BYTES (default 4096) of each request and response body, redacted, in wire/*.jsonl",
+    )
     run.add_argument("suites", nargs="*", default=[], help="suite paths under sandboxes/ (default: all)")
     run.set_defaults(handler=cmd_run)
 
@@ -144,6 +153,10 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *([] if args.include_slow or "-m" in extra else ["-m", "not slow and not bench"]),
         *extra,
     ]  # fmt: skip
+    if args.wire_bodies is not None:
+        from .wire import WIRE_BODIES_ENV
+
+        os.environ[WIRE_BODIES_ENV] = str(args.wire_bodies)  # read by every wire proxy of the run
     os.chdir(REPO_ROOT)
     code = int(pytest.main(pytest_args))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:

@@ -1,5 +1,6 @@
 """What changed between fixture nightly runs: `report --baseline` (a diff) and `report --history` (a timeline)."""
 
+import json
 import shutil
 import stat
 from pathlib import Path
@@ -193,3 +194,24 @@ def test_report_history_of_a_directory_without_runs_is_a_usage_error(tmp_path: P
         2,
         f"e2b-bench report: {tmp_path}: no run directory (no run.json) found under it\n",
     )
+
+
+def with_error(tmp_path: Path, name: str, error: str) -> Path:
+    """A copy of nightly-02 whose pr10_metrics failed with `error`."""
+    copy = tmp_path / name
+    shutil.copytree(RUNS / "nightly-02", copy)
+    lines = [json.loads(line) for line in (copy / "cases.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["case"] == "pr10_metrics":
+            line["error"] = error
+    (copy / "cases.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return copy
+
+
+def test_a_symptom_differing_only_in_sandbox_id_port_or_timing_is_not_a_change(tmp_path: Path) -> None:
+    before = with_error(tmp_path, "a", "Sandbox i4k2sm0x7v1c9q3e5t8z not found at 127.0.0.1:38503 after 12.5 ms")
+    after = with_error(tmp_path, "b", "Sandbox zz9y8x7w6v5u4t3s2r1q not found at 127.0.0.1:41177 after 9.1 ms")
+    status = with_error(tmp_path, "c", "Sandbox zz9y8x7w6v5u4t3s2r1q not found: HTTP 410")
+
+    assert diff(read_run(before), read_run(after)).changes == []
+    assert [c.kind for c in diff(read_run(before), read_run(status)).changes] == ["symptom changed"]

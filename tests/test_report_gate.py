@@ -1,5 +1,7 @@
 """Verdict first: the report, the summary and junit.xml of fixture runs say the same about the gate."""
 
+import json
+import shutil
 import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -232,3 +234,16 @@ def test_every_artifact_is_readable_by_group_and_others(tmp_path: Path) -> None:
     paths = rendered(tmp_path, "nightly-02")
 
     assert [stat.S_IMODE(p.stat().st_mode) for p in (paths.html, paths.markdown)] == [0o644, 0o644]
+
+
+def test_junit_written_while_finishing_a_run_has_no_run_case(tmp_path: Path) -> None:
+    # The writer of a run calls write_junit before the footer: no footer and no status is not "truncated".
+    run = tmp_path / "finishing"
+    shutil.copytree(RUNS / "nightly-01", run)
+    document = json.loads((run / "run.json").read_text())
+    del document["footer"]
+    (run / "run.json").write_text(json.dumps(document))
+
+    root = ET.fromstring(write_junit(run).split("\n", 1)[1])
+
+    assert [case.get("name") for case in root.iter("testcase") if case.get("classname") == "e2b-bench.run"] == []

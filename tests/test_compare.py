@@ -215,3 +215,19 @@ def test_a_symptom_differing_only_in_sandbox_id_port_or_timing_is_not_a_change(t
 
     assert diff(read_run(before), read_run(after)).changes == []
     assert [c.kind for c in diff(read_run(before), read_run(status)).changes] == ["symptom changed"]
+
+
+def test_report_history_shows_benchmark_ratio_trends(tmp_path: Path) -> None:
+    done = e2b_bench("report", "--history", str(RUNS.parent / "bench-history"), "--out", str(tmp_path))
+
+    md = (tmp_path / "history.md").read_text().splitlines()
+    html = (tmp_path / "history.html").read_text()
+
+    assert done.returncode == 0
+    assert md[md.index("### Benchmark ratios (x baseline of each run)") + 4 :][:3] == [
+        f"| `{PY} tti.sequential` | 7.42x | 8.44x |",
+        f"| `{PY} tti_http.sequential` | 1.30x | **11.56x** |",
+        f"| `{PY} run_true` | 1.13x | **3.62x** |",
+    ]
+    assert len(select(html, "td", class_="regression")) == 5
+    assert html.count("<svg") == 1

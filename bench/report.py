@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ ARTIFACT_MODE = 0o644  # nothing secret is left in an artifact, so group and oth
 WIRE_EXCERPT_LINES = 30
 TRANSCRIPT_PREVIEW = 6000
 COVERAGE_JSON = "coverage.json"
+# A sandbox id as an error message names it (`Sandbox jyh2dpakq2c140ijhoa5 not found`): 20 letters and digits.
+SANDBOX_ID = re.compile(r"\b(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{20}\b")
 CASE_FIELDS = ("id", "suite", "runner", "case", "outcome", "expected", "conformant", "duration_ms", "details", "note")
 FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at"]
 
@@ -143,10 +146,9 @@ class CaseSources:
     def wire_excerpt(self, run_id: str, runner: str, sandboxes: set[str]) -> tuple[str, list[str]]:
         """The runner's exchanges with these sandboxes or, lacking ids, those that failed; with a caption."""
         entries = self._load(run_id, f"wire/{runner}.jsonl", lines=True) or []
-        if sandboxes:
-            caption = f"exchanges with sandbox {', '.join(sorted(sandboxes))}"
-            chosen = [e for e in entries if any(s in json.dumps(e) for s in sandboxes)]
-        else:
+        chosen = [e for e in entries if any(s in json.dumps(e) for s in sandboxes)]
+        caption = f"exchanges with sandbox {', '.join(sorted(sandboxes))}"
+        if not chosen:
             caption = f"exchanges of {runner} that failed (the wire log does not say which step sent them)"
             chosen = [e for e in entries if e.get("error") or e.get("status") is None or e["status"] >= 400]
         shown = [_wire_line(entry) for entry in chosen[:WIRE_EXCERPT_LINES]]
@@ -187,7 +189,8 @@ def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> di
         text = json.dumps(shown, indent=2, ensure_ascii=False)
         if len(text) > TRANSCRIPT_PREVIEW:
             text = text[:TRANSCRIPT_PREVIEW] + f"\n… (the whole transcript is {record['runner']}.json)"
-    ids = _sandbox_ids(transcript) | _sandbox_ids(record["details"])
+    named = SANDBOX_ID.findall(record["error"] if isinstance(record["error"], str) else "")
+    ids = _sandbox_ids(transcript) | _sandbox_ids(record["details"]) | set(named)
     caption, wire = sources.wire_excerpt(record["run_id"], record["runner"], ids)
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 

@@ -247,3 +247,22 @@ def test_junit_written_while_finishing_a_run_has_no_run_case(tmp_path: Path) -> 
     root = ET.fromstring(write_junit(run).split("\n", 1)[1])
 
     assert [case.get("name") for case in root.iter("testcase") if case.get("classname") == "e2b-bench.run"] == []
+
+
+def test_a_sandbox_named_in_the_error_picks_the_wire_excerpt(tmp_path: Path) -> None:
+    run = tmp_path / "named"
+    shutil.copytree(RUNS / "nightly-02", run)
+    cases = [json.loads(line) for line in (run / "cases.jsonl").read_text().splitlines()]
+    for case in cases:
+        if case["case"] == "py02_run_echo":
+            case["error"] = "SandboxNotFoundException: Sandbox i4k2sm0x7v1c9q3e5t8z not found"
+    (run / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+
+    html = render([run], tmp_path / "out").html.read_text()
+
+    case = select(html, "details", data_case="quickstart/py02_run_echo")[0]
+    assert (
+        "wire: exchanges with sandbox i4k2sm0x7v1c9q3e5t8z\n"
+        "  02:00:12.300 GET http://127.0.0.1:9/sandboxes/i4k2sm0x7v1c9q3e5t8z/metrics → 404 (3.5 ms)\n"
+        "02:00:13.000 POST http://127.0.0.1:9/process.Process/Start → 200 (40.0 ms)\n"
+    ) in case.text

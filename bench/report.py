@@ -146,7 +146,11 @@ class CaseSources:
     def wire_excerpt(self, run_id: str, runner: str, sandboxes: set[str]) -> tuple[str, list[str]]:
         """The runner's exchanges with these sandboxes or, lacking ids, those that failed; with a caption."""
         entries = self._load(run_id, f"wire/{runner}.jsonl", lines=True) or []
-        chosen = [e for e in entries if any(s in json.dumps(e) for s in sandboxes)]
+        key = (run_id, f"wire/{runner}.jsonl#text")
+        if key not in self._cache:
+            self._cache[key] = [json.dumps(entry) for entry in entries]
+        texts = self._cache[key]
+        chosen = [entry for entry, text in zip(entries, texts, strict=True) if any(s in text for s in sandboxes)]
         caption = f"exchanges with sandbox {', '.join(sorted(sandboxes))}"
         if not chosen:
             caption = f"exchanges of {runner} that failed (the wire log does not say which step sent them)"

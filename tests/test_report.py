@@ -198,12 +198,18 @@ def test_everything_written_is_redacted(tmp_path: Path) -> None:
     assert [KEY in path.read_text() for path in (paths.html, paths.markdown)] == [False, False]
 
 
-def test_a_run_without_cases_renders(tmp_path: Path) -> None:
+def test_a_run_without_cases_renders_and_does_not_read_as_green(tmp_path: Path) -> None:
     run = make_run(tmp_path, "local", [], finished=False)
 
     paths = render([run.path], tmp_path / "out")
 
-    assert (parse(paths.html).cells, "No non-conformant case recorded." in paths.markdown.read_text()) == (
+    lines = paths.markdown.read_text().splitlines()
+    assert (parse(paths.html).cells, lines[:3], "No non-conformant case recorded." in lines) == (
         [],
-        True,
+        [
+            "## e2b-bench: ❌ GATE FAILED: 0 case(s), 0 conformant, 0 non-conformant; 1 run(s) did not finish normally",
+            "",
+            f"- **{run.path.name}: no footer: the run did not finish (killed, or still running); 0 case(s) recorded**",
+        ],
+        False,
     )

@@ -99,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k: only cases matching the expression")
     run.add_argument("-m", dest="markexpr", default=None, help="pytest -m (default: not slow and not bench)")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first non-conformant case")
+    run.add_argument(
+        "--wire-bodies",
+        type=int,
+        nargs="?",
+        const=4096,
+        default=None,
+        metavar="BYTES",
+        help="also log the first BYTES (default 4096) of each request and response body, redacted, in wire/*.jsonl",
+    )
     run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
     run.set_defaults(handler=cmd_run)
 
@@ -125,8 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.set_defaults(handler=cmd_model)
 
     report = _command(commands, "report", help="render the HTML report and Markdown summary of run directories")
-    report.add_argument("run_dirs", nargs="+", type=Path)
+    report.add_argument("run_dirs", nargs="*", type=Path)
     report.add_argument("--out", type=Path, default=REPORTS_OUT, help="where report.html and summary.md go")
+    report.add_argument("--baseline", type=Path, default=None, help="RUN to compare the one run directory with")
+    report.add_argument("--fail-on-new", action="store_true", help="with --baseline: exit 1 on a new failure")
+    report.add_argument("--duration-factor", type=float, default=2.0, help="with --baseline: slower/faster factor")
+    report.add_argument("--history", type=Path, default=None, help="DIR of runs: timeline, flaky cases, trends")
     report.set_defaults(handler=cmd_report)
 
     bench = _command(
@@ -206,6 +219,10 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-x"] if args.exitfirst else []),
         *extra,
     ]  # fmt: skip
+    if args.wire_bodies is not None:
+        from .wire import WIRE_BODIES_ENV
+
+        os.environ[WIRE_BODIES_ENV] = str(args.wire_bodies)  # read by every wire proxy of the run
     code = int(pytest.main(pytest_args))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         print("e2b-bench run: no case matched the selection (check -k, -m and the suite names)", file=sys.stderr)
@@ -341,17 +358,21 @@ def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
-    from .report import render
+    from .compare import report_command
     from .results import RunError
 
     try:
-        paths = render(args.run_dirs, args.out)
+        return report_command(
+            args.run_dirs,
+            args.out,
+            baseline=args.baseline,
+            history=args.history,
+            fail_on_new=args.fail_on_new,
+            factor=args.duration_factor,
+        )
     except RunError as exc:
         print(f"e2b-bench report: {exc}", file=sys.stderr)
         return ExitCode.USAGE
-    print(f"report: {paths.html}")
-    print(f"summary: {paths.markdown}")
-    return 0
 
 
 def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:

@@ -142,7 +142,7 @@ class Lifecycle:
     def finish(self, status: Status, exit_code: int) -> ExitCode:
         """JUnit, footer and report; returns the exit code."""
         assert self.run_dir is not None
-        self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path))
+        self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
         self.run_dir.finish(status, int(exit_code))
         if self.report:
             from .report import render

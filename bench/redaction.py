@@ -34,13 +34,17 @@ SECRET_NAMES = frozenset(
 _ENV_STYLE = re.compile(r"[A-Z][A-Z0-9_]*_(?:TOKEN|SECRET|PASSWORD)|(?i:[a-z][a-z0-9_]*_api_key)")
 
 _NAME = "(?i:" + "|".join(map(re.escape, sorted(SECRET_NAMES, key=len, reverse=True))) + f")|{_ENV_STYLE.pattern}"
-# A name, optionally quoted, then `:` or `=`, then a quoted string or one bare token
-# (an optional auth scheme first). Bare tokens stop at delimiters so that JSON/HTML around them survives.
+# A name, optionally quoted, then `:` or `=` (not `==`, a pin or a comparison), then a quoted string or one
+# bare token (an optional auth scheme first). Bare tokens stop at delimiters so that JSON/HTML around them survives.
 _ASSIGNMENT = re.compile(
-    rf"""(?P<head>(?<![\w-])(?P<q>["']?)(?:{_NAME})(?P=q)\s*[:=]\s*)"""
+    rf"""(?P<head>(?<![\w-])(?P<q>["']?)(?:{_NAME})(?P=q)\s*(?::|=(?!=))\s*)"""
     r"""(?P<value>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
     r"""|["']?(?i:(?:bearer|basic|token)\s+)?(?:\[REDACTED\]|[^\s"'<>,;&{}\[\]()\\]+))"""
 )
+# A package version (`0.7.1`, `2026.10.19.post1`, `1.0.0-beta.2`): never a secret, even under a secret-looking
+# name (the npm package `cookie` is pinned like any other).
+_VERSION = re.compile(r"v?\d+(?:\.\d+)+(?:[-+]?[A-Za-z][0-9A-Za-z]*)?(?:[-+.][0-9A-Za-z]+)*")
+VERSION_MAX_LENGTH = 64
 _E2B_KEY = re.compile(r"e2b_[0-9a-f]{20,}")
 _QUERY_PARAM = re.compile(r"(?P<head>[?&](?:signature|access_token|key)=)(?P<value>[^&#\s\"'<>]*)")
 
@@ -50,7 +54,14 @@ def is_secret_name(name: str) -> bool:
     return name.lower() in SECRET_NAMES or _ENV_STYLE.fullmatch(name) is not None
 
 
+def is_version(value: object) -> bool:
+    """Whether `value` is a version string, which is left as it is under any name."""
+    return isinstance(value, str) and len(value) <= VERSION_MAX_LENGTH and _VERSION.fullmatch(value) is not None
+
+
 def _redact_assignment(match: re.Match[str]) -> str:
+    if is_version(match["value"].strip("\"'")):
+        return match[0]
     quote_char = match["value"][0]
     if quote_char in "\"'":
         return f"{match['head']}{quote_char}{REDACTED}{quote_char}"
@@ -94,7 +105,10 @@ class Redactor:
             return {
                 (self.redact_text(key) if isinstance(key, str) else key): (
                     REDACTED
-                    if isinstance(key, str) and is_secret_name(key) and value not in (None, "")
+                    if isinstance(key, str)
+                    and is_secret_name(key)
+                    and value not in (None, "")
+                    and not is_version(value)
                     else self.redact_obj(value)
                 )
                 for key, value in obj.items()

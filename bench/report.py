@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,7 +16,8 @@ import pandas as pd
 
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
-from bench.results import OUTCOMES, Run, atomic_write, read_run
+from bench.results import OUTCOMES, CaseRecord, Run, atomic_write, read_run
+from bench.verdict import rerun_command, run_problem, verdict
 
 TEMPLATES = TEMPLATES_DIR
 SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
@@ -22,10 +25,14 @@ ERROR_PREVIEW = 200
 SYMPTOM_PREVIEW = 600  # what a failing cell shows of its error: enough for the observed symptom
 FAILING = ("fail", "error", "deviation")
 REGRESSION = 1.2  # a benchmark ratio this much above the first run's is flagged
-FRAME_COLUMNS = [
-    *("run_id", "endpoint", "stamp", "row", "column"),
-    *("id", "runner", "outcome", "expected", "conformant", "duration_ms", "error", "note", "details"),
-]
+ARTIFACT_MODE = 0o644  # nothing secret is left in an artifact, so group and others may read it
+WIRE_EXCERPT_LINES = 30
+TRANSCRIPT_PREVIEW = 6000
+COVERAGE_JSON = "coverage.json"
+# A sandbox id as an error message names it (`Sandbox jyh2dpakq2c140ijhoa5 not found`): 20 letters and digits.
+SANDBOX_ID = re.compile(r"\b(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{20}\b")
+CASE_FIELDS = ("id", "suite", "runner", "case", "outcome", "expected", "conformant", "duration_ms", "details", "note")
+FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at"]
 
 
 @dataclass(frozen=True)
@@ -55,9 +62,11 @@ class RunSummary:
     conformant: int
     nonconformant: int
     pins: dict[str, dict[str, str]]
+    problem: str | None
+    coverage: dict[str, Any] | None
 
 
-def _stamp(run: Run) -> str:
+def run_stamp(run: Run) -> str:
     started = str(run.header["started_at"])
     return started[:19].replace("T", " ") + "Z"
 
@@ -67,7 +76,7 @@ def _frame(runs: Sequence[Run]) -> pd.DataFrame:
         {
             "run_id": run.run_id,
             "endpoint": run.header["endpoint"]["name"],
-            "stamp": _stamp(run),
+            "stamp": run_stamp(run),
             "runner": case.runner,
             "row": f"{case.suite}/{case.case}",
             "column": f"{run.run_id}/{case.runner}",
@@ -94,11 +103,13 @@ def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
                 endpoint=run.header["endpoint"]["name"],
                 suite=run.header["suite"],
                 status=run.status,
-                started_at=_stamp(run),
+                started_at=run_stamp(run),
                 counts={outcome: int(by_outcome.get(outcome, 0)) for outcome in OUTCOMES},
                 conformant=int(good),
                 nonconformant=int(total - good),
                 pins=run.header["pins"],
+                problem=run_problem(run),
+                coverage=_coverage(run.path),
             )
         )
     return summaries
@@ -110,7 +121,86 @@ def _preview(error: str | None, limit: int = ERROR_PREVIEW) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
+class CaseSources:
+    """What a case's click-through shows beside its record: the runner's transcript and wire log."""
+
+    def __init__(self, runs: Sequence[Run]) -> None:
+        self._runs = {run.run_id: run for run in runs}
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def _load(self, run_id: str, name: str, lines: bool) -> Any:
+        key = (run_id, name)
+        if key not in self._cache:
+            path = self._runs[run_id].path / name
+            try:
+                text = path.read_text("utf-8")
+                parsed = [json.loads(x) for x in text.splitlines() if x.strip()] if lines else json.loads(text)
+                self._cache[key] = parsed
+            except (OSError, ValueError):
+                self._cache[key] = None
+        return self._cache[key]
+
+    def transcript(self, run_id: str, runner: str) -> dict[str, Any] | None:
+        document = self._load(run_id, f"{runner}.json", lines=False)
+        return document if isinstance(document, dict) else None
+
+    def wire_excerpt(self, run_id: str, runner: str, sandboxes: set[str]) -> tuple[str, list[str]]:
+        """The runner's exchanges with these sandboxes or, lacking ids, those that failed; with a caption."""
+        entries = self._load(run_id, f"wire/{runner}.jsonl", lines=True) or []
+        key = (run_id, f"wire/{runner}.jsonl#text")
+        if key not in self._cache:
+            self._cache[key] = [json.dumps(entry) for entry in entries]
+        texts = self._cache[key]
+        chosen = [entry for entry, text in zip(entries, texts, strict=True) if any(s in text for s in sandboxes)]
+        caption = f"exchanges with sandbox {', '.join(sorted(sandboxes))}"
+        if not chosen:
+            caption = f"exchanges of {runner} that failed (the wire log does not say which step sent them)"
+            chosen = [e for e in entries if e.get("error") or e.get("status") is None or e["status"] >= 400]
+        shown = [_wire_line(entry) for entry in chosen[:WIRE_EXCERPT_LINES]]
+        if len(chosen) > WIRE_EXCERPT_LINES:
+            shown.append(f"… {len(chosen) - WIRE_EXCERPT_LINES} more in wire/{runner}.jsonl")
+        return caption, shown
+
+
+def _wire_line(entry: dict[str, Any]) -> str:
+    line = f"{str(entry.get('ts', ''))[11:23]} {entry.get('method')} {entry.get('url')} → {entry.get('status')}"
+    line += f" ({entry.get('duration_ms', 0):.1f} ms)"
+    if entry.get("error"):
+        line += f" error: {entry['error']}"
+    for part in ("request_body", "response_body"):
+        if entry.get(part):
+            line += f"\n    {part.split('_')[0]}: {_preview(str(entry[part]), ERROR_PREVIEW)}"
+    return line
+
+
+def _sandbox_ids(document: Any) -> set[str]:
+    """Every `sandbox_id` member anywhere in a transcript or case details."""
+    if isinstance(document, dict):
+        found = {str(v) for k, v in document.items() if k == "sandbox_id" and v}
+        return found.union(*(_sandbox_ids(v) for v in document.values()))
+    if isinstance(document, list):
+        return set().union(*(_sandbox_ids(item) for item in document))
+    return set()
+
+
+def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> dict[str, Any]:
+    """Transcript and wire excerpt of a case: for framework runners always, for others when it failed."""
+    transcript = sources.transcript(record["run_id"], record["runner"])
+    if transcript is None and not failing:
+        return {"transcript": None, "wire_caption": None, "wire": []}
+    text = None
+    if transcript is not None:
+        shown = {k: v for k, v in transcript.items() if k != "model_exchanges"}
+        text = json.dumps(shown, indent=2, ensure_ascii=False)
+        if len(text) > TRANSCRIPT_PREVIEW:
+            text = text[:TRANSCRIPT_PREVIEW] + f"\n… (the whole transcript is {record['runner']}.json)"
+    named = SANDBOX_ID.findall(record["error"] if isinstance(record["error"], str) else "")
+    ids = _sandbox_ids(transcript) | _sandbox_ids(record["details"]) | set(named)
+    caption, wire = sources.wire_excerpt(record["run_id"], record["runner"], ids)
+    return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
+
+
+def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
     duration = record["duration_ms"]
     has_duration = duration is not None and not (isinstance(duration, float) and math.isnan(duration))
     title = f"{record['outcome']} · {duration:.1f} ms" if has_duration else str(record["outcome"])
@@ -118,10 +208,16 @@ def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
         title += f" · non-conformant (expected {record['expected']})"
     error = record["error"] if isinstance(record["error"], str) else None
     symptom = _preview(error, SYMPTOM_PREVIEW) if record["outcome"] in FAILING else ""
+    case = CaseRecord(
+        **{key: record[key] for key in ("id", "suite", "runner", "case", "outcome", "expected")},
+        conformant=bool(record["conformant"]),
+    )
     return {
         "anchor": f"case-{index}",
         "id": record["id"],
         "row": record["row"],
+        "suite": case.suite,
+        "case": case.case,
         "run_id": record["run_id"],
         "runner": record["runner"],
         "label": label,
@@ -135,43 +231,75 @@ def _cell(index: int, record: pd.Series, label: str) -> dict[str, Any]:
         "error": error,
         "error_preview": _preview(error),
         "symptom": symptom,
+        "one_line": _preview(error) or (record["note"] if isinstance(record["note"], str) else "") or "",
+        "rerun": rerun_command(run, case),
         "details_json": json.dumps(record["details"], indent=2, sort_keys=True, ensure_ascii=False),
+        **_click_through(record, sources, bool(symptom) or not record["conformant"]),
     }
 
 
-def _columns(frame: pd.DataFrame) -> list[Column]:
+def _columns(frame: pd.DataFrame, single_run: bool) -> list[Column]:
     columns: list[Column] = []
     for key, group in frame.groupby("column", sort=False):
         first = group.iloc[0]
-        label = f"{first['endpoint']} · {first['runner']} · {first['stamp']}"
+        label = first["runner"] if single_run else f"{first['endpoint']} · {first['runner']} · {first['stamp']}"
         if any(column.label == label for column in columns):
             label += f" ({first['run_id']})"
         columns.append(Column(key=str(key), run_id=first["run_id"], runner=first["runner"], label=label))
     return columns
 
 
+def _groups(frame: pd.DataFrame, columns: list[Column], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The matrix by suite: one row per case, one column per (run, runner); each suite lists its own columns."""
+    grid = frame.reset_index().pivot(index="row", columns="column", values="index")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in sorted(grid.index):
+        line = [
+            None if pd.isna(grid.at[row, column.key]) else cells[int(grid.at[row, column.key])] for column in columns
+        ]
+        present = [cell for cell in line if cell is not None]
+        suite, _, case = row.partition("/")
+        groups.setdefault(suite, []).append(
+            {
+                "row": row,
+                "case": case,
+                "cells": line,
+                "nc": any(not cell["conformant"] for cell in present),
+            }
+        )
+    result = []
+    for suite, rows in groups.items():
+        used = [i for i, _ in enumerate(columns) if any(r["cells"][i] is not None for r in rows)]
+        result.append(
+            {
+                "suite": suite,
+                "rows": rows,
+                "nonconformant": sum(r["nc"] for r in rows),
+                "columns": [columns[i] for i in used],
+                "md_rows": [{"case": r["case"], "cells": [r["cells"][i] for i in used]} for r in rows],
+            }
+        )
+    return result
+
+
 def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     frame = _frame(runs)
-    columns = _columns(frame)
+    columns = _columns(frame, single_run=len(runs) == 1)
     labels = {column.key: column.label for column in columns}
-    cells = [_cell(int(index), record, labels[record["column"]]) for index, record in frame.iterrows()]
-    grid = frame.reset_index().pivot(index="row", columns="column", values="index")
-    matrix = [
-        {
-            "row": row,
-            "cells": [
-                None if pd.isna(grid.at[row, column.key]) else cells[int(grid.at[row, column.key])]
-                for column in columns
-            ],
-        }
-        for row in sorted(grid.index)
+    by_id = {run.run_id: run for run in runs}
+    sources = CaseSources(runs)
+    cells = [
+        _cell(int(index), record, labels[record["column"]], by_id[record["run_id"]], sources)
+        for index, record in frame.iterrows()
     ]
+    gate = verdict(runs)
     bench = _bench_model(runs, redactor)
     model: dict[str, Any] = redactor.redact_obj(
         {
+            "verdict": asdict(gate),
             "runs": [asdict(summary) for summary in _summaries(runs, frame)],
             "columns": [asdict(column) for column in columns],
-            "matrix": matrix,
+            "groups": [{**g, "columns": [asdict(c) for c in g["columns"]]} for g in _groups(frame, columns, cells)],
             "cells": cells,
             "nonconformant": [cell for cell in cells if not cell["conformant"]],
             "failing": [cell for cell in cells if cell["symptom"]],
@@ -180,6 +308,28 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     )
     model["bench"] = bench  # its charts are markup, already redacted
     return model
+
+
+def _coverage(run_path: Path) -> dict[str, Any] | None:
+    """coverage.json of a run, with each operation's missing statuses and each runner's untested methods."""
+    try:
+        document = json.loads((run_path / COVERAGE_JSON).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    spec = document.get("spec") or {}
+    operations = [
+        {**op, "missing": [s for s in op.get("documented", []) if s not in op.get("seen", [])]}
+        for op in spec.get("operations", [])
+    ]
+    sdk = {
+        runner: {
+            "percent": entry.get("percent", 0.0),
+            "methods": entry.get("methods", []),
+            "gaps": [m["name"] for m in entry.get("methods", []) if not m.get("cases")],
+        }
+        for runner, entry in (document.get("sdk") or {}).items()
+    }
+    return {"spec_percent": spec.get("percent"), "operations": operations, "sdk": sdk}
 
 
 def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
@@ -201,14 +351,20 @@ def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def bench_documents(runs: Sequence[Run]) -> list[tuple[Run, dict[str, Any]]]:
+    """The runs that are benchmark runs, each with its bench.json."""
+    from .benchdoc import read_bench
+
+    return [(run, doc) for run in runs if (doc := read_bench(run.path)) is not None]
+
+
 def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     """The benchmark section: per run and runner a distribution chart and table; across runs, the ratios."""
     from markupsafe import Markup
 
-    from .benchdoc import read_bench
     from .charts import Distribution, distribution_chart
 
-    documents = [(run, doc) for run in runs if (doc := read_bench(run.path)) is not None]
+    documents = bench_documents(runs)
     entries = []
     for run, doc in documents:
         baseline_rows = [
@@ -239,7 +395,7 @@ def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             {
                 "run_id": run.run_id,
                 "endpoint": run.header["endpoint"]["name"],
-                "stamp": _stamp(run),
+                "stamp": run_stamp(run),
                 "settings": doc["settings"],
                 "baselines": [
                     {"name": name, "title": b["title"], "median": f"{b['stats']['median_ms'] or 0:.2f}"}
@@ -249,10 +405,10 @@ def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             }
         )
         entries.append({**summary, "runners": runners})
-    return {"runs": entries, "comparison": _bench_comparison(documents, redactor)}
+    return {"runs": entries, "comparison": bench_comparison(documents, redactor)}
 
 
-def _bench_comparison(documents: list[tuple[Run, dict[str, Any]]], redactor: Redactor) -> dict[str, Any] | None:
+def bench_comparison(documents: list[tuple[Run, dict[str, Any]]], redactor: Redactor) -> dict[str, Any] | None:
     """Ratios of the same runner x measure across runs; one more than REGRESSION x the first run's is flagged."""
     from markupsafe import Markup
 
@@ -268,7 +424,7 @@ def _bench_comparison(documents: list[tuple[Run, dict[str, Any]]], redactor: Red
             for measure in e["measures"]
         )
     )
-    legend = [f"{run.header['endpoint']['name']} · {_stamp(run)}" for run, _ in documents]
+    legend = [f"{run.header['endpoint']['name']} · {run_stamp(run)}" for run, _ in documents]
     points, table = [], []
     for runner, measure in keys:
         row = f"{runner} {measure}"
@@ -306,7 +462,7 @@ def _detection(runs: Sequence[Run]) -> list[dict[str, Any]]:
     ]
 
 
-def _environment(templates: Path) -> jinja2.Environment:
+def template_environment(templates: Path) -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates),
         autoescape=jinja2.select_autoescape(["html", "html.j2"]),
@@ -316,19 +472,31 @@ def _environment(templates: Path) -> jinja2.Environment:
     )
 
 
+def publish(path: Path, text: str) -> Path:
+    """Write an artifact atomically with the one mode every artifact of the harness has."""
+    atomic_write(path, text)
+    os.chmod(path, ARTIFACT_MODE)
+    return path
+
+
 def render(
     run_dirs: Sequence[Path],
     out_dir: Path,
     redactor: Redactor | None = None,
     templates: Path = TEMPLATES,
+    changes: dict[str, Any] | None = None,
 ) -> ReportPaths:
-    """Write `report.html` and `summary.md` for the runs (truncated runs included) into `out_dir`."""
+    """Write `report.html` and `summary.md` for the runs (truncated runs included) into `out_dir`.
+
+    `changes` (from `bench.compare`) adds a "what changed since the baseline" section to both.
+    """
     redactor = redactor or Redactor()
     runs = [read_run(path, allow_truncated=True) for path in run_dirs]
     model = _model(runs, redactor)
     model["detection"] = _detection(runs)
-    environment = _environment(templates)
+    model["changes"] = redactor.redact_obj(changes) if changes else None
+    environment = template_environment(templates)
     paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
     for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):
-        atomic_write(path, redactor.redact_text(environment.get_template(template).render(**model)))
+        publish(path, redactor.redact_text(environment.get_template(template).render(**model)))
     return paths

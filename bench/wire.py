@@ -4,6 +4,10 @@ A runner is given `E2B_API_URL=E2B_SANDBOX_URL=<proxy.url>`, so the unmodified S
 control-plane and envd traffic here. Requests for envd (an `E2b-Sandbox-Id` header, or an envd path)
 go to the sandbox upstream, everything else to the API upstream. Bodies stream both ways; each
 exchange becomes one redacted line of `wire/<runner>.jsonl` (bench/schemas/wire.schema.json).
+
+With `--wire-bodies` (E2B_BENCH_WIRE_BODIES=BYTES) each line also carries the first BYTES of both bodies,
+decoded (JSON, Connect envelopes, text; other types as a size), redacted, so the command a framework really
+sent is in the log. Binary bodies are never copied.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import re
 import socket
 import ssl
+import struct
 import threading
 import time
 import zlib
@@ -55,6 +60,13 @@ ENVD_PATHS = frozenset({"/files", "/health"})
 ENVD_PORT = 49983
 # Control-plane JSON responses are small; beyond this they are streamed unread.
 LEARN_LIMIT_BYTES = 1 << 20
+WIRE_BODIES_ENV = "E2B_BENCH_WIRE_BODIES"  # bytes of each body to log; unset or 0: none
+DEFAULT_BODY_BYTES = 4096
+LOG_MODE = 0o644  # redacted: nothing secret is left in a wire log
+TEXT_TYPES = ("application/json", "application/x-www-form-urlencoded", "application/x-ndjson")
+ENVELOPE_HEADER = struct.Struct(">BI")  # Connect streaming: flags, then the message length
+# At a cut, the partial token before it is dropped too: it could be the start of a secret.
+_PARTIAL_TOKEN = re.compile(r"[A-Za-z0-9_+/=.-]+$")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -97,6 +109,8 @@ class _Exchange:
     response_bytes: int = 0
     error: str | None = None
     logged: bool = False
+    request_body: bytearray = field(default_factory=bytearray)
+    response_body: bytearray = field(default_factory=bytearray)
 
 
 class WireProxy:
@@ -112,6 +126,7 @@ class WireProxy:
         *,
         domain: str | None = None,
         host: str = "127.0.0.1",
+        body_bytes: int | None = None,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -120,6 +135,7 @@ class WireProxy:
         self.runner = runner
         self.redactor = redactor
         self.host = host
+        self.body_bytes = body_bytes_from_env() if body_bytes is None else max(0, body_bytes)
         self.port: int | None = None
         self._log: BinaryIO | None = None
         self._client: httpx.AsyncClient | None = None
@@ -137,7 +153,9 @@ class WireProxy:
 
     def start(self) -> WireProxy:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = self.log_path.open("ab")
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE)
+        os.fchmod(fd, LOG_MODE)  # whatever the umask
+        self._log = os.fdopen(fd, "ab")
         # IPPROTO_TCP explicitly, or asyncio leaves Nagle on for accepted connections (+40 ms).
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -293,6 +311,7 @@ class WireProxy:
                 raise _ClientGone("client disconnected while sending the request body")
             chunk = message.get("body", b"")
             exchange.request_bytes += len(chunk)
+            self._keep(exchange.request_body, chunk)
             if chunk:
                 yield chunk
             if not message.get("more_body", False):
@@ -332,6 +351,7 @@ class WireProxy:
             try:
                 async for chunk in response.aiter_raw():
                     exchange.response_bytes += len(chunk)
+                    self._keep(exchange.response_body, chunk)
                     if learning:
                         held.append(chunk)
                         if exchange.response_bytes <= LEARN_LIMIT_BYTES:
@@ -393,10 +413,72 @@ class WireProxy:
         }
         if exchange.error is not None:
             record["error"] = exchange.error
+        if self.body_bytes:
+            for part, headers, kept, total in (
+                ("request_body", exchange.request_headers, exchange.request_body, exchange.request_bytes),
+                ("response_body", exchange.response_headers, exchange.response_body, exchange.response_bytes),
+            ):
+                if total:
+                    record[part] = body_text(bytes(kept), total, headers, self.redactor)
         line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False) + "\n"
         if self._log is not None:
             self._log.write(line.encode())
             self._log.flush()
+
+    def _keep(self, kept: bytearray, chunk: bytes) -> None:
+        if len(kept) < self.body_bytes:
+            kept += chunk[: self.body_bytes - len(kept)]
+
+
+def body_bytes_from_env(environ: MutableMapping[str, str] | None = None) -> int:
+    """How many bytes of each body to log, from E2B_BENCH_WIRE_BODIES (0 when unset or not a number)."""
+    value = (os.environ if environ is None else environ).get(WIRE_BODIES_ENV, "")
+    return int(value) if value.isdigit() else 0
+
+
+def body_text(kept: bytes, total: int, headers: dict[str, str], redactor: SecretSink) -> str:
+    """A logged body: decoded and redacted when it is JSON, Connect JSON or text; else its size and type."""
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
+    encoding = headers.get("content-encoding", "").strip().lower()
+    complete = len(kept) >= total
+    if encoding in ("gzip", "deflate"):
+        if not complete:
+            return f"<{total} bytes, {encoding}>"
+        try:
+            kept = zlib.decompress(kept, zlib.MAX_WBITS | 32)
+        except zlib.error:
+            return f"<{total} bytes, {encoding}, not decodable>"
+    if media.startswith("application/connect+json"):
+        text = "\n".join(_envelopes(kept, redactor))
+    elif media in TEXT_TYPES or media.startswith("text/") or media.endswith("+json"):
+        text = _json_or_text(kept.decode("utf-8", "replace"), redactor)
+    else:
+        return f"<{total} bytes of {media or 'unknown type'}>"
+    if not complete:
+        text = _PARTIAL_TOKEN.sub("", text) + f"…[{total - len(kept)} more bytes]"
+    return text
+
+
+def _json_or_text(text: str, redactor: SecretSink) -> str:
+    try:
+        return json.dumps(redactor.redact_obj(json.loads(text)), ensure_ascii=False)
+    except ValueError:
+        return redactor.redact_text(text)
+
+
+def _envelopes(data: bytes, redactor: SecretSink) -> list[str]:
+    """Each complete Connect envelope as one JSON line (`end:` marks the end-of-stream trailer)."""
+    messages = []
+    offset = 0
+    while offset + ENVELOPE_HEADER.size <= len(data):
+        flags, length = ENVELOPE_HEADER.unpack_from(data, offset)
+        payload = data[offset + ENVELOPE_HEADER.size : offset + ENVELOPE_HEADER.size + length]
+        if len(payload) < length:
+            break
+        text = _json_or_text(payload.decode("utf-8", "replace"), redactor)
+        messages.append(f"end: {text}" if flags & 2 else text)
+        offset += ENVELOPE_HEADER.size + length
+    return messages
 
 
 def _is_envd(path: str, sandbox_id: str | None) -> bool:

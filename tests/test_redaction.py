@@ -1,6 +1,7 @@
 import json
 import string
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -174,3 +175,72 @@ def test_redact_text_is_idempotent(text: str) -> None:
     once = redactor.redact_text(text)
 
     assert redactor.redact_text(once) == once
+
+
+PINS = Path(__file__).parent / "fixtures" / "pins" / "framework-runners.json"
+# Packages whose names look like secret names, each with a version it really has been published under.
+LOOKALIKE_PINS = {
+    "cookie": "0.7.2",
+    "Cookie": "1.0.2",
+    "set-cookie-parser": "2.7.1",
+    "tough-cookie": "5.1.2",
+    "authorization": "0.1.4",
+    "api_key": "0.1.0",
+    "keyring": "25.6.0",
+    "oauthlib": "3.3.1",
+    "PyJWT": "2.15.1",
+    "python-dateutil": "2.9.0.post0",
+    "@ag-ui/core": "0.1.1-canary.beta.0",
+    "node": "v20.20.2",
+}
+
+
+def pin_lines(pins: dict[str, dict[str, str]]) -> str:
+    return "\n".join(
+        f"{runner}: {name}=={version}" for runner, names in pins.items() for name, version in names.items()
+    )
+
+
+def test_realistic_pin_sets_pass_redaction_unchanged() -> None:
+    """The pins the framework runners really reported (342 packages), as a mapping, as JSON and as `name==version`."""
+    pins = json.loads(PINS.read_text())
+    redactor = Redactor([SECRET, "e2b_0123456789abcdef0123456789"])
+
+    assert (
+        redactor.redact_obj(pins),
+        redactor.redact_text(json.dumps(pins, indent=2)),
+        redactor.redact_text(pin_lines(pins)),
+    ) == (pins, json.dumps(pins, indent=2), pin_lines(pins))
+
+
+@pytest.mark.parametrize(("name", "version"), sorted(LOOKALIKE_PINS.items()))
+def test_a_package_named_like_a_secret_keeps_its_version(name: str, version: str) -> None:
+    redactor = Redactor()
+
+    assert (
+        redactor.redact_obj({"runner": {name: version}}),
+        redactor.redact_text(f"{name}=={version}"),
+        redactor.redact_text(json.dumps({name: version})),
+    ) == ({"runner": {name: version}}, f"{name}=={version}", json.dumps({name: version}))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Cookie: session=abc123def", f"Cookie: {REDACTED}"),
+        ('{"cookie": "sid=0.7.2"}', f'{{"cookie": "{REDACTED}"}}'),
+        ('{"Set-Cookie": "token; Path=/"}', f'{{"Set-Cookie": "{REDACTED}"}}'),
+        ("OPENAI_API_KEY=sk-proj.1.2 next", f"OPENAI_API_KEY={REDACTED} next"),
+    ],
+)
+def test_real_cookies_and_keys_are_still_redacted(text: str, expected: str) -> None:
+    assert Redactor().redact_text(text) == expected
+
+
+def test_a_known_secret_is_redacted_even_when_it_looks_like_a_version() -> None:
+    redactor = Redactor(["2026.11.30.12345"])
+
+    assert redactor.redact_obj({"cookie": "2026.11.30.12345", "note": "v 2026.11.30.12345"}) == {
+        "cookie": REDACTED,
+        "note": f"v {REDACTED}",
+    }

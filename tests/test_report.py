@@ -158,24 +158,32 @@ def test_markdown_summary(report: Rendered) -> None:
     lines = paths.markdown.read_text().splitlines()
 
     stamp = "2026-11-30 01:02:03Z"
+    assert lines[0] == (
+        "## e2b-bench: ❌ GATE FAILED: 4 case(s), 3 conformant, 1 non-conformant; 1 run(s) did not finish normally"
+    )
     assert f"| case | local · {RUNNER} · {stamp} | b3os-beta · {RUNNER} · {stamp} |" in lines
-    assert "| `quickstart/py02_run` | ✘ **NC** |  |" in lines
-    assert "| `quickstart/py06_volumes` |  | ⊘ |" in lines
+    assert "| `py02_run` | ✘ **NC** |  |" in lines
+    assert "| `py06_volumes` |  | ⊘ |" in lines
     assert f"- **local** `{local.path.name}` — completed: 1 pass, 1 fail · 1 conformant, 1 non-conformant" in lines
     assert f"- **b3os-beta** `{b3os.path.name}` — truncated (no footer: the run did not finish): " in "\n".join(lines)
 
 
-def test_markdown_lists_nonconformant_cases_with_a_short_error(
+def test_markdown_lists_nonconformant_cases_with_a_short_error_and_a_rerun_command(
     report: Rendered,
 ) -> None:
     paths = report.paths
 
     text = paths.markdown.read_text()
-    listed = [line for line in text.splitlines() if line.startswith("- `")]
+    listed = [line for line in text.splitlines() if line.startswith("- `quickstart/")]
+    rerun = text.splitlines()[text.splitlines().index(listed[0]) + 2]
 
     assert len(listed) == 1
     assert listed[0].startswith(f"- `quickstart/{RUNNER}/py02_run` (local · {RUNNER} · ")
     assert listed[0].endswith(f": `{LONG_ERROR[:199]}…`")
+    assert rerun == (
+        f"  `./e2b-bench run --endpoint local --runner {RUNNER} --include-slow "
+        f"sandboxes/e2b/test_quickstart.py -k 'test_quickstart[{RUNNER}/py02_run]'`"
+    )
 
 
 def test_everything_written_is_redacted(tmp_path: Path) -> None:
@@ -190,12 +198,18 @@ def test_everything_written_is_redacted(tmp_path: Path) -> None:
     assert [KEY in path.read_text() for path in (paths.html, paths.markdown)] == [False, False]
 
 
-def test_a_run_without_cases_renders(tmp_path: Path) -> None:
+def test_a_run_without_cases_renders_and_does_not_read_as_green(tmp_path: Path) -> None:
     run = make_run(tmp_path, "local", [], finished=False)
 
     paths = render([run.path], tmp_path / "out")
 
-    assert (parse(paths.html).cells, "No non-conformant case recorded." in paths.markdown.read_text()) == (
+    lines = paths.markdown.read_text().splitlines()
+    assert (parse(paths.html).cells, lines[:3], "No non-conformant case recorded." in lines) == (
         [],
-        True,
+        [
+            "## e2b-bench: ❌ GATE FAILED: 0 case(s), 0 conformant, 0 non-conformant; 1 run(s) did not finish normally",
+            "",
+            f"- **{run.path.name}: no footer: the run did not finish (killed, or still running); 0 case(s) recorded**",
+        ],
+        False,
     )

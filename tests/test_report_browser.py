@@ -1,6 +1,9 @@
-"""The rendered report in a real headless Chromium: inline scripts run and the matrix is drawn."""
+"""The rendered report in a real headless Chromium: the matrix is drawn, the verdict comes first, the filter and
+the click-through work under real mouse clicks."""
 
+import json
 import subprocess
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -9,6 +12,7 @@ import pytest
 from bench.redaction import Redactor
 from bench.report import ReportPaths, render
 from bench.results import CaseRecord, RunDir, make_header
+from tests.cdp import Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -107,3 +111,76 @@ def test_screenshot_is_a_real_png(rendered: ReportPaths, tmp_path: Path) -> None
     data = shot.read_bytes()
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (data[:8], width, height, len(data) > 10_000) == (PNG_SIGNATURE, 1280, 900, True)
+
+
+FIXTURE_RUN = Path(__file__).parent / "fixtures" / "runs" / "nightly-02"
+VISIBLE = "[...document.querySelectorAll({selector})].filter(e => e.offsetParent !== null).map(e => e.dataset.{key})"
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Page]:
+    report = render([FIXTURE_RUN], tmp_path / "out")
+    with Page(tmp_path / "cdp-profile") as browser:
+        browser.goto(report.html.as_uri())
+        yield browser
+
+
+def visible(page: Page, selector: str, key: str) -> list[str]:
+    return list(page.evaluate(VISIBLE.format(selector=json.dumps(selector), key=key)))
+
+
+def test_the_verdict_line_comes_first(page: Page) -> None:
+    verdict = page.evaluate(
+        "(() => { const v = document.querySelector('h1').nextElementSibling;"
+        " return [v.id, v.textContent, v.getBoundingClientRect().top < document.querySelector('#matrix')"
+        ".getBoundingClientRect().top, getComputedStyle(v).backgroundColor]; })()"
+    )
+
+    assert verdict == ["verdict", "GATE FAILED: 6 case(s), 3 conformant, 3 non-conformant", True, "rgb(253, 226, 226)"]
+
+
+def test_failures_only_filter_hides_conformant_rows_and_cases(page: Page) -> None:
+    before = visible(page, "#matrix tr.case-row", "nc")
+
+    page.click("#failures-only")
+    rows = visible(page, "#matrix tr.case-row", "nc")
+    suites = visible(page, "#matrix tbody.suite", "suite")
+    cases = visible(page, "details.case", "case")
+    page.click("#failures-only")
+
+    assert before == ["true", "false", "true", "false", "true", "false"]
+    assert (rows, suites, cases) == (
+        ["true", "true", "true"],
+        ["frameworks", "probes", "quickstart"],
+        ["quickstart/py02_run_echo", "probes/pr10_metrics", "frameworks/fw01_proof_task"],
+    )
+    assert visible(page, "#matrix tr.case-row", "nc") == before
+
+
+def test_clicking_a_cell_opens_its_case_with_transcript_and_wire_excerpt(page: Page) -> None:
+    page.click('td.cell[data-case="frameworks/fw01_proof_task"]')
+
+    opened = page.evaluate("[...document.querySelectorAll('details.case[open]')].map(d => d.dataset.case)")
+    shown = page.evaluate(
+        "(() => { const d = document.querySelector('details.case[open]'); const t = d.querySelector('pre.transcript');"
+        ' return [t.offsetParent !== null, t.textContent.includes(\'"command": "uname -a"\'),'
+        " d.querySelector('pre.wire').textContent,"
+        " document.querySelector('td.cell.selected').dataset.case]; })()"
+    )
+
+    assert opened == ["frameworks/fw01_proof_task"]
+    assert shown == [
+        True,
+        True,
+        "02:01:00.000 POST http://127.0.0.1:9/process.Process/Start → 502 (1.0 ms) error: upstream unreachable",
+        "frameworks/fw01_proof_task",
+    ]
+
+
+def test_clicking_a_failure_in_the_verdict_opens_its_case(page: Page) -> None:
+    page.click('ul.gate-failures li[data-case="probes/py-e2b-2.63.0/pr10_metrics"] a')
+
+    opened = page.evaluate("[...document.querySelectorAll('details.case[open]')].map(d => d.dataset.case)")
+    selected = page.evaluate("document.querySelector('td.cell.selected').dataset.case")
+
+    assert (opened, selected) == (["probes/pr10_metrics"], "probes/pr10_metrics")

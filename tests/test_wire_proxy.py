@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import stat
 import struct
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from bench.redaction import Redactor
-from bench.wire import WireProxy
+from bench.wire import WIRE_BODIES_ENV, WireProxy, body_bytes_from_env
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "bench" / "schemas" / "wire.schema.json").read_text())
 ENVD_TOKEN = "envd-token-5d41402abc4b2a76b9719d911017c592"
@@ -268,3 +269,93 @@ def test_unreachable_upstream_gives_a_502_json_error_and_a_logged_line(tmp_path:
     assert "refused" in response.json()["message"].lower()
     assert line["status"] is None
     assert line["error"] == response.json()["message"]
+
+
+@pytest.fixture
+def body_proxy(tmp_path: Path, api: Upstream, envd: Upstream) -> Iterator[WireProxy]:
+    with (
+        serving(api.app) as api_url,
+        serving(envd.app) as envd_url,
+        WireProxy(api_url, envd_url, tmp_path / "wire" / "b.jsonl", "r", Redactor([API_KEY]), body_bytes=4096) as p,
+    ):
+        yield p
+
+
+def test_bodies_are_not_logged_unless_asked(proxy: WireProxy) -> None:
+    httpx.post(f"{proxy.url}/v2/sandboxes", json={"templateID": "base"})
+
+    [line] = log_lines(proxy)
+    assert ("request_body" in line, "response_body" in line) == (False, False)
+
+
+def test_json_bodies_are_logged_decoded_and_redacted(body_proxy: WireProxy) -> None:
+    sent = {"templateID": "base", "envVars": {"OPENAI_API_KEY": "sk-proj-abcdefgh"}, "note": API_KEY}
+
+    httpx.post(f"{body_proxy.url}/v2/sandboxes", json=sent, headers={"X-API-KEY": API_KEY})
+
+    [line] = log_lines(body_proxy)
+    assert json.loads(line["request_body"]) == {
+        "templateID": "base",
+        "envVars": {"OPENAI_API_KEY": "[REDACTED]"},
+        "note": "[REDACTED]",
+    }
+    assert json.loads(line["response_body"]) == {
+        "sandboxID": "sbx1",
+        "templateID": "base",
+        "clientID": "c",
+        "envdVersion": "0.5.7",
+        "envdAccessToken": "[REDACTED]",
+        "trafficAccessToken": "[REDACTED]",
+    }
+    assert ENVD_TOKEN not in body_proxy.log_path.read_text()
+
+
+def test_the_command_a_client_started_is_in_the_log(body_proxy: WireProxy, envd: Upstream) -> None:
+    envd.release.set()
+    start = {"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "uname -a"]}}
+
+    httpx.post(
+        f"{body_proxy.url}/process.Process/Start",
+        content=envelope(0, start),
+        headers={"content-type": "application/connect+json", "e2b-sandbox-id": "sbx1"},
+    )
+
+    [line] = log_lines(body_proxy)
+    assert line["request_body"] == json.dumps(start)
+    assert line["response_body"].splitlines() == [
+        '{"event": {"start": {"pid": 42}}}',
+        '{"event": {"end": {"exited": true, "status": "exit status 0"}}}',
+        "end: {}",
+    ]
+
+
+def test_a_long_body_is_cut_before_its_last_partial_token(tmp_path: Path, api: Upstream) -> None:
+    body = json.dumps({"command": "x" * 200})  # 215 bytes; the first 64 end inside the x's
+
+    with serving(api.app) as url, WireProxy(url, url, tmp_path / "w.jsonl", "r", Redactor(), body_bytes=64) as proxy:
+        httpx.post(f"{proxy.url}/v2/sandboxes", content=body, headers={"content-type": "application/json"})
+        [line] = log_lines(proxy)
+
+    assert line["request_body"] == '{"command": "…[151 more bytes]'
+
+
+def test_binary_bodies_are_logged_as_their_size_only(body_proxy: WireProxy) -> None:
+    httpx.post(
+        f"{body_proxy.url}/files?path=/f",
+        content=b"\x00\x01" * 1000,
+        headers={"e2b-sandbox-id": "s", "content-type": "application/octet-stream"},
+    )
+
+    [line] = log_lines(body_proxy)
+    assert line["request_body"] == "<2000 bytes of application/octet-stream>"
+
+
+@pytest.mark.parametrize(("value", "expected"), [("512", 512), ("", 0), ("lots", 0), ("-1", 0)])
+def test_body_bytes_come_from_the_environment(value: str, expected: int) -> None:
+    assert body_bytes_from_env({WIRE_BODIES_ENV: value}) == expected
+
+
+def test_the_wire_log_is_readable_by_group_and_others(proxy: WireProxy) -> None:
+    httpx.get(f"{proxy.url}/health")
+
+    assert stat.S_IMODE(proxy.log_path.stat().st_mode) == 0o644

@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import os
-import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +33,7 @@ SIGNAL_NAMES = {
 }  # fmt: skip
 READ_CHUNK = 1 << 16
 END_ON_EXIT_GRACE_S = 0.25
+INPUT_BUFFER = 16 << 20  # input accepted for a process that does not read it yet
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class ProcessRecord:
     subscribers: list[asyncio.Queue] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     done_callbacks: list[Callable[[], object]] = field(default_factory=list)
+    input_pending: dict[int, bytearray] = field(default_factory=dict)  # stdin or pty fd -> bytes not yet taken
+    input_closing: bool = False  # CloseStdin came: close once the pending input is written
 
     def subscribe(self) -> asyncio.Queue:
         queue: asyncio.Queue = asyncio.Queue()
@@ -86,6 +92,15 @@ class ProcessRecord:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What the template advertises, enforced by cgroup controllers (where the host mounts them)."""
+
+    memory_mb: int = 512
+    cpu_count: int = 2
+    pids: int = 4096
+
+
+@dataclass(frozen=True)
 class BoxSettings:
     """How a box is isolated and how its commands behave (quirks included)."""
 
@@ -93,41 +108,112 @@ class BoxSettings:
     session_leader: bool = False  # a command leads its own session (setsid then forks)
     end_on_exit: bool = False  # report the end at process exit instead of at output EOF
     profile_lines: tuple[str, ...] = ()  # appended to the sandbox's login profile
+    limits: Limits = field(default_factory=Limits)
 
 
-class Freezer:
-    """The sandbox's cgroup: lists its processes and freezes them (SIGSTOP when no cgroup)."""
+def default_state_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"e2b-bench-localbox-{os.getuid()}"
 
-    def __init__(self, name: str) -> None:
-        self.path: Path | None = None
-        self.v2 = False
-        v1 = Path("/sys/fs/cgroup/freezer")
-        unified = Path("/sys/fs/cgroup/cgroup.controllers")
-        with contextlib.suppress(OSError):
-            if v1.is_dir():
-                self.path = v1 / "e2b-bench" / name
-            elif unified.exists():
-                self.path, self.v2 = Path("/sys/fs/cgroup/e2b-bench") / name, True
-            if self.path:
-                self.path.mkdir(parents=True, exist_ok=True)
+
+def private_dir(path: Path) -> Path:
+    """A directory only its owner (host root) can enter: nothing under it can be run, setuid or not, by
+    another host user. One that exists already must be ours and not a link."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, "state directory is not a directory of this user", str(path))
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        path.chmod(0o700)
+    return path
+
+
+ID_BASE, ID_COUNT, ID_RANGES = 100000, 65536, 4096
+
+
+class IdRange:
+    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT, n held through a lock
+    file for the sandbox's life, so no two sandboxes of any server on this host share an id."""
+
+    def __init__(self, base: int, lock_fd: int) -> None:
+        self.base, self.count, self._lock_fd = base, ID_COUNT, lock_fd
+
+    @classmethod
+    def take(cls, locks: Path) -> IdRange:
+        private_dir(locks)
+        for n in range(ID_RANGES):
+            fd = os.open(locks / str(n), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return cls(ID_BASE + n * ID_COUNT, fd)
+        raise AgentError(f"all {ID_RANGES} uid ranges are taken by running sandboxes", errno.EAGAIN)
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu")
+V2_CONTROLLERS = "+memory +pids +cpu"
+
+
+def cgroup_roots() -> list[Path]:
+    """Where this project's cgroups live on this host: one per v1 hierarchy, or the unified one."""
+    base = Path("/sys/fs/cgroup")
+    if (base / "cgroup.controllers").exists():
+        return [base / "e2b-bench"]
+    return [base / c / "e2b-bench" for c in V1_CONTROLLERS if (base / c).is_dir()]
+
+
+class Cgroup:
+    """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer)."""
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.paths: list[Path] = []
+        self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
+        for root in cgroup_roots():
+            with contextlib.suppress(OSError):
+                path = root / name
+                if self.v2:
+                    _enable_v2_controllers(path)
+                path.mkdir(parents=True, exist_ok=True)
+                self.paths.append(path)
+        self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
+        self._limit(limits)
+
+    def _limit(self, limits: Limits) -> None:
+        memory, period = limits.memory_mb * 1024 * 1024, 100_000
+        values = {
+            "memory.max": memory, "pids.max": limits.pids, "cpu.max": f"{limits.cpu_count * period} {period}",
+            "memory.swap.max": 0, "memory.limit_in_bytes": memory, "cpu.cfs_period_us": period,
+            "cpu.cfs_quota_us": limits.cpu_count * period,
+        }  # fmt: skip
+        for path in self.paths:
+            for name, value in values.items():
+                if (path / name).exists():
+                    with contextlib.suppress(OSError):
+                        (path / name).write_text(str(value))
 
     @property
-    def procs_file(self) -> str | None:
-        return str(self.path / "cgroup.procs") if self.path else None
+    def procs_files(self) -> list[str]:
+        return [str(p / "cgroup.procs") for p in self.paths]
 
     def pids(self, fallback_root: int | None) -> list[int]:
-        if self.path:
+        if self._freezer:
             with contextlib.suppress(OSError):
-                return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+                return [int(p) for p in (self._freezer / "cgroup.procs").read_text().split()]
         return _namespace_pids(fallback_root) if fallback_root else []
 
     async def freeze(self, frozen: bool, fallback_root: int | None) -> None:
-        if self.path:
-            state = self.path / ("cgroup.freeze" if self.v2 else "freezer.state")
+        if self._freezer:
+            state = self._freezer / ("cgroup.freeze" if self.v2 else "freezer.state")
             want = ("1" if frozen else "0") if self.v2 else ("FROZEN" if frozen else "THAWED")
             state.write_text(want)
             for _ in range(200):
-                current = (self.path / "cgroup.events").read_text() if self.v2 else state.read_text().strip()
+                current = (self._freezer / "cgroup.events").read_text() if self.v2 else state.read_text().strip()
                 if (f"frozen {want}" in current) if self.v2 else current == want:
                     return
                 await asyncio.sleep(0.005)
@@ -137,10 +223,20 @@ class Freezer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def remove(self) -> None:
-        if self.path:
+    def remove(self) -> bool:
+        """True once every cgroup directory is gone."""
+        for path in self.paths:
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                path.rmdir()
+        return not any(p.exists() for p in self.paths)
+
+
+def _enable_v2_controllers(path: Path) -> None:
+    """Each parent must hand the controllers down for the sandbox's own cgroup to have them."""
+    for parent in reversed([*path.parents][: len(path.relative_to("/sys/fs/cgroup").parts)]):
+        parent.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            (parent / "cgroup.subtree_control").write_text(V2_CONTROLLERS)
 
 
 def _namespace_pids(root_pid: int) -> list[int]:
@@ -247,33 +343,39 @@ class Box:
         self.dir = state_dir / name
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
-        self.freezer = Freezer(f"{state_dir.parent.name}/{name}")
+        self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
+        self.ids: IdRange | None = None
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
         self.processes: dict[int, ProcessRecord] = {}
         self._early_exits: dict[int, int] = {}
         self._users: dict[str, dict] = {}
         self._cpu_sample: tuple[float, float] | None = None
+        self._disk = DiskUsage(self.dir / "upper")
         self.on_exit: Callable[[], None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, hostname: str, timeout: float = 15.0) -> None:
-        for sub in ("upper", "work", "merged"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        self.ids = IdRange.take(default_state_root() / "uid-ranges")
+        self.dir.mkdir(mode=0o700)
+        for sub in ("upper", "work", "merged", "lower"):
+            (self.dir / sub).mkdir(mode=0o755)
+        # The box directory and its upper layer belong to the sandbox's root: its holder enters the
+        # directory as host root, then works inside it with the sandbox's ids only.
+        for path in (self.dir, self.dir / "upper", self.dir / "work"):
+            os.chown(path, self.ids.base, self.ids.base)
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         config = {
+            "box": str(self.dir),
             "lower": str(self.template_root),
-            "upper": str(self.dir / "upper"),
-            "work": str(self.dir / "work"),
-            "merged": str(self.dir / "merged"),
-            "control_fd": child_sock.fileno(),
-            "cgroup_procs": [self.freezer.procs_file] if self.freezer.procs_file else [],
-            "net": not self.settings.internet,
+            "ids": [self.ids.base, self.ids.count],
+            "hostname": hostname,
+            "cgroup_procs": self.cgroup.procs_files,
         }
         if self.zygote is not None:
             self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
         else:
-            self.holder = await self._unshare(config, child_sock)
+            self.holder = await self._launch(config, child_sock)
         child_sock.close()
         (self.dir / "pid").write_text(str(self.holder.pid))
         self.link = AgentLink(parent_sock, self._on_process_exit)
@@ -282,29 +384,20 @@ class Box:
             await self.link.ready(timeout)
             await self.link.result("configure", hostname=hostname, profile=list(self.settings.profile_lines))
         except (AgentError, TimeoutError) as exc:
-            log = self.dir / "agent.log"
-            log_tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
             await self.kill()
-            raise AgentError(f"{exc}; agent log: {log_tail.strip() or '(empty)'}") from exc
+            raise AgentError(f"{exc}") from exc
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
             await self.kill()
             raise
 
-    async def _unshare(self, config: dict, child_sock: socket.socket) -> Holder:
-        """Without a fork-server: `unshare` + a fresh interpreter per sandbox."""
-        command = ["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child"]
-        if not self.settings.internet:
-            command.append("--net")
-        command += ["--", sys.executable, "-I", "-S", str(AGENT_PATH), json.dumps(config)]
-        with open(self.dir / "agent.log", "wb") as log:
-            process = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=[child_sock.fileno()],
-                start_new_session=True,
-            )
+    async def _launch(self, config: dict, child_sock: socket.socket) -> Holder:
+        """Without a fork-server: a fresh interpreter per sandbox."""
+        config = {**config, "control_fd": child_sock.fileno()}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", str(AGENT_PATH), "--launch", json.dumps(config),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=[child_sock.fileno()], start_new_session=True,
+        )  # fmt: skip
         exited = asyncio.ensure_future(process.wait())
         return Holder(process.pid, exited)
 
@@ -338,9 +431,9 @@ class Box:
         """
         if self.holder and self.holder.alive:
             with contextlib.suppress(OSError):
-                await self.freezer.freeze(False, self._root_pid())
+                await self.cgroup.freeze(False, self._root_pid())
             root = self._root_pid()
-            for pid in self.freezer.pids(root):
+            for pid in self.cgroup.pids(root):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             # pid 1's death ends every process of the namespace; the holder exits once pid 1 is reaped,
@@ -363,11 +456,12 @@ class Box:
 
     def _remove_files(self) -> None:
         for _ in range(50):
-            self.freezer.remove()
-            if not self.freezer.path or not self.freezer.path.exists():
+            if self.cgroup.remove():
                 break
             time.sleep(0.02)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
+        if self.ids is not None:
+            self.ids.release()  # only now: no file or process of the sandbox holds its ids any more
 
     def _root_pid(self) -> int | None:
         if not self.holder:
@@ -379,10 +473,10 @@ class Box:
             return None
 
     async def freeze(self) -> None:
-        await self.freezer.freeze(True, self._root_pid())
+        await self.cgroup.freeze(True, self._root_pid())
 
     async def thaw(self) -> None:
-        await self.freezer.freeze(False, self._root_pid())
+        await self.cgroup.freeze(False, self._root_pid())
 
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:
@@ -390,7 +484,7 @@ class Box:
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
         cpu_seconds, rss = 0.0, 0
-        for pid in self.freezer.pids(self._root_pid()):
+        for pid in self.cgroup.pids(self._root_pid()):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 stat = Path(f"/proc/{pid}/stat").read_text()
                 fields = stat[stat.rindex(")") + 2 :].split()
@@ -403,7 +497,7 @@ class Box:
             if elapsed > 0:
                 percent = max(0.0, (cpu_seconds - self._cpu_sample[1]) / elapsed * 100 / (os.cpu_count() or 1))
         self._cpu_sample = (now, cpu_seconds)
-        return percent, rss, _tree_size(self.dir / "upper")
+        return percent, rss, self._disk.sample()
 
     # --- users --------------------------------------------------------------------------------
     async def user(self, name: str) -> dict:
@@ -482,6 +576,10 @@ class Box:
     def _close_output(self, record: ProcessRecord, fd: int) -> None:
         with contextlib.suppress(ValueError, OSError):
             asyncio.get_running_loop().remove_reader(fd)
+        if fd in record.input_pending:  # a pty's input waiting for a reader that is gone
+            with contextlib.suppress(ValueError, OSError):
+                asyncio.get_running_loop().remove_writer(fd)
+            record.input_pending.pop(fd, None)
         with contextlib.suppress(OSError):
             os.close(fd)
         if record.pty_fd == fd:
@@ -512,10 +610,7 @@ class Box:
                 while data := os.read(fd, READ_CHUNK):
                     record.publish(("data", kind, data))
             self._close_output(record, fd)
-        if record.stdin_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(record.stdin_fd)
-            record.stdin_fd = None
+        self._close_stdin(record)
         record.exit = status
         record.publish(("end", status))
         record.done.set()
@@ -527,18 +622,51 @@ class Box:
         await self._call_result("signal", pid=pid, signal=signum)
 
     def write_input(self, record: ProcessRecord, data: bytes, pty: bool) -> None:
+        """Never blocks: what the process does not read yet waits here (up to INPUT_BUFFER bytes)."""
         fd = record.pty_fd if pty else record.stdin_fd
-        if fd is None:
+        if fd is None or record.input_closing:
             raise AgentError("stdin is not open for this process", errno.EBADF)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
+        pending = record.input_pending.setdefault(fd, bytearray())
+        if len(pending) + len(data) > INPUT_BUFFER:
+            raise AgentError("the process is not reading its input: too much is waiting", errno.EAGAIN)
+        start_writer = not pending
+        pending += data
+        if start_writer:
+            os.set_blocking(fd, False)
+            self._flush_input(record, fd)
+
+    def _flush_input(self, record: ProcessRecord, fd: int) -> None:
+        pending = record.input_pending.get(fd)
+        loop = asyncio.get_running_loop()
+        try:
+            while pending:
+                del pending[: os.write(fd, pending)]
+        except BlockingIOError:
+            loop.add_writer(fd, self._flush_input, record, fd)
+            return
+        except OSError:  # the reader is gone (EPIPE): envd drops the input as well
+            pending = None
+        with contextlib.suppress(ValueError, OSError):
+            loop.remove_writer(fd)
+        record.input_pending.pop(fd, None)
+        if record.input_closing and fd == record.stdin_fd:
+            self._close_stdin(record)
 
     def close_input(self, record: ProcessRecord) -> None:
-        if record.stdin_fd is None:
+        if record.stdin_fd is None or record.input_closing:
             raise AgentError("stdin is not open for this process", errno.EBADF)
-        os.close(record.stdin_fd)
+        record.input_closing = True
+        if not record.input_pending.get(record.stdin_fd):
+            self._close_stdin(record)
+
+    def _close_stdin(self, record: ProcessRecord) -> None:
+        if record.stdin_fd is None:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            asyncio.get_running_loop().remove_writer(record.stdin_fd)
+        record.input_pending.pop(record.stdin_fd, None)
+        with contextlib.suppress(OSError):
+            os.close(record.stdin_fd)
         record.stdin_fd = None
 
     async def resize(self, record: ProcessRecord, cols: int, rows: int) -> None:
@@ -569,10 +697,89 @@ class Box:
         return await self.link.result(op, fds, **fields)
 
 
-def _tree_size(root: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
+class DiskUsage:
+    """Bytes in the sandbox's upper layer, counted by a thread: the tree is the sandbox's to make huge or
+    deep, and the event loop must not walk it. A sample is the last finished count (0 before the first)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bytes = 0
+        self._counting = False
+        self._lock = threading.Lock()
+
+    def sample(self) -> int:
+        with self._lock:
+            start, self._counting = not self._counting, True
+        if start:
+            threading.Thread(target=self._count, name="disk-usage", daemon=True).start()
+        return self.bytes
+
+    def _count(self) -> None:
+        try:
+            self.bytes = sum(st.st_blocks * 512 for st in walk_tree(self.root) if not stat.S_ISDIR(st.st_mode))
+        finally:
+            with self._lock:
+                self._counting = False
+
+
+def walk_tree(root: Path) -> Iterator[os.stat_result]:
+    """lstat of every entry under root, iteratively (no depth limit) and without following links."""
+    stack = [str(root)]
+    while stack:
+        directory = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    yield st
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+
+
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(root: Path) -> bool:
+    """rm -rf that survives any depth and path length: iterative, each directory opened relative to its
+    parent's descriptor. True when root is gone; what cannot be removed is left, never retried forever."""
+    try:
+        top = os.open(root, DIRECTORY_FLAGS)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):
+            root.unlink()
+        return not root.exists()
+    stuck: set[tuple[int, int]] = set()
+    stack: list[tuple[int, str]] = [(top, "")]  # an open directory and its name in the one below it
+    while stack:
+        fd = stack[-1][0]
+        child = _empty_files_until_a_directory(fd, stuck)
+        if child is not None:
+            stack.append(child)
+            continue
+        st = os.fstat(fd)
+        os.close(fd)
+        _, name = stack.pop()
+        if stack:
+            try:
+                os.rmdir(name, dir_fd=stack[-1][0])
+            except OSError:
+                stuck.add((st.st_dev, st.st_ino))
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+    return not root.exists()
+
+
+def _empty_files_until_a_directory(fd: int, stuck: set[tuple[int, int]]) -> tuple[int, str] | None:
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    if (st.st_dev, st.st_ino) not in stuck:
+                        return os.open(entry.name, DIRECTORY_FLAGS, dir_fd=fd), entry.name
+                continue
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+                os.unlink(entry.name, dir_fd=fd)
+    return None

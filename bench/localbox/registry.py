@@ -9,7 +9,6 @@ import hmac
 import logging
 import os
 import secrets
-import shutil
 import signal
 import string
 import time
@@ -18,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .box import Box, BoxSettings, Zygote
+from .box import Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
 from .quirks import Quirks
 
 if TYPE_CHECKING:
@@ -32,7 +31,6 @@ CPU_COUNT = 2
 MEMORY_MB = 512
 DISK_SIZE_MB = 2048
 CLIENT_ID = "e2b-bench"
-CGROUP_ROOTS = (Path("/sys/fs/cgroup/freezer/e2b-bench"), Path("/sys/fs/cgroup/e2b-bench"))
 ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -130,7 +128,8 @@ class Registry:
         return self.config.quirks
 
     async def start(self) -> None:
-        self.boxes_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.config.state_dir)
+        private_dir(self.boxes_dir)
         if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
             self.zygote = Zygote.start()
         await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)
@@ -145,6 +144,7 @@ class Registry:
             session_leader=q.session_leader,
             end_on_exit=q.end_on_exit,
             profile_lines=q.login_profile(),
+            limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT),
         )
 
     async def _new_box(self, internet: bool, sandbox_id: str) -> Box:
@@ -285,12 +285,12 @@ class Registry:
         if self.zygote is not None:
             self.zygote.close()
         remove_server_cgroups(self.config.state_dir.name)
-        shutil.rmtree(self.config.state_dir, ignore_errors=True)
+        remove_tree(self.config.state_dir)
 
 
 def cleanup_stale(boxes_dir: Path) -> list[str]:
-    """Kill and remove what a server that crashed left behind in this state directory."""
-    removed = []
+    """Kill and remove what a server that crashed left behind in this state directory; returns what is left."""
+    left = []
     for box_dir in boxes_dir.iterdir() if boxes_dir.exists() else []:
         pid_file = box_dir / "pid"
         with contextlib.suppress(OSError, ValueError):
@@ -298,30 +298,35 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"agent.py" in cmdline:
                 _kill_tree(pid)
-        for cgroup in CGROUP_ROOTS:
-            path = cgroup / boxes_dir.parent.name / box_dir.name
-            if path.exists():
-                with contextlib.suppress(OSError):
-                    (path / ("freezer.state" if "freezer" in str(cgroup) else "cgroup.freeze")).write_text(
-                        "THAWED" if "freezer" in str(cgroup) else "0"
-                    )
-                for proc in (path / "cgroup.procs").read_text().split() if (path / "cgroup.procs").exists() else []:
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(proc), signal.SIGKILL)
-                for _ in range(50):
-                    try:
-                        path.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.02)
-        shutil.rmtree(box_dir, ignore_errors=True)
-        removed.append(box_dir.name)
+        for root in cgroup_roots():
+            _remove_cgroup(root / boxes_dir.parent.name / box_dir.name)
+        if not remove_tree(box_dir):
+            left.append(str(box_dir))
     remove_server_cgroups(boxes_dir.parent.name)
-    return removed
+    return left
+
+
+def _remove_cgroup(path: Path) -> None:
+    if not path.exists():
+        return
+    for name, thawed in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+        with contextlib.suppress(OSError):
+            if (path / name).exists():
+                (path / name).write_text(thawed)
+    with contextlib.suppress(OSError):
+        for proc in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(proc), signal.SIGKILL)
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def remove_server_cgroups(server: str) -> None:
-    for root in CGROUP_ROOTS:
+    for root in cgroup_roots():
         with contextlib.suppress(OSError):
             (root / server).rmdir()
 

@@ -331,3 +331,17 @@ def test_limits_of_the_template_are_enforced_in_the_sandbox(server: LocalServer,
 
     assert pids == "True can't start new thread\n"
     assert (memory.value.exit_code, memory.value.error) == (-1, "signal: killed")
+
+
+def test_metrics_count_the_memory_a_sandbox_holds_from_its_cgroup(sbx: Sandbox) -> None:
+    run(sbx, "mkfifo /tmp/hold && chmod 666 /tmp/hold")
+    holder = sbx.commands.run(
+        "python3 -c \"b = b'x' * (200 << 20); print('held', flush=True); open('/tmp/hold').read()\"", background=True
+    )
+    assert next(iter(holder))[0] == "held\n"
+
+    metrics = sbx.get_metrics()
+    run(sbx, "echo > /tmp/hold")
+    holder.wait()
+
+    assert (200 << 20) <= metrics[-1].mem_used <= metrics[-1].mem_total

@@ -156,7 +156,7 @@ class IdRange:
             self._lock_fd = -1
 
 
-V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu")
+V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
 V2_CONTROLLERS = "+memory +pids +cpu"
 
 
@@ -173,6 +173,7 @@ class Cgroup:
 
     def __init__(self, name: str, limits: Limits) -> None:
         self.paths: list[Path] = []
+        self.controllers: dict[str, Path] = {}  # v1: hierarchy name -> this sandbox's directory in it
         self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
         for root in cgroup_roots():
             with contextlib.suppress(OSError):
@@ -181,6 +182,7 @@ class Cgroup:
                     _enable_v2_controllers(path)
                 path.mkdir(parents=True, exist_ok=True)
                 self.paths.append(path)
+                self.controllers[root.parent.name] = path
         self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
         self._limit(limits)
 
@@ -223,12 +225,29 @@ class Cgroup:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
+    def counters(self) -> tuple[float, int] | None:
+        """(cpu seconds, resident bytes) of the whole sandbox from its cgroup: a few reads, whatever it runs."""
+        try:
+            if self.v2 and self.paths:
+                cpu = _keyed(self.paths[0] / "cpu.stat")["usage_usec"] / 1e6
+                memory = _keyed(self.paths[0] / "memory.stat")
+                return cpu, memory["anon"] + memory["file_mapped"]
+            cpu = int((self.controllers["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+            memory = _keyed(self.controllers["memory"] / "memory.stat")
+            return cpu, memory["total_rss"] + memory["total_mapped_file"]
+        except (OSError, KeyError, ValueError, IndexError):
+            return None
+
     def remove(self) -> bool:
         """True once every cgroup directory is gone."""
         for path in self.paths:
             with contextlib.suppress(OSError):
                 path.rmdir()
         return not any(p.exists() for p in self.paths)
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
 
 
 def _enable_v2_controllers(path: Path) -> None:
@@ -481,6 +500,18 @@ class Box:
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:
         """(cpu percent since the previous sample, resident memory bytes, disk bytes written)."""
+        cpu_seconds, rss = self.cgroup.counters() or self._process_counters()
+        now = time.monotonic()
+        percent = 0.0
+        if self._cpu_sample:
+            elapsed = now - self._cpu_sample[0]
+            if elapsed > 0:
+                percent = max(0.0, (cpu_seconds - self._cpu_sample[1]) / elapsed * 100 / (os.cpu_count() or 1))
+        self._cpu_sample = (now, cpu_seconds)
+        return percent, rss, self._disk.sample()
+
+    def _process_counters(self) -> tuple[float, int]:
+        """Without cpuacct and memory controllers: the sum over the sandbox's processes."""
         ticks = os.sysconf("SC_CLK_TCK")
         page = os.sysconf("SC_PAGE_SIZE")
         cpu_seconds, rss = 0.0, 0
@@ -490,14 +521,7 @@ class Box:
                 fields = stat[stat.rindex(")") + 2 :].split()
                 cpu_seconds += (int(fields[11]) + int(fields[12])) / ticks
                 rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
-        now = time.monotonic()
-        percent = 0.0
-        if self._cpu_sample:
-            elapsed = now - self._cpu_sample[0]
-            if elapsed > 0:
-                percent = max(0.0, (cpu_seconds - self._cpu_sample[1]) / elapsed * 100 / (os.cpu_count() or 1))
-        self._cpu_sample = (now, cpu_seconds)
-        return percent, rss, self._disk.sample()
+        return cpu_seconds, rss
 
     # --- users --------------------------------------------------------------------------------
     async def user(self, name: str) -> dict:

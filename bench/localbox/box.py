@@ -376,26 +376,26 @@ class Box:
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, hostname: str, timeout: float = 15.0) -> None:
         self.ids = IdRange.take(default_state_root() / "uid-ranges")
-        self.dir.mkdir(mode=0o700)
-        for sub in ("upper", "work", "merged", "lower"):
-            (self.dir / sub).mkdir(mode=0o755)
-        # The box directory and its upper layer belong to the sandbox's root: its holder enters the
-        # directory as host root, then works inside it with the sandbox's ids only.
-        for path in (self.dir, self.dir / "upper", self.dir / "work"):
-            os.chown(path, self.ids.base, self.ids.base)
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {
-            "box": str(self.dir),
-            "lower": str(self.template_root),
-            "ids": [self.ids.base, self.ids.count],
-            "hostname": hostname,
-            "cgroup_procs": self.cgroup.procs_files,
-        }
-        if self.zygote is not None:
-            self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
-        else:
-            self.holder = await self._launch(config, child_sock)
-        child_sock.close()
+        try:
+            self._make_dirs(self.ids.base)
+            config = {
+                "box": str(self.dir),
+                "lower": str(self.template_root),
+                "ids": [self.ids.base, self.ids.count],
+                "hostname": hostname,
+                "cgroup_procs": self.cgroup.procs_files,
+            }
+            if self.zygote is not None:
+                self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
+            else:
+                self.holder = await self._launch(config, child_sock)
+        except BaseException:  # nothing started: give back what was taken
+            parent_sock.close()
+            await asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+            raise
+        finally:
+            child_sock.close()
         (self.dir / "pid").write_text(str(self.holder.pid))
         self.link = AgentLink(parent_sock, self._on_process_exit)
         asyncio.get_running_loop().create_task(self._watch_unshare())
@@ -408,6 +408,15 @@ class Box:
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
             await self.kill()
             raise
+
+    def _make_dirs(self, root_uid: int) -> None:
+        """The box directory and its upper layer belong to the sandbox's root: its holder enters the
+        directory as host root, then works inside it with the sandbox's ids only."""
+        self.dir.mkdir(mode=0o700)
+        for sub in ("upper", "work", "merged", "lower"):
+            (self.dir / sub).mkdir(mode=0o755)
+        for path in (self.dir, self.dir / "upper", self.dir / "work"):
+            os.chown(path, root_uid, root_uid)
 
     async def _launch(self, config: dict, child_sock: socket.socket) -> Holder:
         """Without a fork-server: a fresh interpreter per sandbox."""

@@ -344,3 +344,11 @@ def test_metrics_count_the_memory_a_sandbox_holds_from_its_cgroup(sbx: Sandbox) 
     holder.wait()
 
     assert (200 << 20) <= metrics[-1].mem_used <= metrics[-1].mem_total
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed(server: LocalServer) -> None:
+    with socket.create_connection(("127.0.0.1", server.port)) as slow:
+        slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        slow.settimeout(60)
+
+        assert slow.recv(1024) == b""

@@ -144,7 +144,7 @@ class GuardedHttp(HttpToolsProtocol):
             self._arm()
 
     def _drop(self) -> None:
-        self._open.get(self.server_state, {}).pop(self, None)
+        self._forget()
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -152,10 +152,19 @@ class GuardedHttp(HttpToolsProtocol):
         super().on_response_complete()
         self._arm()
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def handle_websocket_upgrade(self) -> None:
+        """The connection now belongs to a WebSocket: neither idle by this measure nor counted here."""
+        self._forget()
+        super().handle_websocket_upgrade()
+
+    def _forget(self) -> None:
         self._open.get(self.server_state, {}).pop(self, None)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
         super().connection_lost(exc)
 
 

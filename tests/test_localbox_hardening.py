@@ -23,7 +23,7 @@ import httpx
 import pytest
 from e2b import CommandExitException, Sandbox
 
-from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree
+from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
 
 
@@ -240,21 +240,52 @@ def test_leftovers_that_cannot_be_removed_are_named_in_one_sentence_and_serve_st
     assert "could not be removed" in messages[0] and "abc" in messages[0]
 
 
-def test_a_tree_deeper_than_any_path_is_removed(tmp_path: Path) -> None:
-    top = tmp_path / "deep"
+def deep_tree(top: Path, depth: int, uid: int) -> None:
+    """top/dir/dir/... with a file f (and a setuid file s at the bottom), all owned by uid."""
     top.mkdir()
+    os.chown(top, uid, uid)
     fd = os.open(top, os.O_RDONLY)
-    for _ in range(3000):  # 9,000 bytes of path: deeper than PATH_MAX and Python's recursion limit
+    for level in range(depth):
         os.mkdir("dir", dir_fd=fd)
+        os.chown("dir", uid, uid, dir_fd=fd)
         child = os.open("dir", os.O_RDONLY, dir_fd=fd)
-        with open(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=child), "w") as f:
-            f.write("x")
+        for name in ("f", "s") if level == depth - 1 else ("f",):
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=child))
+            os.chown(name, uid, uid, dir_fd=child)
+        if level == depth - 1:
+            os.chmod("s", 0o4755, dir_fd=child)
         os.close(fd)
         fd = child
     os.close(fd)
 
+
+def test_a_tree_deeper_than_any_path_is_removed(tmp_path: Path) -> None:
+    top = tmp_path / "deep"
+    deep_tree(top, 3000, 0)  # 12,000 bytes of path: deeper than PATH_MAX and Python's recursion limit
+
     assert remove_tree(top) is True
     assert not top.exists()
+
+
+def test_a_sandbox_layer_is_shifted_to_template_ids_at_any_depth_keeping_setuid(tmp_path: Path) -> None:
+    top = tmp_path / "layer"
+    deep_tree(top, 2000, ID_BASE + 1000)
+
+    try:
+        shift_ids(top, -ID_BASE)
+
+        owners = subprocess.run(["find", str(top), "-printf", "%U:%G\n"], capture_output=True, text=True).stdout
+        fd = os.open(top, os.O_RDONLY)
+        for _ in range(2000):
+            fd, parent = os.open("dir", os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        setuid = os.stat("s", dir_fd=fd).st_mode
+        os.close(fd)
+    finally:
+        remove_tree(top)  # pytest's own clean-up of tmp_path is recursive
+    assert set(owners.splitlines()) == {"1000:1000"}
+    assert len(owners.splitlines()) == 1 + 2000 * 2 + 1  # top, each dir and its f, the setuid s
+    assert stat.S_IMODE(setuid) == 0o4755
 
 
 def test_a_sandbox_with_a_deep_tree_answers_metrics_and_is_cleaned_up(server: LocalServer) -> None:

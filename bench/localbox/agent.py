@@ -31,6 +31,7 @@ import sys
 import termios
 
 MAX_MESSAGE = 1 << 20
+MAX_LAYERS = 64  # lower layers of a sandbox's root
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -112,13 +113,18 @@ def idmapped_template(lower: str, userns_pid: int) -> int:
     return fd
 
 
-def setup_root(lower_fd: int) -> None:
+def setup_root(lower_fds: list[int]) -> None:
     """Mount the sandbox's root (cwd: the box directory) and make it the root of this mount namespace."""
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    _check(libc.syscall(SYS_MOVE_MOUNT, lower_fd, b"", AT_FDCWD, b"lower", MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
-    os.close(lower_fd)
+    layers = []
+    for n, fd in enumerate(lower_fds):
+        target = f"lower/{n}"
+        os.mkdir(target)
+        _check(libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
+        os.close(fd)
+        layers.append(target)
     # userxattr: overlayfs keeps its own attributes in user.* xattrs, the only ones a user namespace may set.
-    mount("overlay", "merged", "overlay", 0, "lowerdir=lower,upperdir=upper,workdir=work,userxattr")
+    mount("overlay", "merged", "overlay", 0, f"lowerdir={':'.join(layers)},upperdir=upper,workdir=work,userxattr")
     mount("proc", "merged/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     dev = "merged/dev"
     mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k")
@@ -733,10 +739,10 @@ class Agent:
         return {}
 
 
-def run_agent(config: dict, sock: socket.socket, lower_fd: int) -> None:
+def run_agent(config: dict, sock: socket.socket, lower_fds: list[int]) -> None:
     """Pid 1: mount and enter the sandbox's root, give up what it needs no more, serve the server's requests."""
     try:
-        setup_root(lower_fd)
+        setup_root(lower_fds)
         socket.sethostname(config["hostname"])
         loopback_up()
         null = os.open("/dev/null", os.O_RDWR)
@@ -769,16 +775,21 @@ def map_ids(config: dict, sync: socket.socket) -> None:
     if sync.recv(1) != b"u":
         return
     base, count = config["ids"]
-    for name in ("uid_map", "gid_map"):
-        with open(f"/proc/{holder}/{name}", "w") as f:
-            f.write(f"0 {base} {count}\n")
-    fd = idmapped_template(config["lower"], holder)
-    socket.send_fds(sync, [b"m"], [fd])
+    try:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{holder}/{name}", "w") as f:
+                f.write(f"0 {base} {count}\n")
+        # Layers in overlay's lowerdir order (a snapshot's copy, ..., the template), each owned by ids 0..count.
+        fds = [idmapped_template(layer, holder) for layer in config["lower"].split(":")]
+    except OSError as exc:
+        sync.send(f"e{exc}".encode())
+        return
+    socket.send_fds(sync, [b"m"], fds)
 
 
-def enter_user_namespace(config: dict) -> int:
+def enter_user_namespace(config: dict) -> list[int]:
     """Become root of a new user namespace whose ids are the host's config["ids"] range; returns the
-    template's idmapped mount."""
+    lower layers' idmapped mounts."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     helper = os.fork()
     if helper == 0:
@@ -791,16 +802,17 @@ def enter_user_namespace(config: dict) -> int:
     try:
         _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
         ours.send(b"u")
-        _, fds, _, _ = socket.recv_fds(ours, 16, 1)
+        answer, fds, _, _ = socket.recv_fds(ours, 4096, MAX_LAYERS)
     finally:
         ours.close()
         os.waitpid(helper, 0)
     if not fds:
-        raise OSError(errno.EPERM, "the sandbox's user namespace could not be set up")
+        reason = answer[1:].decode(errors="replace") or "its helper exited"
+        raise OSError(errno.EPERM, f"the sandbox's user namespace could not be set up: {reason}")
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     os.setgroups([])
-    return fds[0]
+    return fds
 
 
 def start_sandbox(config: dict, control_fd: int) -> None:
@@ -816,7 +828,7 @@ def start_sandbox(config: dict, control_fd: int) -> None:
             with open(path, "w") as f:
                 f.write("0")
         os.chdir(config["box"])
-        lower_fd = enter_user_namespace(config)
+        lower_fds = enter_user_namespace(config)
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET), "unshare")
     except Exception as exc:
         with contextlib.suppress(OSError):
@@ -826,11 +838,12 @@ def start_sandbox(config: dict, control_fd: int) -> None:
     if pid == 0:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         try:
-            run_agent(config, sock, lower_fd)
+            run_agent(config, sock, lower_fds)
         finally:
             os._exit(0)
     sock.close()
-    os.close(lower_fd)
+    for fd in lower_fds:
+        os.close(fd)
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _, status = os.waitpid(pid, 0)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)

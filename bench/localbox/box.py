@@ -375,7 +375,8 @@ class Box:
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, hostname: str, timeout: float = 15.0) -> None:
-        self.ids = IdRange.take(default_state_root() / "uid-ranges")
+        if self.ids is None:  # a box given the range of files it reuses keeps it
+            self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._make_dirs(self.ids.base)
@@ -415,7 +416,7 @@ class Box:
         self.dir.mkdir(mode=0o700)
         for sub in ("upper", "work", "merged", "lower"):
             (self.dir / sub).mkdir(mode=0o755)
-        for path in (self.dir, self.dir / "upper", self.dir / "work"):
+        for path in (self.dir, self.dir / "upper", self.dir / "work", self.dir / "lower"):
             os.chown(path, root_uid, root_uid)
 
     async def _launch(self, config: dict, child_sock: socket.socket) -> Holder:
@@ -772,47 +773,86 @@ def walk_tree(root: Path) -> Iterator[os.stat_result]:
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def remove_tree(root: Path) -> bool:
-    """rm -rf that survives any depth and path length: iterative, each directory opened relative to its
-    parent's descriptor. True when root is gone; what cannot be removed is left, never retried forever."""
+def walk_down(
+    root: Path, on_file: Callable[[int, str], None], on_dir: Callable[[int, str, os.stat_result], None]
+) -> None:
+    """Every entry under root, depth first, without recursion and holding one descriptor whatever the depth
+    or path length: on_file(dir_fd, name) for each non-directory, on_dir(parent_fd, name, stat) for each
+    directory once its contents are done. It climbs back through "..": for trees nothing else changes
+    (a dead sandbox's, a frozen one's or a copy)."""
+    fd = os.open(root, DIRECTORY_FLAGS)
+    stack: list[tuple[str, list[str]]] = [("", _enter(fd, on_file))]
     try:
-        top = os.open(root, DIRECTORY_FLAGS)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        with contextlib.suppress(OSError):
-            root.unlink()
-        return not root.exists()
-    stuck: set[tuple[int, int]] = set()
-    stack: list[tuple[int, str]] = [(top, "")]  # an open directory and its name in the one below it
-    while stack:
-        fd = stack[-1][0]
-        child = _empty_files_until_a_directory(fd, stuck)
-        if child is not None:
-            stack.append(child)
-            continue
-        st = os.fstat(fd)
+        while stack:
+            name, pending = stack[-1]
+            if pending:
+                sub = pending.pop()
+                try:
+                    child = os.open(sub, DIRECTORY_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((sub, _enter(fd, on_file)))
+                continue
+            stack.pop()
+            if not stack:
+                break
+            st = os.fstat(fd)
+            parent = os.open("..", DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            on_dir(fd, name, st)
+    finally:
         os.close(fd)
-        _, name = stack.pop()
-        if stack:
-            try:
-                os.rmdir(name, dir_fd=stack[-1][0])
-            except OSError:
-                stuck.add((st.st_dev, st.st_ino))
-    with contextlib.suppress(OSError):
-        os.rmdir(root)
-    return not root.exists()
 
 
-def _empty_files_until_a_directory(fd: int, stuck: set[tuple[int, int]]) -> tuple[int, str] | None:
+def _enter(fd: int, on_file: Callable[[int, str], None]) -> list[str]:
+    subdirectories = []
     with os.scandir(fd) as entries:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
-                with contextlib.suppress(OSError):
-                    st = entry.stat(follow_symlinks=False)
-                    if (st.st_dev, st.st_ino) not in stuck:
-                        return os.open(entry.name, DIRECTORY_FLAGS, dir_fd=fd), entry.name
-                continue
+                subdirectories.append(entry.name)
+            else:
+                on_file(fd, entry.name)
+    return subdirectories
+
+
+def remove_tree(root: Path) -> bool:
+    """rm -rf that survives any depth and path length; True when root is gone (what cannot be removed is
+    left, and said so by the return value)."""
+
+    def unlink(fd: int, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=fd)
+
+    def rmdir(fd: int, name: str, _: os.stat_result) -> None:
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=fd)
+
+    try:
+        walk_down(root, unlink, rmdir)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        if os.path.islink(root) or not os.path.isdir(root):
             with contextlib.suppress(OSError):
-                os.unlink(entry.name, dir_fd=fd)
-    return None
+                root.unlink()
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+    return not os.path.lexists(root)
+
+
+def shift_ids(root: Path, by: int) -> None:
+    """Add `by` to the owner and group of every entry of a tree (setuid/setgid bits kept), e.g. to turn a
+    sandbox's upper directory (owned by its host id range) into a layer owned by ids 0..65535 as the
+    template is, which any later sandbox mounts idmapped to its own range. Dead, frozen or copied trees only."""
+
+    def shift(fd: int | None, name: str, st: os.stat_result | None = None) -> None:
+        st = st or os.stat(name, dir_fd=fd, follow_symlinks=False)
+        os.chown(name, st.st_uid + by, st.st_gid + by, dir_fd=fd, follow_symlinks=False)
+        if st.st_mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(st.st_mode):
+            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=fd)  # chown cleared them
+
+    walk_down(root, shift, shift)
+    shift(None, str(root))

@@ -60,7 +60,6 @@ AT_FDCWD = -100
 KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31}  # chown dac_override fowner fsetid kill setgid
 # setuid setpcap net_bind_service net_raw sys_chroot audit_write setfcap
 LAST_CAP = 40
-CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 
 IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8  # modify attrib moved_from moved_to create delete close_write
 

@@ -6,6 +6,7 @@ its box directory, its id range.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -13,6 +14,7 @@ import re
 import socket
 import stat
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -43,9 +45,15 @@ def sbx(server: LocalServer) -> Iterator[Sandbox]:
         sandbox.kill()
 
 
-def create(server: LocalServer) -> Sandbox:
+def create(server: LocalServer, internet: bool = True) -> Sandbox:
     ep = server.endpoint
-    return Sandbox.create(timeout=120, api_key=ep.api_key, api_url=ep.api_url, sandbox_url=ep.sandbox_url)
+    return Sandbox.create(
+        timeout=120,
+        api_key=ep.api_key,
+        api_url=ep.api_url,
+        sandbox_url=ep.sandbox_url,
+        allow_internet_access=internet,
+    )
 
 
 def box_of(server: LocalServer, sandbox: Sandbox) -> Box:
@@ -169,9 +177,10 @@ LISTEN = textwrap.dedent("""
 """)
 CONNECT = textwrap.dedent("""
     import socket, sys
-    for port in sys.argv[1:]:
+    for address in sys.argv[1:]:
+        host, _, port = address.rpartition(":")
         try:
-            socket.create_connection(("127.0.0.1", int(port)), 5).close()
+            socket.create_connection((host or "127.0.0.1", int(port)), 5).close()
             print("reached")
         except OSError as exc:
             print(type(exc).__name__)
@@ -383,3 +392,90 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(server: LocalSer
         slow.settimeout(60)
 
         assert slow.recv(1024) == b""
+
+
+TEST_NET = ("198.51.100.1", "198.51.100.2")  # TEST-NET-2: documentation addresses, routed here to our namespace
+SERVE = textwrap.dedent("""
+    import socket, sys
+    print("in its namespace", flush=True)
+    sys.stdin.readline()  # the namespace's interface is configured
+    s = socket.create_server((sys.argv[1], 0))
+    print(s.getsockname()[1], flush=True)
+    while True:
+        s.accept()[0].close()
+""")
+
+
+@pytest.fixture
+def test_host() -> Iterator[str]:
+    """host:port of a listener in a network namespace of this test's own, joined to the host by a veth pair
+    (the namespace, and both ends of the pair, go when the listener ends)."""
+    name = f"e2bb{os.getpid()}"
+    listener = subprocess.Popen(
+        ["unshare", "--net", "--", sys.executable, "-c", SERVE, TEST_NET[1]],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    inside = ["nsenter", "-t", str(listener.pid), "-n", "ip"]
+    steps = [
+        ["ip", "link", "add", f"{name}h", "type", "veth", "peer", "name", f"{name}n", "netns", str(listener.pid)],
+        ["ip", "addr", "add", f"{TEST_NET[0]}/30", "dev", f"{name}h"],
+        ["ip", "link", "set", f"{name}h", "up"],
+        [*inside, "addr", "add", f"{TEST_NET[1]}/30", "dev", f"{name}n"],
+        [*inside, "link", "set", f"{name}n", "up"],
+    ]
+    try:
+        assert listener.stdin is not None and listener.stdout is not None
+        assert listener.stdout.readline() == "in its namespace\n"  # unshare has run: the pid's netns is new
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        listener.stdin.write("configured\n")
+        listener.stdin.flush()
+        yield f"{TEST_NET[1]}:{listener.stdout.readline().strip()}"
+    finally:
+        listener.kill()
+        listener.wait()
+        subprocess.run(["ip", "link", "del", f"{name}h"], check=False, capture_output=True)
+
+
+def test_internet_access_reaches_out_but_not_the_hosts_loopback_and_off_reaches_nothing(
+    server: LocalServer, test_host: str
+) -> None:
+    online, offline = create(server), create(server, internet=False)
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as host_listener:
+            loopback = f"10.0.2.2:{host_listener.getsockname()[1]}"  # slirp's address for the host
+            seen = {}
+            for label, sandbox in (("online", online), ("offline", offline)):
+                sandbox.files.write("/tmp/connect.py", CONNECT)
+                seen[label] = run(sandbox, f"python3 /tmp/connect.py {test_host} {loopback}", user="user").split()
+    finally:
+        online.kill()
+        offline.kill()
+
+    assert seen == {"online": ["reached", "OSError"], "offline": ["OSError", "OSError"]}  # unreachable, not refused
+
+
+def test_a_sandboxs_uplink_holds_nothing_of_the_server_but_its_exit_pipe(server: LocalServer) -> None:
+    first, second = create(server), create(server)
+    try:
+        reader = first.commands.run("cat", background=True, stdin=True)  # pipes the server holds
+        uplink = box_of(server, second).uplink
+        assert uplink is not None
+
+        def targets(pid: int | str) -> set[str]:
+            found = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor, closed since
+                    found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            return found
+
+        shared = targets(uplink.process.pid) & targets("self")
+        exit_pipe = f"pipe:[{os.fstat(uplink._exit_w).st_ino}]"
+        reader.kill()
+    finally:
+        first.kill()
+        second.kill()
+
+    assert shared - {"/dev/null"} == {exit_pipe}

@@ -548,6 +548,9 @@ class Agent:
             f.write(message["hostname"] + "\n")
         with open("/etc/hosts", "w") as f:
             f.write(f"127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{message['hostname']}\n")
+        if message.get("nameserver"):
+            with contextlib.suppress(OSError), open("/etc/resolv.conf", "w") as f:
+                f.write(f"nameserver {message['nameserver']}\n")
         for line in message.get("profile", []):
             with open("/etc/profile.d/zz-e2b-bench.sh", "a") as f:
                 f.write(line + "\n")

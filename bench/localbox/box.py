@@ -8,6 +8,7 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
@@ -272,6 +273,82 @@ def _namespace_pids(root_pid: int) -> list[int]:
     return found
 
 
+SLIRP4NETNS = shutil.which("slirp4netns")
+
+
+class Uplink:
+    """A sandbox's outbound network: slirp4netns gives its namespace a tap device (10.0.2.100/24, gateway
+    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT. The
+    host's loopback is not forwarded (--disable-host-loopback), and nothing reaches in. It exits with the
+    namespace or, should the server die, when its exit pipe closes."""
+
+    DNS = "10.0.2.3"
+
+    def __init__(self, process: subprocess.Popen, exit_w: int) -> None:
+        self.process, self._exit_w = process, exit_w
+        self._exited = Holder.of_pid(process.pid)
+
+    @classmethod
+    async def start(cls, holder_pid: int, timeout: float) -> Uplink:
+        assert SLIRP4NETNS is not None
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
+            # no listening socket, pipe or file of the server or of another sandbox.
+            process = subprocess.Popen(
+                [
+                    SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
+                ],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(ready_w, exit_r), start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            os.close(exit_w)
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+            os.close(exit_r)
+        uplink = cls(process, exit_w)
+        try:
+            if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
+                raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
+        except BaseException:
+            await uplink.stop()
+            raise
+        finally:
+            os.close(ready_r)
+        return uplink
+
+    async def stop(self) -> None:
+        if self._exit_w >= 0:
+            os.close(self._exit_w)
+            self._exit_w = -1
+        self._exited.kill()
+        await self._exited.wait(5)
+        with contextlib.suppress(ChildProcessError):
+            self.process.wait(0)  # reaped now: it has exited
+
+
+async def _read_byte(fd: int) -> bytes:
+    """One byte from a pipe, read when it is readable (b"" at its end), without a thread."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future = loop.create_future()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, 1)
+
+
 class Holder:
     """The process holding a sandbox's namespaces: it exits once pid 1 of the sandbox has been reaped."""
 
@@ -364,6 +441,7 @@ class Box:
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
         self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
         self.ids: IdRange | None = None
+        self.uplink: Uplink | None = None
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
         self.processes: dict[int, ProcessRecord] = {}
@@ -402,7 +480,14 @@ class Box:
         asyncio.get_running_loop().create_task(self._watch_unshare())
         try:
             await self.link.ready(timeout)
-            await self.link.result("configure", hostname=hostname, profile=list(self.settings.profile_lines))
+            dns = None
+            if self.settings.internet and SLIRP4NETNS:
+                assert self.holder is not None
+                self.uplink = await Uplink.start(self.holder.pid, timeout)
+                dns = Uplink.DNS
+            await self.link.result(
+                "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
+            )
         except (AgentError, TimeoutError) as exc:
             await self.kill()
             raise AgentError(f"{exc}") from exc
@@ -475,6 +560,8 @@ class Box:
                 await self.holder.wait(5)
         if self.link:
             self.link.close()
+        if self.uplink:
+            await self.uplink.stop()
         for record in list(self.processes.values()):
             self._finish(record, ExitStatus.from_wait_status(signal.SIGKILL))
         removal = asyncio.get_running_loop().run_in_executor(None, self._remove_files)

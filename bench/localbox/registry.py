@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .box import Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
+from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
 from .quirks import Quirks
 
 if TYPE_CHECKING:
@@ -130,6 +130,8 @@ class Registry:
     async def start(self) -> None:
         private_dir(self.config.state_dir)
         private_dir(self.boxes_dir)
+        if SLIRP4NETNS is None:
+            log.warning("e2b-bench: slirp4netns is not installed, so sandboxes have no outbound network")
         if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
             self.zygote = Zygote.start()
         await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)

@@ -10,7 +10,9 @@ import os
 import resource
 import secrets
 import shutil
+import signal
 import subprocess
+import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -228,8 +230,19 @@ class LocalServer:
         await self.server.serve(sockets=self.sockets)
 
     def run(self) -> None:
-        """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed)."""
+        """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed).
+
+        Until uvicorn installs its own handlers, SIGTERM and SIGINT ask for the same clean shutdown: an
+        exception raised by a signal inside the loop can land where it is swallowed (a weakref callback),
+        and the server would never stop.
+        """
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self._stop_soon)
         asgi.run(self.server, self.sockets)
+
+    def _stop_soon(self, signum: int, frame: object) -> None:
+        self.server.should_exit = True
 
 
 @contextlib.contextmanager

@@ -1,12 +1,14 @@
 """The in-sandbox agent: pid 1 of one sandbox.
 
-Started by the server as ``unshare --mount --pid --uts --ipc [--net] --fork -- python -I -S agent.py CONFIG``
-with a SOCK_SEQPACKET control socket on fd 3. It mounts the sandbox root (overlayfs over the template),
-enters it with pivot_root, then serves requests: spawn processes and open files *inside* the sandbox,
-handing the resulting file descriptors back to the server (SCM_RIGHTS). As pid 1 it also reaps orphans.
+Forked from the fork-server (``agent.py --zygote``) or started as ``python -I -S agent.py --launch CONFIG``,
+with a SOCK_SEQPACKET control socket. The launched process enters a user namespace of its own (sandbox
+root is an unprivileged host uid of a subordinate range), new mount/pid/uts/ipc/net namespaces owned by
+it, and forks pid 1, which mounts the sandbox root (overlayfs over an idmapped template), enters it with
+pivot_root, then serves requests: spawn processes and open files *inside* the sandbox, handing the
+resulting file descriptors back to the server (SCM_RIGHTS). As pid 1 it also reaps orphans.
 
-Runs with the standard library only and imports everything before pivot_root: after that, the host's
-library directory is gone.
+Runs with the standard library only and imports everything before pivot_root: after that, the import
+path is emptied, so no module of the sandbox's can ever be loaded into pid 1.
 """
 
 from __future__ import annotations
@@ -15,11 +17,9 @@ import contextlib
 import ctypes
 import errno
 import fcntl
-import grp
 import json
 import os
 import platform
-import pwd
 import select
 import shutil
 import signal
@@ -29,9 +29,9 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 
 MAX_MESSAGE = 1 << 20
+MAX_LAYERS = 64  # lower layers of a sandbox's root
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -41,25 +41,40 @@ libc.setfsgid.argtypes = [ctypes.c_uint]
 libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 libc.inotify_init1.argtypes = [ctypes.c_int]
 libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+libc.syscall.restype = ctypes.c_long
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_CAPBSET_DROP = 24
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_SECCOMP, PR_CAP_AMBIENT = 4, 24, 22, 47
+MACHINE = platform.machine()
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[MACHINE]
+SYS_OPEN_TREE, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 428, 429, 442  # the same on every architecture
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_RECURSIVE, AT_EMPTY_PATH = 1, 0o2000000, 0x8000, 0x1000
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NODEV, MOUNT_ATTR_IDMAP = 0x1, 0x4, 0x100000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+AT_FDCWD = -100
 
-# Capabilities a sandbox's root keeps: a container runtime's usual default set, without mknod.
+# Capabilities a sandbox's root keeps (in the sandbox's own user namespace; none in the host's): a container
+# runtime's usual default set, without mknod.
 KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31}  # chown dac_override fowner fsetid kill setgid
 # setuid setpcap net_bind_service net_raw sys_chroot audit_write setfcap
 LAST_CAP = 40
 
 IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8  # modify attrib moved_from moved_to create delete close_write
 
+# /proc paths that reveal or change the host, as container runtimes hide them: files get /dev/null over
+# them, directories an empty read-only tmpfs; the rest are read-only.
+MASKED_PROC_FILES = ("kcore", "keys", "timer_list", "sched_debug", "latency_stats", "sysrq-trigger", "kallsyms")
+MASKED_PROC_DIRS = ("acpi", "asound", "scsi", "firmware", "driver")
+READ_ONLY_PROC = ("sys", "bus", "fs", "irq")
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+    return rc
 
 
 def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
@@ -75,15 +90,43 @@ def mount(source: str, target: str, fstype: str | None, flags: int = 0, data: st
     )
 
 
-def setup_root(config: dict) -> None:
-    """Mount the sandbox's root and make it the root of this mount namespace."""
-    merged = config["merged"]
+def idmapped_template(lower: str, userns_pid: int) -> int:
+    """A detached, read-only copy of the template's mount whose files show the sandbox's ids (host root only)."""
+    fd = _check(
+        libc.syscall(SYS_OPEN_TREE, AT_FDCWD, lower.encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE),
+        "open_tree of the template",
+    )
+    userns = os.open(f"/proc/{userns_pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        flags = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV  # setuid stays: sudo is in the template
+        attr = ctypes.create_string_buffer(struct.pack("QQQQ", flags, 0, 0, userns))
+        _check(
+            libc.syscall(SYS_MOUNT_SETATTR, fd, b"", AT_EMPTY_PATH | AT_RECURSIVE, attr, 32),
+            "idmapped mount of the template (needs Linux 5.19+ and a file system that supports it)",
+        )
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        os.close(userns)
+    return fd
+
+
+def setup_root(lower_fds: list[int]) -> None:
+    """Mount the sandbox's root (cwd: the box directory) and make it the root of this mount namespace."""
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    options = f"lowerdir={config['lower']},upperdir={config['upper']},workdir={config['work']}"
-    mount("overlay", merged, "overlay", 0, options)
-    mount("proc", f"{merged}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    dev = f"{merged}/dev"
-    mount("tmpfs", dev, "tmpfs", MS_NOSUID, "mode=755,size=64k")
+    layers = []
+    for n, fd in enumerate(lower_fds):
+        target = f"lower/{n}"
+        os.mkdir(target)
+        _check(libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
+        os.close(fd)
+        layers.append(target)
+    # userxattr: overlayfs keeps its own attributes in user.* xattrs, the only ones a user namespace may set.
+    mount("overlay", "merged", "overlay", 0, f"lowerdir={':'.join(layers)},upperdir=upper,workdir=work,userxattr")
+    mount("proc", "merged/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = "merged/dev"
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k")
     for name in ("null", "zero", "full", "random", "urandom", "tty"):
         open(f"{dev}/{name}", "w").close()
         mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
@@ -96,16 +139,137 @@ def setup_root(config: dict) -> None:
         os.symlink(target, f"{dev}/{name}")
     os.symlink("/proc/self/fd/1", f"{dev}/stdout")
     os.symlink("/proc/self/fd/2", f"{dev}/stderr")
-    os.chdir(merged)
+    # Each boot has its own boot id (the kernel's is the host's): a file of /dev bound over it, rewritten per boot.
+    with open(f"{dev}/.boot_id", "w") as f:
+        f.write(random_uuid() + "\n")
+    os.chmod(f"{dev}/.boot_id", 0o444)
+    mount(f"{dev}/.boot_id", f"merged{BOOT_ID}", None, MS_BIND)
+    mask_proc("merged/proc")
+    os.chdir("merged")
     _check(libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
     _check(libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
 
 
+def random_uuid() -> str:
+    """A random (version 4) UUID, as the kernel writes a boot id."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40
+    raw[8] = (raw[8] & 0x3F) | 0x80
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def mask_proc(proc: str) -> None:
+    for name in MASKED_PROC_FILES:
+        if os.path.isfile(f"{proc}/{name}"):
+            mount("/dev/null", f"{proc}/{name}", None, MS_BIND)
+    for name in MASKED_PROC_DIRS:
+        if os.path.isdir(f"{proc}/{name}"):
+            mount("tmpfs", f"{proc}/{name}", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0")
+    for name in READ_ONLY_PROC:
+        path = f"{proc}/{name}"
+        if os.path.isdir(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            mount(path, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh14x", b"lo", 0)
+        flags = struct.unpack("16sh14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sh14x", b"lo", flags | IFF_UP))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def set_capabilities(effective: set[int], permitted: set[int]) -> None:
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    for cap in range(LAST_CAP + 1):
+        word, bit = divmod(cap, 32)
+        if cap in permitted:
+            data[word].permitted |= 1 << bit
+        if cap in effective:
+            data[word].effective |= 1 << bit
+    _check(libc.capset(ctypes.byref(header), data), "capset")
+
+
 def drop_capabilities() -> None:
+    """Commands (sudo included) can gain at most KEPT_CAPS; pid 1 keeps them only as permitted ones."""
     for cap in range(LAST_CAP + 1):
         if cap not in KEPT_CAPS:
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(PR_CAP_AMBIENT, 4, 0, 0, 0)  # PR_CAP_AMBIENT_CLEAR_ALL
+    set_capabilities(set(), KEPT_CAPS)
+
+
+# --- seccomp: the usual container defaults, as a deny list ----------------------------------------------
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[MACHINE]
+DENIED_SYSCALLS = {  # name: (x86_64, aarch64); refused with EPERM
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "unshare": (272, 97),
+    "setns": (308, 268), "move_mount": (429, 429), "open_tree": (428, 428), "fsopen": (430, 430),
+    "fsmount": (432, 432), "fsconfig": (431, 431), "fspick": (433, 433), "mount_setattr": (442, 442),
+    "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218), "bpf": (321, 280),
+    "kexec_load": (246, 104), "kexec_file_load": (320, 294), "init_module": (175, 105),
+    "finit_module": (313, 273), "delete_module": (176, 106), "perf_event_open": (298, 241),
+    "userfaultfd": (323, 282), "open_by_handle_at": (304, 265), "acct": (163, 89), "swapon": (167, 224),
+    "swapoff": (168, 225), "reboot": (169, 142), "settimeofday": (164, 170), "clock_settime": (227, 112),
+    "clock_adjtime": (305, 266), "adjtimex": (159, 171), "quotactl": (179, 60), "lookup_dcookie": (212, 18),
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    "syslog": (103, 116), "vhangup": (153, 58), "nfsservctl": (180, 42), "pidfd_getfd": (438, 438),
+}  # fmt: skip
+SYS_CLONE, SYS_CLONE3 = {"x86_64": (56, 435), "aarch64": (220, 435)}[MACHINE]
+CLONE_NEW_ANY = 0x7E020080  # newns newcgroup newuts newipc newuser newpid newnet newtime
+X32_SYSCALL_BIT = 0x40000000
+RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
+
+
+def seccomp_program() -> bytes:
+    """Classic BPF: another architecture is killed, denied calls and namespace-making clones get EPERM, clone3
+    ENOSYS (its flags are out of a filter's reach; libc then falls back to clone)."""
+    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    column = 0 if MACHINE == "x86_64" else 1
+    denied = sorted({numbers[column] for numbers in DENIED_SYSCALLS.values()})
+    rows: list[tuple[int, int | str, int, int] | str] = [
+        (ld, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH), (ret, 0, 0, RET_KILL_PROCESS),
+        (ld, 0, 0, 0), (jge, "eperm", 0, X32_SYSCALL_BIT),
+        *((jeq, "eperm", 0, nr) for nr in denied),
+        (jeq, "enosys", 0, SYS_CLONE3), (jeq, "clone", 0, SYS_CLONE), (ret, 0, 0, RET_ALLOW),
+        "clone", (ld, 0, 0, 16), (jset, "eperm", 0, CLONE_NEW_ANY), (ret, 0, 0, RET_ALLOW),
+        "eperm", (ret, 0, 0, RET_ERRNO | errno.EPERM),
+        "enosys", (ret, 0, 0, RET_ERRNO | errno.ENOSYS),
+    ]  # fmt: skip
+    labels: dict[str, int] = {}
+    program: list[tuple[int, int | str, int, int]] = []
+    for row in rows:
+        if isinstance(row, str):
+            labels[row] = len(program)
+        else:
+            program.append(row)
+    return b"".join(
+        struct.pack("HBBI", c, labels[jt] - i - 1 if isinstance(jt, str) else jt, jf, k)
+        for i, (c, jt, jf, k) in enumerate(program)
+    )
+
+
+def install_seccomp() -> None:
+    program = seccomp_program()
+    buffer = ctypes.create_string_buffer(program)
+    fprog = struct.pack("HxxxxxxQ", len(program) // 8, ctypes.addressof(buffer))
+    fprog_buffer = ctypes.create_string_buffer(fprog)
+    # Installed with CAP_SYS_ADMIN of the sandbox's user namespace rather than no_new_privs, which every
+    # command would inherit: it would turn setuid off, and sudo with it.
+    _check(libc.prctl(PR_SET_SECCOMP, 2, ctypes.addressof(fprog_buffer), 0, 0), "seccomp")
 
 
 class Creds(contextlib.AbstractContextManager):
@@ -128,23 +292,43 @@ class Creds(contextlib.AbstractContextManager):
             os.setgroups([])
 
 
-_users: dict[str, tuple[tuple[float, float], tuple[int, int, list[int], str]]] = {}
+_databases: dict[str, tuple[tuple[int, int], list[list[str]]]] = {}
+
+
+def read_database(path: str) -> list[list[str]]:
+    """The rows of /etc/passwd or /etc/group, read as plain files and cached until they change.
+
+    Never through libc's NSS: that would load whatever libraries the sandbox's nsswitch.conf names into pid 1.
+    """
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_ino)
+    except OSError:
+        return []
+    cached = _databases.get(path)
+    if cached and cached[0] == stamp:
+        return cached[1]
+    with open(path, encoding="utf-8", errors="replace") as f:
+        rows = [line.rstrip("\n").split(":") for line in f if line.count(":") >= 3 and not line.startswith("#")]
+    _databases[path] = (stamp, rows)
+    return rows
 
 
 def user_ids(name: str) -> tuple[int, int, list[int], str]:
-    """uid, gid, groups and home of a user; cached until /etc/passwd or /etc/group change (useradd)."""
-    try:
-        stamp = (os.stat("/etc/passwd").st_mtime, os.stat("/etc/group").st_mtime)
-    except OSError:
-        stamp = (0.0, 0.0)
-    cached = _users.get(name)
-    if cached and cached[0] == stamp:
-        return cached[1]
-    entry = pwd.getpwnam(name)
-    groups = sorted({g.gr_gid for g in grp.getgrall() if name in g.gr_mem} | {entry.pw_gid})
-    ids = (entry.pw_uid, entry.pw_gid, groups, entry.pw_dir)
-    _users[name] = (stamp, ids)
-    return ids
+    """uid, gid, groups and home of a user, as /etc/passwd and /etc/group say now (useradd included)."""
+    for row in read_database("/etc/passwd"):
+        if row[0] == name and len(row) >= 6 and row[2].isdigit() and row[3].isdigit():
+            uid, gid = int(row[2]), int(row[3])
+            members = {int(g[2]) for g in read_database("/etc/group") if g[2].isdigit() and name in g[3].split(",")}
+            return uid, gid, sorted(members | {gid}), row[5]
+    raise KeyError(f"getpwnam(): name not found: '{name}'")
+
+
+def name_of(database: str, ident: int) -> str:
+    for row in read_database(database):
+        if row[2] == str(ident):
+            return row[0]
+    return str(ident)
 
 
 def as_user(argv: list[str], uid: int, gid: int, groups: list[int]) -> list[str]:
@@ -272,8 +456,8 @@ def entry_info(path: str) -> dict:
         "size": st.st_size,
         "mode": stat.S_IMODE(st.st_mode) | (stat.S_IFMT(st.st_mode) == stat.S_IFDIR) * 0o20000000000,
         "permissions": stat.filemode(st.st_mode),
-        "owner": _name_of(pwd.getpwuid, st.st_uid),
-        "group": _name_of(grp.getgrgid, st.st_gid),
+        "owner": name_of("/etc/passwd", st.st_uid),
+        "group": name_of("/etc/group", st.st_gid),
         "mtime_ns": st.st_mtime_ns,
         "metadata": read_metadata(path),
     }
@@ -299,13 +483,6 @@ def read_metadata(path: str) -> dict[str, str]:
             with contextlib.suppress(OSError):
                 found[name[len(METADATA_PREFIX) :]] = os.getxattr(path, name, follow_symlinks=False).decode()
     return found
-
-
-def _name_of(lookup, ident: int) -> str:
-    try:
-        return lookup(ident)[0]
-    except KeyError:
-        return str(ident)
 
 
 def list_dir(path: str, depth: int) -> list[dict]:
@@ -401,6 +578,7 @@ class Agent:
         out_fds: list[int] = []
         try:
             handler = getattr(self, f"op_{op}")
+            set_capabilities(KEPT_CAPS, KEPT_CAPS)  # effective only while an operation runs
             result = handler(message, fds)
             if isinstance(result, tuple):
                 result, out_fds = result
@@ -411,6 +589,7 @@ class Agent:
         except Exception as exc:
             reply.update(ok=False, errno=None, error=f"{type(exc).__name__}: {exc}")
         finally:
+            set_capabilities(set(), KEPT_CAPS)
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -423,11 +602,15 @@ class Agent:
         return {"pid": os.getpid()}
 
     def op_configure(self, message: dict, fds: list[int]) -> dict:
-        socket.sethostname(message["hostname"])
+        if socket.gethostname() != message["hostname"]:  # set at start, while pid 1 could
+            raise PermissionError(errno.EPERM, "the hostname is set when the sandbox starts")
         with open("/etc/hostname", "w") as f:
             f.write(message["hostname"] + "\n")
         with open("/etc/hosts", "w") as f:
             f.write(f"127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{message['hostname']}\n")
+        if message.get("nameserver"):
+            with contextlib.suppress(OSError), open("/etc/resolv.conf", "w") as f:
+                f.write(f"nameserver {message['nameserver']}\n")
         for line in message.get("profile", []):
             with open("/etc/profile.d/zz-e2b-bench.sh", "a") as f:
                 f.write(line + "\n")
@@ -619,12 +802,8 @@ class Agent:
 
     def op_boot_id(self, message: dict, fds: list[int]) -> dict:
         """A boot id of this boot of this sandbox, where the kernel's own would be the same for all."""
-        source = "/dev/.boot_id"
-        with open(source, "w") as f:
+        with open("/dev/.boot_id", "w") as f:  # bound over BOOT_ID by setup_root
             f.write(message["boot_id"] + "\n")
-        os.chmod(source, 0o444)
-        if not os.path.ismount(BOOT_ID):
-            mount(source, BOOT_ID, None, MS_BIND)
         return {}
 
     def op_connect(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
@@ -681,43 +860,112 @@ class Agent:
         return {}, [fd]
 
 
-def run_agent(config: dict) -> None:
-    """Become the sandbox: join its cgroup, mount and enter its root, serve the server's requests."""
-    sock = socket.socket(fileno=config["control_fd"])
-    sock.set_inheritable(False)
+def run_agent(config: dict, sock: socket.socket, lower_fds: list[int]) -> None:
+    """Pid 1: mount and enter the sandbox's root, give up what it needs no more, serve the server's requests."""
     try:
-        for path in config.get("cgroup_procs") or []:
-            with open(path, "w") as f:
-                f.write("0")
-        setup_root(config)
+        setup_root(lower_fds)
+        socket.sethostname(config["hostname"])
+        loopback_up()
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):  # the server's stdio is a host file: not for a sandbox's pid 1
+            os.dup2(null, fd)
+        os.close(null)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no /proc/1/fd, /proc/1/mem by the sandbox
+        install_seccomp()
         drop_capabilities()
         os.environ.clear()
+        sys.path.clear()  # a module imported from now on would be the sandbox's: none is, and none can be
+        sys.path_importer_cache.clear()
     except Exception as exc:  # reported to the server, which turns it into a clear create error
         with contextlib.suppress(OSError):
             sock.send(json.dumps({"op": "failed", "error": str(exc)}).encode())
-        time.sleep(0.05)
         raise
     Agent(sock, config).serve()
 
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-PR_SET_PDEATHSIG = 1
+CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x20000000, 0x40000000, 0x10000000
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 libc.unshare.argtypes = [ctypes.c_int]
 
 
-def start_sandbox(config: dict) -> None:
-    """In a fresh child of the zygote: new namespaces, then pid 1 of them, as `unshare --fork --kill-child`."""
-    flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | (CLONE_NEWNET if config.get("net") else 0)
-    _check(libc.unshare(flags), "unshare")
+def map_ids(config: dict, sync: socket.socket) -> None:
+    """Host root's half of entering a user namespace: once the sandbox's holder has unshared its user
+    namespace, write its id maps and send it the template mounted with those ids."""
+    holder = os.getppid()
+    if sync.recv(1) != b"u":
+        return
+    base, count = config["ids"]
+    try:
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{holder}/{name}", "w") as f:
+                f.write(f"0 {base} {count}\n")
+        # Layers in overlay's lowerdir order (a snapshot's copy, ..., the template), each owned by ids 0..count.
+        fds = [idmapped_template(layer, holder) for layer in config["lower"].split(":")]
+    except OSError as exc:
+        sync.send(f"e{exc}".encode())
+        return
+    socket.send_fds(sync, [b"m"], fds)
+
+
+def enter_user_namespace(config: dict) -> list[int]:
+    """Become root of a new user namespace whose ids are the host's config["ids"] range; returns the
+    lower layers' idmapped mounts."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    helper = os.fork()
+    if helper == 0:
+        try:
+            ours.close()
+            map_ids(config, theirs)
+        finally:
+            os._exit(0)
+    theirs.close()
+    try:
+        _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
+        ours.send(b"u")
+        answer, fds, _, _ = socket.recv_fds(ours, 4096, MAX_LAYERS)
+    finally:
+        ours.close()
+        os.waitpid(helper, 0)
+    if not fds:
+        reason = answer[1:].decode(errors="replace") or "its helper exited"
+        raise OSError(errno.EPERM, f"the sandbox's user namespace could not be set up: {reason}")
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    os.setgroups([])
+    return fds
+
+
+def start_sandbox(config: dict, control_fd: int) -> None:
+    """The holder: a user namespace and the namespaces it owns, then pid 1 of them (the holder exits with it).
+
+    Runs as host root only until it has joined the sandbox's cgroups and entered its box directory (0700,
+    the sandbox's own root); from there on it is the sandbox's unprivileged host uid.
+    """
+    sock = socket.socket(fileno=control_fd)
+    sock.set_inheritable(False)
+    try:
+        for path in config.get("cgroup_procs") or []:
+            with open(path, "w") as f:
+                f.write("0")
+        os.chdir(config["box"])
+        lower_fds = enter_user_namespace(config)
+        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET), "unshare")
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            sock.send(json.dumps({"op": "failed", "error": str(exc)}).encode())
+        raise
     pid = os.fork()
     if pid == 0:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         try:
-            run_agent(config)
+            run_agent(config, sock, lower_fds)
         finally:
             os._exit(0)
-    os.close(config["control_fd"])
+    sock.close()
+    for fd in lower_fds:
+        os.close(fd)
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _, status = os.waitpid(pid, 0)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
@@ -742,7 +990,6 @@ def zygote(control_fd: int) -> None:
             if not data:
                 return  # the server is gone: sandboxes already started live on until theirs closes
             config = json.loads(data)
-            config["control_fd"] = fds[0]
             pid = os.fork()
             if pid == 0:
                 sock.close()
@@ -752,7 +999,7 @@ def zygote(control_fd: int) -> None:
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 try:
-                    start_sandbox(config)
+                    start_sandbox(config, fds[0])
                 finally:
                     os._exit(1)
             os.close(fds[0])
@@ -762,8 +1009,9 @@ def zygote(control_fd: int) -> None:
 def main() -> None:
     if sys.argv[1] == "--zygote":
         zygote(int(sys.argv[2]))
-        return
-    run_agent(json.loads(sys.argv[1]))
+    elif sys.argv[1] == "--launch":
+        config = json.loads(sys.argv[2])
+        start_sandbox(config, config["control_fd"])
 
 
 if __name__ == "__main__":

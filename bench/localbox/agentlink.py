@@ -79,6 +79,8 @@ class AgentLink:
                 return
             except OSError:
                 data, fds = b"", []
+            for fd in fds:  # no child this server starts may inherit a sandbox's pipe, pty or file
+                os.set_inheritable(fd, False)
             if not data:
                 self.close()
                 return

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +97,15 @@ class ProcessRecord:
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What the template advertises, enforced by cgroup controllers (where the host mounts them)."""
+
+    memory_mb: int = 512
+    cpu_count: int = 2
+    pids: int = 4096
+
+
+@dataclass(frozen=True)
 class BoxSettings:
     """How a box is isolated and how its commands behave (quirks included)."""
 
@@ -100,41 +113,114 @@ class BoxSettings:
     session_leader: bool = False  # a command leads its own session (setsid then forks)
     end_on_exit: bool = False  # report the end at process exit instead of at output EOF
     profile_lines: tuple[str, ...] = ()  # appended to the sandbox's login profile
+    limits: Limits = field(default_factory=Limits)
 
 
-class Freezer:
-    """The sandbox's cgroup: lists its processes and freezes them (SIGSTOP when no cgroup)."""
+def default_state_root() -> Path:
+    return Path(tempfile.gettempdir()) / f"e2b-bench-localbox-{os.getuid()}"
 
-    def __init__(self, name: str) -> None:
-        self.path: Path | None = None
-        self.v2 = False
-        v1 = Path("/sys/fs/cgroup/freezer")
-        unified = Path("/sys/fs/cgroup/cgroup.controllers")
-        with contextlib.suppress(OSError):
-            if v1.is_dir():
-                self.path = v1 / "e2b-bench" / name
-            elif unified.exists():
-                self.path, self.v2 = Path("/sys/fs/cgroup/e2b-bench") / name, True
-            if self.path:
-                self.path.mkdir(parents=True, exist_ok=True)
+
+def private_dir(path: Path) -> Path:
+    """A directory only its owner (host root) can enter: nothing under it can be run, setuid or not, by
+    another host user. One that exists already must be ours and not a link."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, "state directory is not a directory of this user", str(path))
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        path.chmod(0o700)
+    return path
+
+
+ID_BASE, ID_COUNT, ID_RANGES = 100000, 65536, 4096
+
+
+class IdRange:
+    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT, n held through a lock
+    file for the sandbox's life, so no two sandboxes of any server on this host share an id."""
+
+    def __init__(self, base: int, lock_fd: int) -> None:
+        self.base, self.count, self._lock_fd = base, ID_COUNT, lock_fd
+
+    @classmethod
+    def take(cls, locks: Path) -> IdRange:
+        private_dir(locks)
+        for n in range(ID_RANGES):
+            fd = os.open(locks / str(n), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return cls(ID_BASE + n * ID_COUNT, fd)
+        raise AgentError(f"all {ID_RANGES} uid ranges are taken by running sandboxes", errno.EAGAIN)
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+
+V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
+V2_CONTROLLERS = "+memory +pids +cpu"
+
+
+def cgroup_roots() -> list[Path]:
+    """Where this project's cgroups live on this host: one per v1 hierarchy, or the unified one."""
+    base = Path("/sys/fs/cgroup")
+    if (base / "cgroup.controllers").exists():
+        return [base / "e2b-bench"]
+    return [base / c / "e2b-bench" for c in V1_CONTROLLERS if (base / c).is_dir()]
+
+
+class Cgroup:
+    """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer)."""
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        self.paths: list[Path] = []
+        self.controllers: dict[str, Path] = {}  # v1: hierarchy name -> this sandbox's directory in it
+        self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
+        for root in cgroup_roots():
+            with contextlib.suppress(OSError):
+                path = root / name
+                if self.v2:
+                    _enable_v2_controllers(path)
+                path.mkdir(parents=True, exist_ok=True)
+                self.paths.append(path)
+                self.controllers[root.parent.name] = path
+        self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
+        self._limit(limits)
+
+    def _limit(self, limits: Limits) -> None:
+        memory, period = limits.memory_mb * 1024 * 1024, 100_000
+        values = {
+            "memory.max": memory, "pids.max": limits.pids, "cpu.max": f"{limits.cpu_count * period} {period}",
+            "memory.swap.max": 0, "memory.limit_in_bytes": memory, "cpu.cfs_period_us": period,
+            "cpu.cfs_quota_us": limits.cpu_count * period,
+        }  # fmt: skip
+        for path in self.paths:
+            for name, value in values.items():
+                if (path / name).exists():
+                    with contextlib.suppress(OSError):
+                        (path / name).write_text(str(value))
 
     @property
-    def procs_file(self) -> str | None:
-        return str(self.path / "cgroup.procs") if self.path else None
+    def procs_files(self) -> list[str]:
+        return [str(p / "cgroup.procs") for p in self.paths]
 
     def pids(self, fallback_root: int | None) -> list[int]:
-        if self.path:
+        if self._freezer:
             with contextlib.suppress(OSError):
-                return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+                return [int(p) for p in (self._freezer / "cgroup.procs").read_text().split()]
         return _namespace_pids(fallback_root) if fallback_root else []
 
     async def freeze(self, frozen: bool, fallback_root: int | None) -> None:
-        if self.path:
-            state = self.path / ("cgroup.freeze" if self.v2 else "freezer.state")
+        if self._freezer:
+            state = self._freezer / ("cgroup.freeze" if self.v2 else "freezer.state")
             want = ("1" if frozen else "0") if self.v2 else ("FROZEN" if frozen else "THAWED")
             state.write_text(want)
             for _ in range(200):
-                current = (self.path / "cgroup.events").read_text() if self.v2 else state.read_text().strip()
+                current = (self._freezer / "cgroup.events").read_text() if self.v2 else state.read_text().strip()
                 if (f"frozen {want}" in current) if self.v2 else current == want:
                     return
                 await asyncio.sleep(0.005)
@@ -144,10 +230,37 @@ class Freezer:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
 
-    def remove(self) -> None:
-        if self.path:
+    def counters(self) -> tuple[float, int] | None:
+        """(cpu seconds, resident bytes) of the whole sandbox from its cgroup: a few reads, whatever it runs."""
+        try:
+            if self.v2 and self.paths:
+                cpu = _keyed(self.paths[0] / "cpu.stat")["usage_usec"] / 1e6
+                memory = _keyed(self.paths[0] / "memory.stat")
+                return cpu, memory["anon"] + memory["file_mapped"]
+            cpu = int((self.controllers["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+            memory = _keyed(self.controllers["memory"] / "memory.stat")
+            return cpu, memory["total_rss"] + memory["total_mapped_file"]
+        except (OSError, KeyError, ValueError, IndexError):
+            return None
+
+    def remove(self) -> bool:
+        """True once every cgroup directory is gone."""
+        for path in self.paths:
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                path.rmdir()
+        return not any(p.exists() for p in self.paths)
+
+
+def _keyed(path: Path) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
+
+
+def _enable_v2_controllers(path: Path) -> None:
+    """Each parent must hand the controllers down for the sandbox's own cgroup to have them."""
+    for parent in reversed([*path.parents][: len(path.relative_to("/sys/fs/cgroup").parts)]):
+        parent.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            (parent / "cgroup.subtree_control").write_text(V2_CONTROLLERS)
 
 
 def _namespace_pids(root_pid: int) -> list[int]:
@@ -162,6 +275,82 @@ def _namespace_pids(root_pid: int) -> list[int]:
                 if os.readlink(f"/proc/{entry}/ns/pid") == target:
                     found.append(int(entry))
     return found
+
+
+SLIRP4NETNS = shutil.which("slirp4netns")
+
+
+class Uplink:
+    """A sandbox's outbound network: slirp4netns gives its namespace a tap device (10.0.2.100/24, gateway
+    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT. The
+    host's loopback is not forwarded (--disable-host-loopback), and nothing reaches in. It exits with the
+    namespace or, should the server die, when its exit pipe closes."""
+
+    DNS = "10.0.2.3"
+
+    def __init__(self, process: subprocess.Popen, exit_w: int) -> None:
+        self.process, self._exit_w = process, exit_w
+        self._exited = Holder.of_pid(process.pid)
+
+    @classmethod
+    async def start(cls, holder_pid: int, timeout: float) -> Uplink:
+        assert SLIRP4NETNS is not None
+        ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
+        exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
+            # no listening socket, pipe or file of the server or of another sandbox.
+            process = subprocess.Popen(
+                [
+                    SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
+                ],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(ready_w, exit_r), start_new_session=True,
+            )  # fmt: skip
+        except BaseException:
+            os.close(exit_w)
+            os.close(ready_r)
+            raise
+        finally:
+            os.close(ready_w)
+            os.close(exit_r)
+        uplink = cls(process, exit_w)
+        try:
+            if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
+                raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
+        except BaseException:
+            await uplink.stop()
+            raise
+        finally:
+            os.close(ready_r)
+        return uplink
+
+    async def stop(self) -> None:
+        if self._exit_w >= 0:
+            os.close(self._exit_w)
+            self._exit_w = -1
+        self._exited.kill()
+        await self._exited.wait(5)
+        with contextlib.suppress(ChildProcessError):
+            self.process.wait(0)  # reaped now: it has exited
+
+
+async def _read_byte(fd: int) -> bytes:
+    """One byte from a pipe, read when it is readable (b"" at its end), without a thread."""
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future = loop.create_future()
+
+    def wake() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, wake)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, 1)
 
 
 class Holder:
@@ -254,64 +443,80 @@ class Box:
         self.dir = state_dir / name
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
-        self.freezer = Freezer(f"{state_dir.parent.name}/{name}")
+        self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
+        self.ids: IdRange | None = None
+        self.kept_ids: IdRange | None = None  # the id range of files kept by `power_off`
+        self.uplink: Uplink | None = None
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
         self.processes: dict[int, ProcessRecord] = {}
         self._early_exits: dict[int, int] = {}
         self._users: dict[str, dict] = {}
         self._cpu_sample: tuple[float, float] | None = None
+        self._disk = DiskUsage(self.dir / "upper")
         self.on_exit: Callable[[], None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, hostname: str, timeout: float = 15.0) -> None:
-        for sub in ("upper", "work", "merged"):
-            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        if self.ids is None:  # a box given the range of files it reuses keeps it
+            self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {
-            "lower": str(self.template_root),
-            "upper": str(self.dir / "upper"),
-            "work": str(self.dir / "work"),
-            "merged": str(self.dir / "merged"),
-            "control_fd": child_sock.fileno(),
-            "cgroup_procs": [self.freezer.procs_file] if self.freezer.procs_file else [],
-            "net": not self.settings.internet,
-        }
-        if self.zygote is not None:
-            self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
-        else:
-            self.holder = await self._unshare(config, child_sock)
-        child_sock.close()
+        try:
+            self._make_dirs(self.ids.base)
+            config = {
+                "box": str(self.dir),
+                "lower": str(self.template_root),
+                "ids": [self.ids.base, self.ids.count],
+                "hostname": hostname,
+                "cgroup_procs": self.cgroup.procs_files,
+            }
+            if self.zygote is not None:
+                self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
+            else:
+                self.holder = await self._launch(config, child_sock)
+        except BaseException:  # nothing started: give back what was taken
+            parent_sock.close()
+            await asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+            raise
+        finally:
+            child_sock.close()
         (self.dir / "pid").write_text(str(self.holder.pid))
         self.link = AgentLink(parent_sock, self._on_process_exit)
         asyncio.get_running_loop().create_task(self._watch_unshare())
         try:
             await self.link.ready(timeout)
-            await self.link.result("configure", hostname=hostname, profile=list(self.settings.profile_lines))
+            dns = None
+            if self.settings.internet and SLIRP4NETNS:
+                assert self.holder is not None
+                self.uplink = await Uplink.start(self.holder.pid, timeout)
+                dns = Uplink.DNS
+            await self.link.result(
+                "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
+            )
         except (AgentError, TimeoutError) as exc:
-            log = self.dir / "agent.log"
-            log_tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
             await self.kill()
-            raise AgentError(f"{exc}; agent log: {log_tail.strip() or '(empty)'}") from exc
+            raise AgentError(f"{exc}") from exc
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
             await self.kill()
             raise
 
-    async def _unshare(self, config: dict, child_sock: socket.socket) -> Holder:
-        """Without a fork-server: `unshare` + a fresh interpreter per sandbox."""
-        command = ["unshare", "--mount", "--pid", "--uts", "--ipc", "--fork", "--kill-child"]
-        if not self.settings.internet:
-            command.append("--net")
-        command += ["--", sys.executable, "-I", "-S", str(AGENT_PATH), json.dumps(config)]
-        with open(self.dir / "agent.log", "wb") as log:
-            process = await asyncio.create_subprocess_exec(
-                *command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                pass_fds=[child_sock.fileno()],
-                start_new_session=True,
-            )
+    def _make_dirs(self, root_uid: int) -> None:
+        """The box directory and its upper layer belong to the sandbox's root: its holder enters the
+        directory as host root, then works inside it with the sandbox's ids only."""
+        self.dir.mkdir(mode=0o700)
+        for sub in ("upper", "work", "merged", "lower"):
+            (self.dir / sub).mkdir(mode=0o755)
+        for path in (self.dir, self.dir / "upper", self.dir / "work", self.dir / "lower"):
+            os.chown(path, root_uid, root_uid)
+
+    async def _launch(self, config: dict, child_sock: socket.socket) -> Holder:
+        """Without a fork-server: a fresh interpreter per sandbox."""
+        config = {**config, "control_fd": child_sock.fileno()}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", str(AGENT_PATH), "--launch", json.dumps(config),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=[child_sock.fileno()], start_new_session=True,
+        )  # fmt: skip
         exited = asyncio.ensure_future(process.wait())
         return Holder(process.pid, exited)
 
@@ -345,9 +550,9 @@ class Box:
         """
         if self.holder and self.holder.alive:
             with contextlib.suppress(OSError):
-                await self.freezer.freeze(False, self._root_pid())
+                await self.cgroup.freeze(False, self._root_pid())
             root = self._root_pid()
-            for pid in self.freezer.pids(root):
+            for pid in self.cgroup.pids(root):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             # pid 1's death ends every process of the namespace; the holder exits once pid 1 is reaped,
@@ -360,6 +565,8 @@ class Box:
                 await self.holder.wait(5)
         if self.link:
             self.link.close()
+        if self.uplink:
+            await self.uplink.stop()
         for record in list(self.processes.values()):
             self._finish(record, ExitStatus.from_wait_status(signal.SIGKILL))
         removal = asyncio.get_running_loop().run_in_executor(None, self._remove_files)
@@ -370,11 +577,12 @@ class Box:
 
     def _remove_files(self) -> None:
         for _ in range(50):
-            self.freezer.remove()
-            if not self.freezer.path or not self.freezer.path.exists():
+            if self.cgroup.remove():
                 break
             time.sleep(0.02)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
+        if self.ids is not None:
+            self.ids.release()  # only now: no file or process of the sandbox holds its ids any more
 
     def _root_pid(self) -> int | None:
         if not self.holder:
@@ -386,10 +594,10 @@ class Box:
             return None
 
     async def freeze(self) -> None:
-        await self.freezer.freeze(True, self._root_pid())
+        await self.cgroup.freeze(True, self._root_pid())
 
     async def thaw(self) -> None:
-        await self.freezer.freeze(False, self._root_pid())
+        await self.cgroup.freeze(False, self._root_pid())
 
     # --- ports ------------------------------------------------------------------------------
     async def connect(self, port: int, timeout: float = 10.0) -> socket.socket:
@@ -414,7 +622,7 @@ class Box:
 
     async def apply_egress(self, rules: EgressRules) -> None:
         """Enforce egress rules in the sandbox's network stack; this box shares the host's, so it cannot."""
-        raise AgentError("the sandbox shares the host's network stack, where rules cannot be applied", errno.ENOSYS)
+        raise AgentError("egress rules are not enforced yet: the sandbox's network namespace has no packet filter", errno.ENOSYS)
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:
@@ -423,6 +631,8 @@ class Box:
         await self.freeze()
         kept = self.dir.parent / f"{self.name}.upper"
         os.rename(self.dir / "upper", kept)  # frozen: nothing writes while the upper layer moves
+        # The kept files are owned by this box's host id range: it goes with them to the box that boots on them.
+        self.kept_ids, self.ids = self.ids, None
         await self.kill()
         return kept
 
@@ -445,15 +655,7 @@ class Box:
     # --- metrics ------------------------------------------------------------------------------
     def usage(self) -> tuple[float, int, int]:
         """(cpu percent since the previous sample, resident memory bytes, disk bytes written)."""
-        ticks = os.sysconf("SC_CLK_TCK")
-        page = os.sysconf("SC_PAGE_SIZE")
-        cpu_seconds, rss = 0.0, 0
-        for pid in self.freezer.pids(self._root_pid()):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                stat = Path(f"/proc/{pid}/stat").read_text()
-                fields = stat[stat.rindex(")") + 2 :].split()
-                cpu_seconds += (int(fields[11]) + int(fields[12])) / ticks
-                rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        cpu_seconds, rss = self.cgroup.counters() or self._process_counters()
         now = time.monotonic()
         percent = 0.0
         if self._cpu_sample:
@@ -461,7 +663,20 @@ class Box:
             if elapsed > 0:
                 percent = max(0.0, (cpu_seconds - self._cpu_sample[1]) / elapsed * 100 / (os.cpu_count() or 1))
         self._cpu_sample = (now, cpu_seconds)
-        return percent, rss, _tree_size(self.dir / "upper")
+        return percent, rss, self._disk.sample()
+
+    def _process_counters(self) -> tuple[float, int]:
+        """Without cpuacct and memory controllers: the sum over the sandbox's processes."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        page = os.sysconf("SC_PAGE_SIZE")
+        cpu_seconds, rss = 0.0, 0
+        for pid in self.cgroup.pids(self._root_pid()):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                fields = stat[stat.rindex(")") + 2 :].split()
+                cpu_seconds += (int(fields[11]) + int(fields[12])) / ticks
+                rss += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
+        return cpu_seconds, rss
 
     # --- users --------------------------------------------------------------------------------
     async def user(self, name: str) -> dict:
@@ -675,10 +890,128 @@ class Box:
         return await self.link.result(op, fds, **fields)
 
 
-def _tree_size(root: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(root):
-        for name in files:
+class DiskUsage:
+    """Bytes in the sandbox's upper layer, counted by a thread: the tree is the sandbox's to make huge or
+    deep, and the event loop must not walk it. A sample is the last finished count (0 before the first)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bytes = 0
+        self._counting = False
+        self._lock = threading.Lock()
+
+    def sample(self) -> int:
+        with self._lock:
+            start, self._counting = not self._counting, True
+        if start:
+            threading.Thread(target=self._count, name="disk-usage", daemon=True).start()
+        return self.bytes
+
+    def _count(self) -> None:
+        try:
+            self.bytes = sum(st.st_blocks * 512 for st in walk_tree(self.root) if not stat.S_ISDIR(st.st_mode))
+        finally:
+            with self._lock:
+                self._counting = False
+
+
+def walk_tree(root: Path) -> Iterator[os.stat_result]:
+    """lstat of every entry under root, iteratively (no depth limit) and without following links."""
+    stack = [str(root)]
+    while stack:
+        directory = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    yield st
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+
+
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def walk_down(
+    root: Path, on_file: Callable[[int, str], None], on_dir: Callable[[int, str, os.stat_result], None]
+) -> None:
+    """Every entry under root, depth first, without recursion and holding one descriptor whatever the depth
+    or path length: on_file(dir_fd, name) for each non-directory, on_dir(parent_fd, name, stat) for each
+    directory once its contents are done. It climbs back through "..": for trees nothing else changes
+    (a dead sandbox's, a frozen one's or a copy)."""
+    fd = os.open(root, DIRECTORY_FLAGS)
+    stack: list[tuple[str, list[str]]] = [("", _enter(fd, on_file))]
+    try:
+        while stack:
+            name, pending = stack[-1]
+            if pending:
+                sub = pending.pop()
+                try:
+                    child = os.open(sub, DIRECTORY_FLAGS, dir_fd=fd)
+                except OSError:
+                    continue
+                os.close(fd)
+                fd = child
+                stack.append((sub, _enter(fd, on_file)))
+                continue
+            stack.pop()
+            if not stack:
+                break
+            st = os.fstat(fd)
+            parent = os.open("..", DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            on_dir(fd, name, st)
+    finally:
+        os.close(fd)
+
+
+def _enter(fd: int, on_file: Callable[[int, str], None]) -> list[str]:
+    subdirectories = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                subdirectories.append(entry.name)
+            else:
+                on_file(fd, entry.name)
+    return subdirectories
+
+
+def remove_tree(root: Path) -> bool:
+    """rm -rf that survives any depth and path length; True when root is gone (what cannot be removed is
+    left, and said so by the return value)."""
+
+    def unlink(fd: int, name: str) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=fd)
+
+    def rmdir(fd: int, name: str, _: os.stat_result) -> None:
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=fd)
+
+    try:
+        walk_down(root, unlink, rmdir)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        if os.path.islink(root) or not os.path.isdir(root):
             with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
+                root.unlink()
+    with contextlib.suppress(OSError):
+        os.rmdir(root)
+    return not os.path.lexists(root)
+
+
+def shift_ids(root: Path, by: int) -> None:
+    """Add `by` to the owner and group of every entry of a tree (setuid/setgid bits kept), e.g. to turn a
+    sandbox's upper directory (owned by its host id range) into a layer owned by ids 0..65535 as the
+    template is, which any later sandbox mounts idmapped to its own range. Dead, frozen or copied trees only."""
+
+    def shift(fd: int | None, name: str, st: os.stat_result | None = None) -> None:
+        st = st or os.stat(name, dir_fd=fd, follow_symlinks=False)
+        os.chown(name, st.st_uid + by, st.st_gid + by, dir_fd=fd, follow_symlinks=False)
+        if st.st_mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(st.st_mode):
+            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=fd)  # chown cleared them
+
+    walk_down(root, shift, shift)
+    shift(None, str(root))

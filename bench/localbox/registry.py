@@ -9,7 +9,6 @@ import hmac
 import logging
 import os
 import secrets
-import shutil
 import signal
 import string
 import time
@@ -18,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .box import Box, BoxSettings, Zygote
+from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
 from .network import EgressRules
 from .quirks import Quirks
 
@@ -33,7 +32,6 @@ CPU_COUNT = 2
 MEMORY_MB = 512
 DISK_SIZE_MB = 2048
 CLIENT_ID = "e2b-bench"
-CGROUP_ROOTS = (Path("/sys/fs/cgroup/freezer/e2b-bench"), Path("/sys/fs/cgroup/e2b-bench"))
 ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
@@ -134,7 +132,10 @@ class Registry:
         return self.config.quirks
 
     async def start(self) -> None:
-        self.boxes_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.config.state_dir)
+        private_dir(self.boxes_dir)
+        if SLIRP4NETNS is None:
+            log.warning("e2b-bench: slirp4netns is not installed, so sandboxes have no outbound network")
         if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
             self.zygote = Zygote.start()
         await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)
@@ -149,6 +150,7 @@ class Registry:
             session_leader=q.session_leader,
             end_on_exit=q.end_on_exit,
             profile_lines=q.login_profile(),
+            limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT),
         )
 
     async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
@@ -248,7 +250,9 @@ class Registry:
             await watcher.close()
         if sandbox.kept_root is not None:  # paused without memory: only its root's changes are left
             kept, sandbox.kept_root = sandbox.kept_root, None
-            await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, kept, True)
+            await asyncio.get_running_loop().run_in_executor(None, remove_tree, kept)
+            if sandbox.box.kept_ids is not None:
+                sandbox.box.kept_ids.release()
         removal = await sandbox.box.kill(wait_for_files=False)
         if removal is not None:
             self._tasks.add(removal)
@@ -269,6 +273,7 @@ class Registry:
         if sandbox.kept_root is not None:
             old = sandbox.box
             box = Box(old.name, old.template_root, self.boxes_dir, old.settings, self.zygote)
+            box.ids, old.kept_ids = old.kept_ids, None  # the kept files are owned by the old box's id range
             await box.power_on(sandbox.id, sandbox.kept_root)
             box.on_exit = lambda: self._box_exited(sandbox)
             sandbox.box, sandbox.kept_root = box, None
@@ -307,12 +312,12 @@ class Registry:
         if self.zygote is not None:
             self.zygote.close()
         remove_server_cgroups(self.config.state_dir.name)
-        shutil.rmtree(self.config.state_dir, ignore_errors=True)
+        remove_tree(self.config.state_dir)
 
 
 def cleanup_stale(boxes_dir: Path) -> list[str]:
-    """Kill and remove what a server that crashed left behind in this state directory."""
-    removed = []
+    """Kill and remove what a server that crashed left behind in this state directory; returns what is left."""
+    left = []
     for box_dir in boxes_dir.iterdir() if boxes_dir.exists() else []:
         pid_file = box_dir / "pid"
         with contextlib.suppress(OSError, ValueError):
@@ -320,30 +325,35 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"agent.py" in cmdline:
                 _kill_tree(pid)
-        for cgroup in CGROUP_ROOTS:
-            path = cgroup / boxes_dir.parent.name / box_dir.name
-            if path.exists():
-                with contextlib.suppress(OSError):
-                    (path / ("freezer.state" if "freezer" in str(cgroup) else "cgroup.freeze")).write_text(
-                        "THAWED" if "freezer" in str(cgroup) else "0"
-                    )
-                for proc in (path / "cgroup.procs").read_text().split() if (path / "cgroup.procs").exists() else []:
-                    with contextlib.suppress(ProcessLookupError, ValueError):
-                        os.kill(int(proc), signal.SIGKILL)
-                for _ in range(50):
-                    try:
-                        path.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.02)
-        shutil.rmtree(box_dir, ignore_errors=True)
-        removed.append(box_dir.name)
+        for root in cgroup_roots():
+            _remove_cgroup(root / boxes_dir.parent.name / box_dir.name)
+        if not remove_tree(box_dir):
+            left.append(str(box_dir))
     remove_server_cgroups(boxes_dir.parent.name)
-    return removed
+    return left
+
+
+def _remove_cgroup(path: Path) -> None:
+    if not path.exists():
+        return
+    for name, thawed in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+        with contextlib.suppress(OSError):
+            if (path / name).exists():
+                (path / name).write_text(thawed)
+    with contextlib.suppress(OSError):
+        for proc in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(proc), signal.SIGKILL)
+    for _ in range(50):
+        try:
+            path.rmdir()
+            return
+        except OSError:
+            time.sleep(0.02)
 
 
 def remove_server_cgroups(server: str) -> None:
-    for root in CGROUP_ROOTS:
+    for root in cgroup_roots():
         with contextlib.suppress(OSError):
             (root / server).rmdir()
 

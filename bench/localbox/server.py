@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import logging
 import os
+import resource
 import secrets
 import shutil
+import signal
 import subprocess
-import tempfile
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from bench import asgi
 
 from .app import LocalboxApp
+from .box import default_state_root, private_dir, remove_tree
 from .quirks import Quirks
 from .registry import LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
@@ -43,18 +50,28 @@ class LocalEndpoint:
 _instances = itertools.count(1)
 
 
-def default_state_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"e2b-bench-localbox-{os.getuid()}"
+log = logging.getLogger("e2b-bench.localbox")
 
 
 def new_state_dir(root: Path) -> Path:
-    """A directory of this server's own; those of servers that died without cleaning up are cleaned now."""
-    root.mkdir(parents=True, exist_ok=True)
+    """A directory of this server's own; those of servers that died without cleaning up are cleaned now.
+
+    What cannot be removed is reported in one sentence and left: the new server starts all the same.
+    """
+    private_dir(root)
+    left: list[str] = []
     for stale in root.glob("server-*"):
         pid = stale.name.split("-")[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            cleanup_stale(stale / "boxes")
-            shutil.rmtree(stale, ignore_errors=True)
+            left += cleanup_stale(stale / "boxes")
+            if not remove_tree(stale) and not left:
+                left.append(str(stale))
+    if left:
+        log.warning(
+            "e2b-bench: %d leftover(s) of a previous server could not be removed (%s); starting anyway",
+            len(left),
+            ", ".join(left[:3]) + (", ..." if len(left) > 3 else ""),
+        )
     return root / f"server-{os.getpid()}-{next(_instances)}"
 
 
@@ -80,6 +97,84 @@ def check_host() -> None:
         )
     if "overlay" not in Path("/proc/filesystems").read_text():
         raise HostError("this kernel has no overlayfs (try 'modprobe overlay'): sandbox roots cannot be mounted")
+    release = tuple(int(part) for part in os.uname().release.split(".")[:2] if part.isdigit())
+    if release < (5, 19):
+        raise HostError(
+            f"sandboxes run in user namespaces over an idmapped template, which needs Linux 5.19 or later "
+            f"(this is {os.uname().release})"
+        )
+    limit = Path("/proc/sys/user/max_user_namespaces")
+    if limit.exists() and limit.read_text().strip() == "0":
+        raise HostError("user namespaces are turned off on this host (sysctl user.max_user_namespaces=0)")
+
+
+HEADER_TIMEOUT_S = 10.0  # a connection with no request under way is closed after this long
+MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
+
+
+class GuardedHttp(HttpToolsProtocol):
+    """uvicorn's HTTP protocol plus a header/idle timeout and a connection cap that idle clients cannot use
+    up: at the cap, a new connection closes the oldest one with no request under way."""
+
+    _open: weakref.WeakKeyDictionary[object, dict[GuardedHttp, None]] = weakref.WeakKeyDictionary()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        open_ = self._open.setdefault(self.server_state, {})
+        if len(open_) >= MAX_CONNECTIONS:
+            oldest = next((c for c in open_ if c._idle), None)
+            if oldest is not None:
+                oldest._drop()
+        open_[self] = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._arm()
+
+    @property
+    def _idle(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._idle_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._expire)
+
+    def _expire(self) -> None:
+        self._idle_timer = None
+        if self._idle:
+            self._drop()
+        else:
+            self._arm()
+
+    def _drop(self) -> None:
+        self._forget()
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def handle_websocket_upgrade(self) -> None:
+        """The connection now belongs to a WebSocket: neither idle by this measure nor counted here."""
+        self._forget()
+        super().handle_websocket_upgrade()
+
+    def _forget(self) -> None:
+        self._open.get(self.server_state, {}).pop(self, None)
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
+        super().connection_lost(exc)
+
+
+def raise_open_file_limit() -> None:
+    """Every connection and every sandbox process pipe is a descriptor: take all the host allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class LocalServer:
@@ -114,8 +209,16 @@ class LocalServer:
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
         app = LocalboxApp(self.registry, debug=debug_ports)
+        raise_open_file_limit()
         self.server = uvicorn.Server(
-            uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+            uvicorn.Config(
+                app,
+                lifespan="on",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=3,
+                http=GuardedHttp,
+            )
         )
 
     @property
@@ -127,8 +230,19 @@ class LocalServer:
         await self.server.serve(sockets=self.sockets)
 
     def run(self) -> None:
-        """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed)."""
+        """Serve on the calling thread, on uvicorn's preferred event loop (uvloop when installed).
+
+        Until uvicorn installs its own handlers, SIGTERM and SIGINT ask for the same clean shutdown: an
+        exception raised by a signal inside the loop can land where it is swallowed (a weakref callback),
+        and the server would never stop.
+        """
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, self._stop_soon)
         asgi.run(self.server, self.sockets)
+
+    def _stop_soon(self, signum: int, frame: object) -> None:
+        self.server.should_exit = True
 
 
 @contextlib.contextmanager

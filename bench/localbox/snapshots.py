@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .box import shift_ids
 from .registry import ID_ALPHABET, Registry, Sandbox
 
 TAG = "default"
@@ -82,8 +83,9 @@ class Snapshots:
         frozen = sandbox.state == "paused"
         if not frozen:
             await box.freeze()
+        ids = box.kept_ids if sandbox.kept_root else box.ids
         try:
-            await asyncio.get_running_loop().run_in_executor(None, _copy_tree, upper, copy)
+            await asyncio.get_running_loop().run_in_executor(None, _copy_tree, upper, copy, ids.base if ids else 0)
         finally:
             if not frozen:
                 await box.thaw()
@@ -94,11 +96,14 @@ class Snapshots:
         return snapshot
 
 
-def _copy_tree(source: Path, target: Path) -> None:
-    """Everything of an upper directory, whiteouts and overlay xattrs included (shared blocks where possible)."""
+def _copy_tree(source: Path, target: Path, id_base: int) -> None:
+    """Everything of an upper directory, whiteouts and overlay xattrs included (shared blocks where possible),
+    owned by ids 0..65535 like the template, so any sandbox mounts it idmapped to its own range."""
     done = subprocess.run(
         ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)], capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
         shutil.rmtree(target, ignore_errors=True)
         raise SnapshotError(f"copying the sandbox's files failed: {done.stderr.strip()[-500:]}")
+    if id_base:
+        shift_ids(target, -id_base)

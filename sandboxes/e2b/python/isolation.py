@@ -1,0 +1,157 @@
+"""Isolation checks any endpoint can run, through the unmodified Python SDK: what one sandbox can reach,
+see or change of the host and of other sandboxes.
+
+Every check is made from inside sandboxes, in safe forms only: connections go to loopback addresses (the
+sandbox's own 127.0.0.1, where a shared network stack would expose the runner's and the endpoint's
+listeners), the write to /proc/sys writes back the value already there, the resource checks stop at the
+advertised limit. `details` records what was seen, so a run against another endpoint reports it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import textwrap
+from typing import Any
+from urllib.parse import urlsplit
+
+from driver import Context, Observed, expect, main, step
+
+SUITES = {"isolation"}
+
+CONNECT = textwrap.dedent("""
+    import socket, sys
+    for port in sys.argv[1:]:
+        try:
+            socket.create_connection(("127.0.0.1", int(port)), 5).close()
+            print("reached")
+        except OSError as exc:
+            print(type(exc).__name__)
+""")
+LISTEN = textwrap.dedent("""
+    import socket, sys
+    s = socket.create_server(("127.0.0.1", int(sys.argv[1])))
+    print("up", flush=True)
+    s.accept()
+""")
+PORT = 7391
+
+
+def pair(ctx: Context) -> tuple[Any, Any]:
+    """Two sandboxes of this run, made once."""
+    if "pair" not in ctx.state:
+        ctx.state["pair"] = (ctx.new_sandbox(), ctx.new_sandbox())
+    return ctx.state["pair"]
+
+
+def shell(sandbox: Any, script: str, user: str = "user") -> str:
+    """stdout and stderr of a script (run to its end whatever its exit code)."""
+    result = sandbox.commands.run(f"{{ {script}\n}} 2>&1; true", user=user)
+    return result.stdout
+
+
+def connect_from(sandbox: Any, ports: list[int]) -> list[str]:
+    sandbox.files.write("/tmp/e2b-bench-connect.py", CONNECT)
+    return shell(sandbox, "python3 /tmp/e2b-bench-connect.py " + " ".join(map(str, ports))).split()
+
+
+@step("is01_other_sandbox_unreachable")
+def other_sandbox(ctx: Context, obs: Observed) -> None:
+    first, second = pair(ctx)
+    second.files.write("/tmp/e2b-bench-listen.py", LISTEN)
+    listener = second.commands.run(f"python3 /tmp/e2b-bench-listen.py {PORT}", background=True)
+    obs["listener"] = next(iter(listener))[0].strip()
+    obs["seen"] = connect_from(first, [PORT])
+    listener.kill()
+    expect(obs["seen"] == ["ConnectionRefusedError"], f"a listener in another sandbox answered: {obs['seen']}")
+
+
+@step("is02_host_loopback_unreachable")
+def host_loopback(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    ports = []
+    with socket.create_server(("127.0.0.1", 0)) as runner_listener:
+        ports.append(runner_listener.getsockname()[1])
+        api = urlsplit(os.environ.get("E2B_API_URL", ""))
+        if api.hostname in ("127.0.0.1", "localhost") and api.port:
+            ports.append(api.port)  # the endpoint itself, where access tokens and the API key travel
+        obs["ports"] = ports
+        obs["seen"] = connect_from(first, ports)
+    expect(
+        obs["seen"] == ["ConnectionRefusedError"] * len(ports),
+        f"listeners on the host's loopback answered a sandbox: {obs['seen']}",
+    )
+
+
+@step("is03_proc_sys_read_only")
+def proc_sys(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    # Writes back the value already there: nothing changes even where the write is allowed.
+    out = shell(first, "sudo sh -c 'cat /proc/sys/kernel/core_pattern > /proc/sys/kernel/core_pattern' && echo written")
+    obs["seen"] = out.strip()
+    expect("written" not in out.splitlines(), "sandbox root could write /proc/sys/kernel/core_pattern")
+
+
+@step("is04_no_capability_beyond_the_sandbox")
+def capabilities(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    out = shell(
+        first,
+        "grep CapBnd /proc/self/status; mknod /tmp/e2b-bench-disk b 8 0 && echo mknod-ok;"
+        " mount -t tmpfs none /mnt && echo mount-ok; grep CapEff /proc/1/status",
+        user="root",
+    )
+    obs["seen"] = out.splitlines()
+    bounding = int(out.split("CapBnd:")[1].split()[0], 16)
+    admin_like = {16: "sys_module", 17: "sys_rawio", 21: "sys_admin", 25: "sys_time", 27: "mknod"}
+    held = [name for bit, name in admin_like.items() if bounding >> bit & 1]
+    expect(not held, f"sandbox root can gain {held}")
+    made = {"mknod-ok", "mount-ok"} & set(out.splitlines())
+    expect(not made, f"sandbox root could make devices or mounts: {sorted(made)}")
+
+
+@step("is05_processes_of_others_invisible")
+def processes(ctx: Context, obs: Observed) -> None:
+    first, second = pair(ctx)
+    marker = "e2b-bench-isolation-7391"
+    first.commands.run(f"exec -a {marker} sleep 300 >/dev/null 2>&1 &")
+    listed = shell(second, "ps -eo args")
+    seen_at_home = shell(first, "ps -eo args")
+    obs["other_sees_marker"] = marker in listed
+    expect(marker in seen_at_home, "the marker process did not start in the first sandbox")
+    expect(marker not in listed, "a sandbox lists another sandbox's process")
+
+
+KEYRING = textwrap.dedent("""
+    import ctypes, os, sys
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": 248, "aarch64": 217}[os.uname().machine]
+    rc = libc.syscall(nr, b"user", sys.argv[1].encode(), b"secret", 6, -4)  # add_key to the user keyring
+    print("added" if rc >= 0 else f"refused {os.strerror(ctypes.get_errno())}")
+""")
+
+
+@step("is06_keyrings_of_others_invisible")
+def keyrings(ctx: Context, obs: Observed) -> None:
+    first, second = pair(ctx)
+    first.files.write("/tmp/e2b-bench-key.py", KEYRING)
+    description = "e2b-bench-isolation-key"
+    obs["add_key"] = shell(first, f"python3 /tmp/e2b-bench-key.py {description}").strip()
+    obs["other_sees"] = shell(second, "cat /proc/keys").count(description)
+    expect(obs["other_sees"] == 0, "a key added in one sandbox is listed in another")
+
+
+@step("is07_memory_limit_enforced")
+def memory_limit(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    total = first.get_metrics()[-1].mem_total if first.get_metrics() else 0
+    obs["mem_total"] = total
+    expect(total > 0, "the endpoint advertises no memory size (metrics memTotal)")
+    out = shell(first, f'python3 -c \'b = b"x" * {total * 2}; print("allocated")\'')
+    obs["seen"] = out.strip()[-200:]
+    expect("allocated" not in out.splitlines(), f"a process allocated twice the advertised {total} bytes of memory")
+
+
+if __name__ == "__main__":
+    sys.exit(main(SUITES))

@@ -621,8 +621,8 @@ class Box:
         return sock
 
     async def apply_egress(self, rules: EgressRules) -> None:
-        """Enforce egress rules in the sandbox's network stack; this box shares the host's, so it cannot."""
-        raise AgentError("egress rules are not enforced yet: the sandbox's network namespace has no packet filter", errno.ENOSYS)
+        """Enforce egress rules in the sandbox's network namespace (no packet filter there yet: refused)."""
+        raise AgentError("egress rules are not enforced yet: no packet filter in the sandbox's network", errno.ENOSYS)
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:

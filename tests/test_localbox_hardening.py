@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import CommandExitException, Sandbox
+from e2b import CommandExitException, InvalidArgumentException, Sandbox
 
 from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
@@ -209,9 +209,13 @@ def test_a_sandbox_reaches_neither_the_hosts_loopback_nor_another_sandbox(server
     assert out.splitlines() == ["ConnectionRefusedError"] * 3 + ["reached"]
 
 
-def test_the_files_api_reads_pid1s_own_stdio_as_dev_null(sbx: Sandbox) -> None:
-    assert sbx.files.read("/proc/self/fd/1", user="root") == ""
-    assert sbx.files.read("/proc/self/fd/2", user="root") == ""
+def test_pid1s_descriptors_are_out_of_reach_and_the_files_api_follows_no_link_out_of_the_sandbox(sbx: Sandbox) -> None:
+    # pid 1 is not dumpable: even the sandbox's root cannot open its descriptors
+    denied = sbx.commands.run("ls /proc/1/fd 2>&1; echo rc=$?", user="root").stdout
+    assert "Permission denied" in denied and denied.rstrip().endswith("rc=2")
+    for path in ("/proc/self/fd/1", "/proc/1/fd/2"):
+        with pytest.raises(InvalidArgumentException, match="leaves the sandbox"):
+            sbx.files.read(path, user="root")
 
 
 def test_state_is_private_and_a_setuid_file_of_a_sandbox_runs_as_no_one_else(server: LocalServer, sbx: Sandbox) -> None:

@@ -446,6 +446,7 @@ class Box:
         self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
         self.ids: IdRange | None = None
         self.kept_ids: IdRange | None = None  # the id range of files kept by `power_off`
+        self.kept_upper: Path | None = None  # files a cold boot starts on (`power_on`)
         self.uplink: Uplink | None = None
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
@@ -505,6 +506,10 @@ class Box:
         directory as host root, then works inside it with the sandbox's ids only."""
         self.dir.mkdir(mode=0o700)
         for sub in ("upper", "work", "merged", "lower"):
+            if sub == "upper" and self.kept_upper is not None:  # a cold boot on files kept by `power_off`
+                os.rename(self.kept_upper, self.dir / sub)
+                self.kept_upper = None
+                continue
             (self.dir / sub).mkdir(mode=0o755)
         for path in (self.dir, self.dir / "upper", self.dir / "work", self.dir / "lower"):
             os.chown(path, root_uid, root_uid)
@@ -638,8 +643,7 @@ class Box:
 
     async def power_on(self, hostname: str, kept: Path) -> None:
         """Cold-boot this (new) box on the root's changes kept by `power_off`: new processes, a new boot id."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        os.rename(kept, self.dir / "upper")
+        self.kept_upper = kept
         await self.start(hostname)
         await self.new_boot_id()
 

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-report", action="store_true")
     run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
     run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
+    run.add_argument("--shard", default=None, help="K/N: run shard K of N (whole runners); join them with `merge`")
     run.add_argument("suites", nargs="*", default=[], help="suite paths under sandboxes/ (default: all)")
     run.set_defaults(handler=cmd_run)
 
@@ -112,6 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     detect.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
     detect.set_defaults(handler=cmd_detect)
 
+    merge = commands.add_parser(
+        "merge",
+        help="join the run directories of one sharded run (`run --shard K/N`) into one run, JUnit and report",
+        description="Refuses directories that are not shards of one run; a missing or truncated shard is an "
+        "error case of the merged run (exit 1).",
+    )
+    merge.add_argument("run_dirs", nargs="+", type=Path)
+    merge.add_argument("--results-dir", type=Path, default=REPO_ROOT / "results")
+    merge.add_argument("--no-report", action="store_true")
+    merge.set_defaults(handler=cmd_merge)
+
+    from .load import add_load_parser
+
+    add_load_parser(commands)
+
     runners = commands.add_parser("runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
@@ -137,6 +153,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["--matrix"] if args.matrix else []),
         *(["--no-report"] if args.no_report else []),
         *(["--expectations", args.expectations] if args.expectations else []),
+        *(["--shard", args.shard] if args.shard else []),
         *([] if args.include_slow or "-m" in extra else ["-m", "not slow and not bench"]),
         *extra,
     ]  # fmt: skip
@@ -251,6 +268,21 @@ def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:
     from .detection import main as detect_main
 
     return detect_main(args.results_dir)
+
+
+def cmd_merge(args: argparse.Namespace, extra: list[str]) -> int:
+    from .results import RunError
+    from .shards import merge
+
+    try:
+        merged = merge(args.run_dirs, args.results_dir, report=not args.no_report)
+    except RunError as exc:
+        print(f"e2b-bench merge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for problem in merged.problems:
+        print(f"e2b-bench merge: {problem}", file=sys.stderr)
+    print(f"run directory: {merged.path}")
+    return merged.exit_code
 
 
 def cmd_runners(args: argparse.Namespace, extra: list[str]) -> int:

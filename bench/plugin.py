@@ -37,6 +37,7 @@ from .runners.catalog import Runner, available_runners, default_runners
 from .runners.envs import RunnerEnvError
 from .runners.manifest import load_steps, with_dependencies
 from .runners.protocol import StepResult, run_runner
+from .shards import Shard, ShardError, deselect_items
 from .wire import WireProxy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +76,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="NAME of the environment variable holding the model's API key (never the key itself)",
     )
     group.addoption("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
+    group.addoption("--shard", default=None, help="K/N: run only shard K of N (whole runners; see `e2b-bench merge`)")
 
 
 @dataclass
@@ -97,6 +99,8 @@ class BenchSession:
     preflight_error: str | None = None
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
+    shard: Shard | None = None
+    shard_header: dict[str, Any] | None = None  # what `--shard` kept, for the run header
     _local: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     @property
@@ -120,6 +124,8 @@ class BenchSession:
         pins["harness"] = harness_pins()
         header = make_header(endpoint_info, pins, sys.argv)
         header["expectations"] = str(self.endpoint.expectations) if self.endpoint.expectations else None
+        if self.shard_header is not None:
+            header["shard"] = self.shard_header
         self.run_dir = RunDir.create(
             Path(self.config.getoption("results_dir")),
             "+".join(suites) or "none",
@@ -336,7 +342,8 @@ def pytest_configure(config: pytest.Config) -> None:
         endpoint = _with_profile(resolve(config.getoption("endpoint")), config)
         expectations = Expectations.load(endpoint.expectations)
         runners = _selected_runners(config)
-    except (EndpointError, ExpectationsError, KeyError) as exc:
+        shard = Shard.parse(config.getoption("shard")) if config.getoption("shard") else None
+    except (EndpointError, ExpectationsError, KeyError, ShardError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     key = endpoint.api_key()
     session = BenchSession(
@@ -346,6 +353,7 @@ def pytest_configure(config: pytest.Config) -> None:
         runners=runners,
         redactor=Redactor([key]),
         expectations=expectations,
+        shard=shard,
     )
     config.stash[STASH] = session
 
@@ -401,6 +409,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = _bench(config)
     if session is None:
         return
+    if session.shard is not None:
+        session.shard_header = deselect_items(config, items, session.shard)
     for item in items:
         callspec = getattr(item, "callspec", None)
         # Not a tuple: pytest's placeholder for a suite that none of the selected runners has (skipped).

@@ -12,6 +12,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from bench.loadview import load_view
 from bench.redaction import Redactor
 from bench.results import OUTCOMES, Run, atomic_write, read_run
 
@@ -326,6 +327,7 @@ def render(
     runs = [read_run(path, allow_truncated=True) for path in run_dirs]
     model = _model(runs, redactor)
     model["detection"] = _detection(runs)
+    model["load"] = load_view(runs, redactor)  # `e2b-bench load` runs: bench/loadview.py
     environment = _environment(templates)
     paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
     for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):

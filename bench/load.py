@@ -480,7 +480,10 @@ class LoadRun:
         idle_p95 = idle_ops.get(RUN_TRUE, {}).get("p95_ms")
         cpu = [float(v) for v in raw.get("cpu_s", [])]
         options = self.options
-        document = {
+        failures = dict(sorted(raw.get("kinds", {}).items()))
+        if leaked:
+            failures["leak"] = len(leaked)
+        document: dict[str, Any] = {
             "schema": SCHEMA,
             "run_id": run_id,
             "mode": options.mode,
@@ -505,7 +508,7 @@ class LoadRun:
                 "load_ms": loaded_p95,
                 "ratio": round(loaded_p95 / idle_p95, 3) if loaded_p95 and idle_p95 else None,
             },
-            "failures": dict(sorted(raw.get("kinds", {}).items())),
+            "failures": failures,
             "sandboxes": {
                 "created": int(raw.get("created", 0)),
                 "killed": int(raw.get("killed", 0)),
@@ -530,8 +533,6 @@ class LoadRun:
             },
             "notes": self.notes,
         }
-        if leaked:
-            document["failures"]["leak"] = len(leaked)
         validate("load", document, where=LOAD_JSON)
         return document
 

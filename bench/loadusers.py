@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import gevent
+import gevent  # type: ignore[import-untyped]
 from e2b import Sandbox
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment

@@ -479,6 +479,9 @@ class LoadRun:
         loaded_p95 = operations.get(RUN_TRUE, {}).get("p95_ms")
         idle_p95 = idle_ops.get(RUN_TRUE, {}).get("p95_ms")
         cpu = [float(v) for v in raw.get("cpu_s", [])]
+        phases = [(phase.raw or {}) for phase in (idle, load) if phase is not None]
+        created = [i for gathered in phases for i in gathered.get("created", [])]
+        killed = [i for gathered in phases for i in gathered.get("killed", [])]
         options = self.options
         failures = dict(sorted(raw.get("kinds", {}).items()))
         if leaked:
@@ -510,9 +513,11 @@ class LoadRun:
             },
             "failures": failures,
             "sandboxes": {
-                "created": int(raw.get("created", 0)),
-                "killed": int(raw.get("killed", 0)),
+                "created": len(created),
+                "killed": len(killed),
                 "leaked": leaked,
+                "leaked_unknown_to_users": sorted(set(leaked) - set(created)),
+                "created_not_killed": sorted(set(created) - set(killed)),
                 "count_start": counts[0],
                 "count_end": counts[1],
             },

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
 from e2b import Sandbox
+from greenlet import GreenletExit
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
@@ -83,9 +84,9 @@ class Tally:
     def __init__(self) -> None:
         self.samples: list[list[Any]] = []
         self.kinds: Counter[str] = Counter()
-        self.created = 0
-        self.killed = 0
-        self.sent = 0  # samples already reported to the master (workers)
+        self.created: list[str] = []  # sandbox ids, as the SDK returned them
+        self.killed: list[str] = []
+        self.sent = (0, 0, 0)  # samples, created and killed already reported to the master (workers)
         self.users: list[list[float]] = []  # [wall time, users] once a second (master or single process)
         self.workers: dict[str, dict[str, Any]] = {}  # master: each worker's latest cumulative report
         self.stop_requested_at: float | None = None
@@ -143,22 +144,23 @@ def _on_report_to_master(client_id: str, data: dict[str, Any]) -> None:
     users = runner.user_count if runner else 0  # before the samples: a user ends after its last sample
     data["e2b_bench"] = {
         "users": users,
-        "samples": TALLY.samples[TALLY.sent :],
+        "samples": TALLY.samples[TALLY.sent[0] :],
         "kinds": dict(TALLY.kinds),
-        "created": TALLY.created,
-        "killed": TALLY.killed,
+        "created": TALLY.created[TALLY.sent[1] :],
+        "killed": TALLY.killed[TALLY.sent[2] :],
         "cpu_s": _cpu_seconds(),
         "at": time.time(),
     }
-    TALLY.sent = len(TALLY.samples)
+    TALLY.sent = (len(TALLY.samples), len(TALLY.created), len(TALLY.killed))
 
 
 def _on_worker_report(client_id: str, data: dict[str, Any]) -> None:
     report = data.get("e2b_bench")
     if not report:
         return
-    TALLY.samples.extend(report["samples"])
-    TALLY.workers[client_id] = {key: value for key, value in report.items() if key != "samples"}
+    for key in ("samples", "created", "killed"):
+        getattr(TALLY, key).extend(report[key])
+    TALLY.workers[client_id] = {k: v for k, v in report.items() if k not in ("samples", "created", "killed")}
 
 
 _environment: Environment | None = None
@@ -216,8 +218,8 @@ def _write(environment: Environment) -> None:
     document = {
         "samples": TALLY.samples,
         "kinds": dict(sum((Counter(w["kinds"]) for w in workers), TALLY.kinds)),
-        "created": TALLY.created + sum(w["created"] for w in workers),
-        "killed": TALLY.killed + sum(w["killed"] for w in workers),
+        "created": TALLY.created,
+        "killed": TALLY.killed,
         "cpu_s": [_cpu_seconds(), *(w["cpu_s"] for w in workers)],
         "workers": len(TALLY.workers),
         "users": TALLY.users,
@@ -251,10 +253,19 @@ class SandboxUser(User):
         started = time.perf_counter()
         result: T | None = None
         error: BaseException | None = None
-        try:
-            result = gevent.get_hub().threadpool.apply(action)
-        except Exception as exc:
-            error = exc
+        stopped: GreenletExit | None = None
+        pending = gevent.get_hub().threadpool.spawn(action)
+        while True:
+            try:
+                result = pending.get()
+                break
+            except GreenletExit as exit_:
+                # Locust's stop of a waiting user can land just after it woke into its next session: let the
+                # call finish (it runs on anyway), so that on_stop can undo it (kill the sandbox it made).
+                stopped = exit_
+            except Exception as exc:
+                error = exc
+                break
         self.environment.events.request.fire(
             request_type=REQUEST_TYPE,
             name=name,
@@ -263,25 +274,30 @@ class SandboxUser(User):
             exception=error,
             context={},
         )
+        if stopped is not None:
+            if isinstance(result, Sandbox):
+                self.sandbox = result
+            raise stopped
         return result
 
     def create(self) -> Sandbox | None:
         options = self.environment.parsed_options
-        sandbox = self.call(
-            "create",
-            lambda: Sandbox.create(
-                timeout=options.e2b_sandbox_timeout, metadata={RUN_METADATA_KEY: options.e2b_run_id}
-            ),
-        )
+        metadata = {RUN_METADATA_KEY: options.e2b_run_id}
+
+        def create() -> Sandbox:
+            created = Sandbox.create(timeout=options.e2b_sandbox_timeout, metadata=metadata)
+            TALLY.created.append(created.sandbox_id)
+            return created
+
+        sandbox = self.call("create", create)
         if sandbox is not None:
-            TALLY.created += 1
             self.sandbox = sandbox
         return sandbox
 
     def kill(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
-        if sandbox is not None and self.call("kill", sandbox.kill) is not None:
-            TALLY.killed += 1
+        if sandbox is not None and self.call("kill", sandbox.kill):  # False: the endpoint did not know it
+            TALLY.killed.append(sandbox.sandbox_id)
 
     def on_stop(self) -> None:
         self.kill()

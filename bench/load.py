@@ -45,6 +45,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOCAL_USERS, LOCAL_DURATION_S = 5, 30.0
 TIMELINE_POINTS = 60  # at most this many buckets in the timeline
 LOG_TAIL = 2000
+EXIT_GRACE_S = 30.0  # Locust sometimes lingers after quitting (seen with 40+ users): its results are final by then
 RUN_TRUE = "run_true"
 
 
@@ -248,7 +249,7 @@ def run_phase(
             if distributed:
                 worker = _locust("--worker", "--master-host", "127.0.0.1", "--master-port", str(port), user_class)
                 processes += [_spawn(worker, env, handle) for handle in handles[1:]]
-            codes = [_wait(process, duration_s + options.stop_timeout_s + 120) for process in processes]
+            codes = [_wait(process, duration_s + options.stop_timeout_s + 120, out) for process in processes]
         raw = json.loads(out.read_text("utf-8")) if out.exists() else None
         tail = "\n".join(path.read_text("utf-8", errors="replace")[-LOG_TAIL:] for path in logs).strip()
         return Phase(name, raw, codes[0], tail[-LOG_TAIL * 2 :], started, time.monotonic() - clock)
@@ -264,18 +265,27 @@ def _spawn(argv: list[str], env: Mapping[str, str], log: Any) -> subprocess.Pope
     return subprocess.Popen(argv, env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
 
-def _wait(process: subprocess.Popen[bytes], timeout_s: float) -> int | None:
-    """The exit code, or None when it had to be stopped (SIGTERM first: Locust's users kill their sandboxes)."""
-    try:
-        return process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        process.terminate()
+def _wait(process: subprocess.Popen[bytes], timeout_s: float, gathered: Path) -> int | None:
+    """The exit code, or None when it had to be stopped: past `timeout_s`, or `EXIT_GRACE_S` after the master
+    wrote what it gathered (every user had stopped by then). SIGTERM first: Locust's users kill their sandboxes."""
+    deadline = time.monotonic() + timeout_s
+    written_at: float | None = None
+    while True:
         try:
-            process.wait(timeout=30)
+            return process.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        return None
+            now = time.monotonic()
+            if written_at is None and gathered.exists():
+                written_at = now
+            if now > deadline or (written_at is not None and now - written_at > EXIT_GRACE_S):
+                break
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return None
 
 
 # --- figures -------------------------------------------------------------------------------------
@@ -471,6 +481,8 @@ class LoadRun:
         endpoint_cpu: float | None,
     ) -> dict[str, Any]:
         raw = (load.raw if load else None) or {}
+        if load is not None and load.exit_code is None:
+            self.notes.append(f"Locust did not exit by itself after the load phase: stopped at {load.wall_s:.0f} s")
         wall = load.wall_s if load else 0.0
         start = load.started if load else time.time()
         end = float(raw.get("stop_requested_at") or start + wall)

@@ -496,6 +496,9 @@ class LoadRun:
         killed = [i for gathered in phases for i in gathered.get("killed", [])]
         options = self.options
         failures = dict(sorted(raw.get("kinds", {}).items()))
+        hung = [{"operation": str(name), "age_s": float(age)} for name, age in raw.get("hung", [])]
+        for call in hung:
+            failures[f"hung:{call['operation']}"] = failures.get(f"hung:{call['operation']}", 0) + 1
         if leaked:
             failures["leak"] = len(leaked)
         document: dict[str, Any] = {
@@ -524,6 +527,7 @@ class LoadRun:
                 "ratio": round(loaded_p95 / idle_p95, 3) if loaded_p95 and idle_p95 else None,
             },
             "failures": failures,
+            "hung": hung,
             "sandboxes": {
                 "created": len(created),
                 "killed": len(killed),
@@ -559,17 +563,13 @@ class LoadRun:
         """One case per operation (no failure), the leak check, in soak mode the sandbox count, Locust itself."""
         suite = self.options.mode
         records = []
+        kinds = {k: v for k, v in document["failures"].items() if k != "leak"}
         for name, figures in document["operations"].items():
-            failed = figures["failures"]
-            kinds = {k: v for k, v in document["failures"].items() if k != "leak"}
-            records.append(
-                _case(
-                    suite,
-                    name,
-                    None if not failed else f"{failed} of {figures['requests']} failed; failures by kind: {kinds}",
-                    figures,
-                )
-            )
+            failed, hung = figures["failures"], kinds.get(f"hung:{name}", 0)
+            error = None
+            if failed or hung:
+                error = f"{failed} of {figures['requests']} failed, {hung} never returned; failures by kind: {kinds}"
+            records.append(_case(suite, name, error, figures))
         problem = None
         if load is None or load.raw is None:
             tail = load.log_tail[-600:] if load else ""

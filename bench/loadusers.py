@@ -91,6 +91,12 @@ class Tally:
         self.workers: dict[str, dict[str, Any]] = {}  # master: each worker's latest cumulative report
         self.stop_requested_at: float | None = None
         self.written = False
+        self.in_flight: dict[int, tuple[str, float]] = {}  # SDK calls going: operation, wall time started
+
+    def hung(self) -> list[list[Any]]:
+        """The calls still going now: [operation, seconds since they started]."""
+        now = time.time()
+        return [[name, round(now - started, 3)] for name, started in self.in_flight.values()]
 
 
 TALLY = Tally()
@@ -149,6 +155,7 @@ def _on_report_to_master(client_id: str, data: dict[str, Any]) -> None:
         "created": TALLY.created[TALLY.sent[1] :],
         "killed": TALLY.killed[TALLY.sent[2] :],
         "cpu_s": _cpu_seconds(),
+        "hung": TALLY.hung(),
         "at": time.time(),
     }
     TALLY.sent = (len(TALLY.samples), len(TALLY.created), len(TALLY.killed))
@@ -203,7 +210,9 @@ def _finish_after(environment: Environment, seconds: float) -> None:
         ):
             gevent.sleep(0.2)
     else:
-        runner.stop()  # users finish their session (within --stop-timeout)
+        # Users finish their session (within --stop-timeout); an SDK call that never returns must not hold the
+        # result back: it is reported as in flight.
+        gevent.spawn(runner.stop).join(timeout=(environment.stop_timeout or 0) + SETTLE_TIMEOUT_S)
     _write(environment)
     runner.quit()
 
@@ -222,6 +231,7 @@ def _write(environment: Environment) -> None:
         "killed": TALLY.killed,
         "cpu_s": [_cpu_seconds(), *(w["cpu_s"] for w in workers)],
         "workers": len(TALLY.workers),
+        "hung": TALLY.hung() + [call for w in workers for call in w.get("hung", [])],
         "users": TALLY.users,
         "stop_requested_at": TALLY.stop_requested_at,
         "locust": {
@@ -255,6 +265,7 @@ class SandboxUser(User):
         error: BaseException | None = None
         stopped: GreenletExit | None = None
         pending = gevent.get_hub().threadpool.spawn(action)
+        TALLY.in_flight[id(pending)] = (name, time.time())
         while True:
             try:
                 result = pending.get()
@@ -266,6 +277,7 @@ class SandboxUser(User):
             except Exception as exc:
                 error = exc
                 break
+        del TALLY.in_flight[id(pending)]
         self.environment.events.request.fire(
             request_type=REQUEST_TYPE,
             name=name,

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
 from e2b import Sandbox
-from greenlet import GreenletExit
+from gevent import GreenletExit  # type: ignore[import-untyped]
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner

@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="also log the first BYTES (default 4096) of each request and response body, redacted, in wire/*.jsonl",
     )
+    run.add_argument("--shard", default=None, help="K/N: run shard K of N (whole runners); join them with `merge`")
     run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
     run.set_defaults(handler=cmd_run)
 
@@ -176,6 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     detect.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
     detect.set_defaults(handler=cmd_detect)
 
+    merge = _command(
+        commands,
+        "merge",
+        help="join the run directories of one sharded run (`run --shard K/N`) into one run, JUnit and report",
+        description="Refuses directories that are not shards of one run; a missing or truncated shard is an "
+        "error case of the merged run (exit 1).",
+    )
+    merge.add_argument("run_dirs", nargs="+", type=Path)
+    merge.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    merge.add_argument("--no-report", action="store_true")
+    merge.set_defaults(handler=cmd_merge)
+
+    from .load import add_load_parser
+
+    add_load_parser(commands)
+
     runners = _command(commands, "runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
@@ -217,6 +234,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-k", args.keyword] if args.keyword else []),
         *(["-m", markexpr] if markexpr else []),
         *(["-x"] if args.exitfirst else []),
+        *(["--shard", args.shard] if args.shard else []),
         *extra,
     ]  # fmt: skip
     if args.wire_bodies is not None:
@@ -379,6 +397,21 @@ def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:
     from .detection import main as detect_main
 
     return detect_main(writable_dir(args.results_dir))
+
+
+def cmd_merge(args: argparse.Namespace, extra: list[str]) -> int:
+    from .results import RunError
+    from .shards import merge
+
+    try:
+        merged = merge(args.run_dirs, args.results_dir, report=not args.no_report)
+    except RunError as exc:
+        print(f"e2b-bench merge: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    for problem in merged.problems:
+        print(f"e2b-bench merge: {problem}", file=sys.stderr)
+    print(f"run directory: {merged.path}")
+    return merged.exit_code
 
 
 def cmd_runners(args: argparse.Namespace, extra: list[str]) -> int:

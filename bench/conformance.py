@@ -24,6 +24,7 @@ from .runners.catalog import Runner
 from .runners.envs import RunnerEnvError
 from .runners.manifest import load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
+from .shards import Shard
 from .wire import WireProxy
 
 
@@ -57,6 +58,8 @@ class BenchSession:
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
+    shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
+    shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
 
     @property
     def endpoint(self) -> Endpoint:
@@ -95,7 +98,10 @@ class BenchSession:
         self._prepare([runner for runner in self.runners if runner.name in used])
         pins = {runner.name: self._pins(runner) for runner in self.runners}
         expectations = self.endpoint.expectations
-        self.lifecycle.open(suite, pins, expectations=str(expectations) if expectations else None)
+        header: dict[str, Any] = {"expectations": str(expectations) if expectations else None}
+        if self.shard_header is not None:
+            header["shard"] = self.shard_header
+        self.lifecycle.open(suite, pins, **header)
         return True
 
     def _prepare(self, runners: list[Runner]) -> None:

@@ -22,6 +22,7 @@ from .redaction import Redactor
 from .runners.catalog import Runner, default_runners
 from .runners.manifest import load_steps
 from .selection import SelectionError, select
+from .shards import Shard, ShardError, deselect_items
 
 __all__ = ["BenchSession", "check_case"]  # what suite modules import
 
@@ -62,6 +63,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="NAME of the environment variable holding the model's API key (never the key itself)",
     )
     group.addoption("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
+    group.addoption("--shard", default=None, help="K/N: run only shard K of N (whole runners; see `e2b-bench merge`)")
 
 
 def _suite_mode(config: pytest.Config) -> bool:
@@ -90,7 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
             runners=config.getoption("runner"),
             matrix=config.getoption("matrix"),
         )
-    except SelectionError as exc:
+        shard = Shard.parse(config.getoption("shard")) if config.getoption("shard") else None
+    except (SelectionError, ShardError) as exc:
         raise pytest.UsageError(str(exc)) from exc
     lifecycle = Lifecycle(
         chosen.endpoint,
@@ -107,7 +110,7 @@ def pytest_configure(config: pytest.Config) -> None:
         attempts=config.getoption("attempts"),
     )
     session = BenchSession(
-        options=options, lifecycle=lifecycle, runners=chosen.runners, expectations=chosen.expectations
+        options=options, lifecycle=lifecycle, runners=chosen.runners, expectations=chosen.expectations, shard=shard
     )
     config.stash[STASH] = session
 
@@ -134,6 +137,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = _bench(config)
     if session is None:
         return
+    if session.shard is not None:
+        session.shard_header = deselect_items(config, items, session.shard)
     for item in items:
         callspec = getattr(item, "callspec", None)
         # Not a tuple: pytest's placeholder for a suite that none of the selected runners has (skipped).

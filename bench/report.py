@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 import pandas as pd
 
+from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
 from bench.results import OUTCOMES, CaseRecord, Run, atomic_write, read_run
@@ -495,6 +496,7 @@ def render(
     model = _model(runs, redactor)
     model["detection"] = _detection(runs)
     model["changes"] = redactor.redact_obj(changes) if changes else None
+    model["load"] = load_view(runs, redactor)  # `e2b-bench load` runs: bench/loadview.py
     environment = template_environment(templates)
     paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
     for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):

@@ -202,11 +202,14 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
     from .selection import SelectionError, select
+    from .shards import Shard, ShardError
 
     try:  # checked here too, so that a mistake is one sentence and exit 2 before pytest starts
         select(args.endpoint, profile=args.profile, quirks=args.quirk, expectations=args.expectations,
                runners=args.runner, matrix=args.matrix)  # fmt: skip
-    except SelectionError as exc:
+        if args.shard:
+            Shard.parse(args.shard)
+    except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
     markexpr = args.markexpr or ("" if args.include_slow else "not slow and not bench")

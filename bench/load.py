@@ -34,13 +34,13 @@ from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resol
 from .exits import ExitCode
 from .housekeeping import RUN_METADATA_KEY, Sweep, leak_record, sweep
 from .junit import write_junit
+from .loadview import LOAD_JSON
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, case_id, make_header, utc_now, validate
 from .stats import summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USERS_FILE = Path(__file__).resolve().parent / "loadusers.py"
-LOAD_JSON = "load.json"
 SCHEMA = "e2b-bench/load/1"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = (
     int(code) for code in (ExitCode.OK, ExitCode.NONCONFORMANT, ExitCode.USAGE, ExitCode.INTERRUPTED)
@@ -427,7 +427,7 @@ class LoadRun:
         self.redactor = Redactor([self.key])
 
     def run(self) -> int:
-        from .plugin import harness_pins
+        from .lifecycle import harness_pins
 
         info = {k: getattr(self.endpoint, k) for k in ("api_url", "sandbox_url", "kind", "key_env")}
         pins = {"harness": harness_pins(), "locust": {"locust": importlib.metadata.version("locust")}}
@@ -609,12 +609,6 @@ def _case(suite: str, name: str, error: str | None, details: Mapping[str, Any]) 
 def _own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def read_load(run_dir: Path) -> dict[str, Any] | None:
-    """The run's load.json, or None when it is not a load run."""
-    path = run_dir / LOAD_JSON
-    return json.loads(path.read_text("utf-8")) if path.is_file() else None
 
 
 def print_summary(document: Mapping[str, Any], out: Any) -> None:

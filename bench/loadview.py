@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
 from .charts import PALETTE, WIDTH, LogAxis, _number, _svg
 from .redaction import Redactor
 from .results import Run
+
+LOAD_JSON = "load.json"
+
+
+def read_load(run_dir: Path) -> dict[str, Any] | None:
+    """The run's load.json, or None when it is not a load run."""
+    path = run_dir / LOAD_JSON
+    return json.loads(path.read_text("utf-8")) if path.is_file() else None
+
 
 HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 210, 60, 170, 22, 34
 FAILURE_COLOR = "#b00020"
@@ -101,8 +112,6 @@ def _ms(value: float | None) -> str:
 def load_view(runs: Sequence[Run], redactor: Redactor) -> list[dict[str, Any]]:
     """The report's load section: one entry per run with a load.json."""
     from markupsafe import Markup
-
-    from .load import read_load
 
     entries = []
     for run in runs:

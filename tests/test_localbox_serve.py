@@ -34,14 +34,12 @@ def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[subproce
     )
     exports: dict[str, str] = {}
     assert process.stdout is not None
-    started = time.monotonic()
     while len(exports) < 3:
         line = process.stdout.readline()
         if not line:
             raise AssertionError(f"serve exited early: {process.stderr.read() if process.stderr else ''}")
         if match := re.match(r"export (E2B_\w+)=(\S+)", line):
             exports[match.group(1)] = match.group(2)
-    exports["ready_s"] = f"{time.monotonic() - started:.3f}"
     return process, exports
 
 
@@ -89,9 +87,6 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
     assert exports["E2B_API_URL"] == exports["E2B_SANDBOX_URL"]
     assert exports["E2B_API_URL"].startswith("http://127.0.0.1:")
     assert exports["E2B_API_KEY"] == "e2b_" + "1" * 40
-    # Ready in under 2 s on an idle machine (about 1.3 s here, interpreter start included); the margin is
-    # for a loaded one, such as a test run with parallel workers.
-    assert float(exports["ready_s"]) < 4.0
     assert len(running) >= 1
     assert process.returncode == 0
     assert {pid for pid in running if alive(pid)} == set()

@@ -191,18 +191,21 @@ def test_a_runner_killed_mid_run_leaves_every_later_step_as_an_error_naming_the_
     assert [leftover.sandbox_id for leftover in leftovers] == [result.steps["ts01_create"]["details"]["sandbox_id"]]
 
 
+SILENCE_S = 15.0  # far above any step's time, even on a loaded machine
+
+
 def test_a_runner_that_times_out_kills_its_sandbox_on_sigterm(endpoint: LocalEndpoint) -> None:
     from e2b import Sandbox, SandboxQuery
 
     run_id = "timeout-midway"
 
-    # ts12 sleeps 2 s between two outputs: a 1.5 s silence deadline gives up inside it.
-    result = run(NEWEST, task(run_id, endpoint.env()), step_timeout_s=1.5)
+    # The runner goes silent for good in ts12; every step before it answers well within the deadline.
+    result = run(NEWEST, task(run_id, endpoint.env(), hang_in="ts12_commands_connect"), step_timeout_s=SILENCE_S)
 
     hung = STEP_IDS.index("ts12_commands_connect")
     assert outcomes(result) == (
         [(s, "pass", None) for s in STEP_IDS[:hung]]
-        + [("ts12_commands_connect", "error", "runner timed out after 1.5s in step ts12_commands_connect")]
+        + [("ts12_commands_connect", "error", f"runner timed out after {SILENCE_S:g}s in step ts12_commands_connect")]
         + [(s, "error", "not run: runner timed out in ts12_commands_connect") for s in STEP_IDS[hung + 1 :]]
     )
     assert (result.footer, result.exit_code) == (None, 143)

@@ -7,6 +7,7 @@
 // prerequisites included) and their prerequisites (`depends`, id -> [ids]) from the suite's `ts` table
 // of sandboxes/e2b/manifest.toml, and the sandbox `metadata` tagging the run; an id without a
 // `step(...)` is an error. Option `crash_after: <id>` makes the runner SIGKILL itself after that step
+// (and `hang_in: <id>` makes it go silent in that step)
 // (fault injection). Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the
 // process environment, plus the task's `env`, so the SDK configures itself exactly as for a user.
 //
@@ -233,7 +234,10 @@ export async function main(suite) {
   })
   let cleaned = {}
   try {
-    await runSteps(task, (id) => runStep(ctx, id), {
+    // Fault injection for the harness's own tests: go silent for good in this step (`hang_in: <id>`).
+    const hangIn = task.options?.hang_in
+    const hang = () => new Promise(() => setInterval(() => {}, 1 << 30))
+    await runSteps(task, (id) => (id === hangIn ? hang() : runStep(ctx, id)), {
       stopped: () => terminating,
       // Fault injection for the harness's own tests: die the hardest way right after this step.
       after: (id) => id === crashAfter && process.kill(process.pid, 'SIGKILL'),

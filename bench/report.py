@@ -17,7 +17,7 @@ import pandas as pd
 from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
-from bench.results import OUTCOMES, CaseRecord, Run, atomic_write, read_run
+from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
 from bench.verdict import rerun_command, run_problem, verdict
 
 TEMPLATES = TEMPLATES_DIR
@@ -26,7 +26,6 @@ ERROR_PREVIEW = 200
 SYMPTOM_PREVIEW = 600  # what a failing cell shows of its error: enough for the observed symptom
 FAILING = ("fail", "error", "deviation")
 REGRESSION = 1.2  # a benchmark ratio this much above the first run's is flagged
-ARTIFACT_MODE = 0o644  # nothing secret is left in an artifact, so group and others may read it
 WIRE_EXCERPT_LINES = 30
 TRANSCRIPT_PREVIEW = 6000
 COVERAGE_JSON = "coverage.json"

@@ -155,6 +155,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+ARTIFACT_MODE = 0o644  # every artifact: readable by all (redacted, so none holds a secret)
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old content or the new, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +166,7 @@ def atomic_write(path: Path, text: str) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
+            os.fchmod(handle.fileno(), ARTIFACT_MODE)  # mkstemp makes 0600; artifacts hold no secret
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -176,9 +180,10 @@ def append_line(path: Path, obj: Any) -> None:
     """Append one JSON line durably; safe across processes (pytest-xdist workers)."""
     data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, ARTIFACT_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        os.fchmod(fd, ARTIFACT_MODE)  # whatever the umask
         os.write(fd, data)
         os.fsync(fd)
     finally:
@@ -274,14 +279,6 @@ class RunDir:
         target = self._resolve(name)
         atomic_write(target, self._redactor.redact_text(text))
         return target
-
-    def set_pins(self, runner: str, packages: Mapping[str, str]) -> None:
-        """Record a runner's pins (from its hello) in the header; refused once the run has finished."""
-        document = self._load()
-        if "footer" in document:
-            raise RunError(f"{self._path}: run already finished; header is final")
-        document["header"]["pins"][runner] = dict(packages)
-        self._store(document)
 
     def _load(self) -> dict[str, Any]:
         return dict(json.loads((self._path / self.RUN_JSON).read_text("utf-8")))

@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -247,17 +248,6 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     assert sorted(os.listdir(run.path)) == ["envd-probe.json", "run.json"]
 
 
-def test_set_pins_updates_the_header_until_finished(tmp_path: Path) -> None:
-    run = new_run(tmp_path)
-    run.set_pins("js-e2b-2.51.0", {"e2b": "2.51.0"})
-    run.finish("completed", 0)
-
-    with pytest.raises(RunError, match="already finished"):
-        run.set_pins("late", {})
-
-    assert read_run(run.path).header["pins"] == {**PINS, "js-e2b-2.51.0": {"e2b": "2.51.0"}}
-
-
 def test_wire_path_and_append_wire(tmp_path: Path) -> None:
     run = new_run(tmp_path)
     entry = {
@@ -311,3 +301,19 @@ def test_case_record_dict_round_trip() -> None:
     record = case(details={"status_code": 400}, error="refused", note="declared")
 
     assert CaseRecord.from_dict(record.to_dict()) == record
+
+
+def test_every_file_of_a_run_directory_is_readable_by_all_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        run = new_run(tmp_path)
+        run.record(case("a"))
+        run.write_json("py-e2b-2.63.0.json", {"transcript": []})
+        run.write_text("junit.xml", "<testsuites/>")
+        run.finish("completed", 0)
+    finally:
+        os.umask(previous)
+
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in run.path.iterdir()}
+
+    assert modes == {name: 0o644 for name in ("run.json", "cases.jsonl", "py-e2b-2.63.0.json", "junit.xml")}

@@ -114,6 +114,7 @@ class BenchOptions:
     transfer_mib: float = DEFAULT_TRANSFER_MIB
     report: bool = True
     argv: tuple[str, ...] = ()
+    gate: bool = False  # a missed target fails its measure (exit 1), for release gating
 
     @property
     def transfer_bytes(self) -> int:
@@ -452,7 +453,7 @@ class Benchmark:
         records = []
         for runner, entry in document["runners"].items():
             for measure_id, doc in entry["measures"].items():
-                outcome, error = _verdict(doc)
+                outcome, error = _verdict(doc, gate=self.options.gate)
                 identifier = case_id(SUITE, runner, measure_id)
                 details = {k: doc[k] for k in ("stats", "baseline", "ratio", "target", "stopped", "planned")}
                 verdict = judge(outcome, details, error, self.expectations.for_case(identifier))  # type: ignore[arg-type]
@@ -483,8 +484,8 @@ class Benchmark:
         return [*records, leak]
 
 
-def _verdict(doc: Mapping[str, Any]) -> tuple[str, str | None]:
-    """A measure as a case: pass when every attempted sample succeeded."""
+def _verdict(doc: Mapping[str, Any], gate: bool = False) -> tuple[str, str | None]:
+    """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held)."""
     stats = doc["stats"]
     if doc["attempted"] == 0:
         if doc["stopped"] or (doc["error"] or "").startswith("not run"):
@@ -495,6 +496,10 @@ def _verdict(doc: Mapping[str, Any]) -> tuple[str, str | None]:
         errors = sorted({s["error"] for s in doc["samples"] if s.get("error")})
         reason = f"{failed} of {stats['attempted']} samples failed" + (f": {errors[0]}" if errors else "")
         return "fail", doc["error"] or reason
+    target = doc.get("target")
+    if gate and target is not None and not target["met"]:
+        measured = f"median {doc['ratio']}x" if doc.get("ratio") is not None else "not measured"
+        return "fail", f"missed its target: {target['text']} ({measured})"
     return "pass", None
 
 

@@ -167,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--transfer-mib", type=float, default=20.0, help="size of the upload and download")
     bench.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
     bench.add_argument("--no-report", action="store_true", help="do not render the report")
+    bench.add_argument("--gate", action="store_true", help="a missed performance target fails its measure (exit 1)")
     bench.set_defaults(handler=cmd_bench)
 
     detect = _command(
@@ -201,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     import pytest
 
-    from .selection import SelectionError, select
+    from .selection import SelectionError, check_model, select
     from .shards import Shard, ShardError
 
     try:  # checked here too, so that a mistake is one sentence and exit 2 before pytest starts
@@ -209,6 +210,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
                runners=args.runner, matrix=args.matrix)  # fmt: skip
         if args.shard:
             Shard.parse(args.shard)
+        check_model(args.model_base_url, args.model, args.model_key_env)
     except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
@@ -356,6 +358,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         transfer_mib=args.transfer_mib,
         report=not args.no_report,
         argv=tuple(sys.argv),
+        gate=args.gate,
     )
     return run_bench(options)  # Ctrl-C and SIGTERM end in the benchmark's clean-up (interrupted, exit 130)
 

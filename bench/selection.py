@@ -8,10 +8,14 @@ pytest plugin (which raises it as a usage error when pytest is run directly).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import httpx
 
 from .endpoints import Endpoint, EndpointError, resolve
 from .expectations import Expectations, ExpectationsError
@@ -71,3 +75,37 @@ def select_runners(names: Sequence[str], matrix: bool = False) -> list[Runner]:
             f"unknown runner {unknown[0]!r}: choose from {', '.join(sorted(known))} (see `e2b-bench runners`)"
         )
     return [known[name] for name in names]
+
+
+MODEL_PROBE_TIMEOUT_S = 10.0
+
+
+def check_model(
+    base_url: str | None, model: str | None, key_env: str | None, environ: Mapping[str, str] = os.environ
+) -> None:
+    """The real-model flags, checked before a run spends anything on frameworks; raises `SelectionError`.
+
+    The base URL must answer HTTP at all (any status: a model server may want a key for `/models`), the model
+    must be named and the key variable, when named, must be set."""
+    if not base_url:
+        if model or key_env:
+            flag = "--model" if model else "--model-key-env"
+            raise SelectionError(f"{flag} applies to a real model only: give --model-base-url too, or drop {flag}")
+        return
+    parsed = urlsplit(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise SelectionError(f"--model-base-url {base_url!r} is not an http(s) URL: give e.g. http://127.0.0.1:8000/v1")
+    if not (model or "").strip():
+        raise SelectionError("--model is empty: name the model the server should use (e.g. --model gpt-4o-mini)")
+    if key_env and not environ.get(key_env):
+        raise SelectionError(
+            f"the variable {key_env} named by --model-key-env is not set: export it with the model's key "
+            "(the harness reads the key from it and never writes it anywhere)"
+        )
+    try:
+        httpx.get(base_url.rstrip("/") + "/models", timeout=MODEL_PROBE_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise SelectionError(
+            f"the model at --model-base-url {base_url} is unreachable ({type(exc).__name__}: {exc}): "
+            "check the URL and that the server is running"
+        ) from None

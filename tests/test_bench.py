@@ -13,7 +13,7 @@ import httpx
 import pytest
 from run_cli import e2b_bench, only_run_dir
 
-from bench.benchmark import BenchOptions, comparison_text, read_bench, run_bench
+from bench.benchmark import BenchOptions, _verdict, comparison_text, read_bench, run_bench
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.server import LocalEndpoint
 from bench.report import render
@@ -230,3 +230,31 @@ def test_full_benchmark_of_the_embedded_endpoint(tmp_path: Path) -> None:
     (run_dir,) = list(tmp_path.iterdir())
     document = read_bench(run_dir)
     assert document is not None and document["cleanup"]["survivors"] == []
+
+
+def measure_doc(met: bool | None) -> dict:
+    """A measure's bench.json entry: every sample succeeded; its target met, missed, or none set."""
+    target = None if met is None else {"text": "median <= 10x bare_spawn", "max_ratio": 10, "met": met}
+    stats = {"attempted": 5, "ok": 5}
+    return {
+        "attempted": 5,
+        "stopped": False,
+        "error": None,
+        "stats": stats,
+        "samples": [],
+        "ratio": 12.5,
+        "target": target,
+    }
+
+
+@pytest.mark.parametrize(
+    ("met", "gate", "verdict"),
+    [
+        (False, True, ("fail", "missed its target: median <= 10x bare_spawn (median 12.5x)")),
+        (False, False, ("pass", None)),  # without --gate a target is reported, not judged
+        (True, True, ("pass", None)),
+        (None, True, ("pass", None)),  # no target (another endpoint, a small burst): nothing to hold
+    ],
+)
+def test_gate_fails_a_measure_that_missed_its_target(met: bool | None, gate: bool, verdict: tuple) -> None:
+    assert _verdict(measure_doc(met), gate=gate) == verdict

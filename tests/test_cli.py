@@ -12,6 +12,7 @@ from run_cli import e2b_bench, only_run_dir
 from bench.results import read_run
 
 RUNNER = "py-e2b-2.63.0"
+MODEL = "http://127.0.0.1:9/v1"  # nothing listens on loopback port 9
 ENV = {"E2B_API_KEY": "e2b_" + "0" * 40, "E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9"}
 
 MISTAKES = {
@@ -24,6 +25,14 @@ MISTAKES = {
     "unwritable results dir": (["run", "--results-dir", "/proc/version/x"], "/proc/version/x", "--results-dir"),
     "negative step timeout": (["run", "--step-timeout", "-1"], "--step-timeout must be positive", "not -1"),
     "zero attempts": (["run", "--attempts", "0"], "--attempts must be positive", "not 0"),
+    "model name without a model": (["run", "--model", "m"], "--model applies to a real model only", "--model-base-url"),
+    "empty model name": (["run", "--model-base-url", MODEL, "--model", ""], "--model is empty", "name the model"),
+    "unset model key variable": (
+        ["run", "--model-base-url", MODEL, "--model", "m", "--model-key-env", "E2B_BENCH_TEST_NO_SUCH_KEY"],
+        "E2B_BENCH_TEST_NO_SUCH_KEY named by --model-key-env is not set",
+        "export it",
+    ),
+    "unreachable model": (["run", "--model-base-url", MODEL, "--model", "m"], "is unreachable", "check the URL"),
     "profile off the embedded endpoint": (
         ["run", "--endpoint", "env", "--profile", "b3os-beta"],
         "apply only to the embedded endpoint",

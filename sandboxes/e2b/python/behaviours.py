@@ -1,0 +1,675 @@
+"""Documented behaviours of the Python SDK, each checked twice: what the call returns, and the state it
+leaves, seen through an independent path (a shell command in the sandbox, the REST API, another call).
+
+Every behaviour is one step body run under both client flavours: `sync_<name>` drives `Sandbox`,
+`async_<name>` drives `AsyncSandbox`. A body awaits every SDK result through `got(...)`, which awaits
+what the async client returns and passes what the sync one returns through, so the same lines check
+both. Which SDK methods a step really called is observed (a profile hook on the `e2b` package, never a
+patch) and recorded in `details.sdk_calls`, for the run's coverage table.
+
+The inventory of behaviours (sandboxes/e2b/behaviours.toml) names these cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from driver import Context, Fail, Observed, exception_details, excerpt, expect, main, step
+
+SUITES = {"behaviours"}
+LOOP = asyncio.new_event_loop()
+# Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
+BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1)
+USER_HOME = "/home/user"
+
+
+# --- observing which SDK methods a step calls ------------------------------------------------------
+
+# The SDK's implementation classes, by the public name a user reaches them with.
+PUBLIC_OWNERS = {
+    "Sandbox": "Sandbox",
+    "AsyncSandbox": "AsyncSandbox",
+    "Commands": "Sandbox.commands",
+    "Pty": "Sandbox.pty",
+    "Filesystem": "Sandbox.files",
+    "CommandHandle": "CommandHandle",
+    "AsyncCommandHandle": "CommandHandle",
+    "WatchHandle": "WatchHandle",
+    "AsyncWatchHandle": "WatchHandle",
+    "SandboxPaginator": "SandboxPaginator",
+    "AsyncSandboxPaginator": "SandboxPaginator",
+}
+
+
+class CallLog:
+    """Public SDK methods a step called itself (not those the SDK calls inside), as `Owner.member.method`."""
+
+    def __init__(self) -> None:
+        self.calls: set[str] = set()
+        self.package = os.path.dirname(__import__("e2b").__file__)
+
+    def hook(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or not frame.f_code.co_filename.startswith(self.package):
+            return
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename.startswith(self.package):
+            return
+        name = frame.f_code.co_name
+        bound = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        owner = bound if isinstance(bound, type) else type(bound)
+        if name.startswith("_") or owner.__name__ not in PUBLIC_OWNERS:
+            return
+        public = PUBLIC_OWNERS[owner.__name__]
+        if "sandbox_async" in owner.__module__ and public.startswith("Sandbox"):
+            public = "AsyncSandbox" + public.removeprefix("Sandbox")
+        self.calls.add(f"{public}.{name}")
+
+    def __enter__(self) -> CallLog:
+        sys.setprofile(self.hook)
+        threading.setprofile(self.hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+# --- the two client flavours ---------------------------------------------------------------------
+
+
+async def got(value: Any) -> Any:
+    """The value of an SDK call in either flavour: awaited when the async client returned a coroutine."""
+    return await value if inspect.isawaitable(value) else value
+
+
+@dataclass
+class Flavour:
+    name: str  # "sync" | "async"
+    ctx: Context
+
+    @property
+    def Sandbox(self) -> Any:  # noqa: N802 - the SDK's class, as a user names it
+        import e2b
+
+        return e2b.Sandbox if self.name == "sync" else e2b.AsyncSandbox
+
+    async def new(self, **options: Any) -> Any:
+        """A fresh sandbox tagged with the run (killed at the end)."""
+        metadata = {**self.ctx.metadata, **options.pop("metadata", {})}
+        timeout = options.pop("timeout", self.ctx.sandbox_timeout_s)
+        sandbox = await got(self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options))
+        self.ctx.created.append(sandbox.sandbox_id)
+        return sandbox
+
+    async def shared(self) -> Any:
+        """One sandbox per flavour for the behaviours that only add files and processes of their own."""
+        key = f"shared-{self.name}"
+        if key not in self.ctx.state:
+            self.ctx.state[key] = await self.new()
+        return self.ctx.state[key]
+
+    async def sh(self, sandbox: Any, command: str, **options: Any) -> str:
+        """The independent path inside the sandbox: a shell command's stdout (exit 0 required)."""
+        result = await got(sandbox.commands.run(command, **options))
+        return result.stdout
+
+    def dir(self, step_name: str) -> str:
+        return f"{USER_HOME}/bh-{self.name}-{step_name}"
+
+
+Body = Callable[[Flavour, Observed], Awaitable[None]]
+BODIES: dict[str, Body] = {}
+
+
+def behaviour(name: str) -> Callable[[Body], Body]:
+    """Register `body` as the steps `sync_<name>` and `async_<name>`."""
+
+    def register(body: Body) -> Body:
+        BODIES[name] = body
+        for flavour in ("sync", "async"):
+            step(f"{flavour}_{name}")(_runner(flavour, body))
+        return body
+
+    return register
+
+
+def _runner(flavour: str, body: Body) -> Callable[[Context, Observed], None]:
+    def run(ctx: Context, obs: Observed) -> None:
+        log = CallLog()
+        try:
+            with log:
+                LOOP.run_until_complete(body(Flavour(flavour, ctx), obs))
+        finally:
+            obs["sdk_calls"] = sorted(log.calls)
+
+    return run
+
+
+# --- the second path: the REST API ----------------------------------------------------------------
+
+
+def rest() -> httpx.Client:
+    return httpx.Client(
+        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
+    )
+
+
+def rest_get(sandbox_id: str) -> httpx.Response:
+    with rest() as client:
+        return client.get(f"/sandboxes/{sandbox_id}")
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def same(obs: Observed, key: str, observed: Any, wanted: Any) -> None:
+    """Record `observed` under `key` and require it to equal `wanted`."""
+    obs[key] = excerpt(observed) if isinstance(observed, str) else observed
+    if observed != wanted:
+        raise Fail(f"{key}: got {excerpt(repr(observed))}, expected {excerpt(repr(wanted))}")
+
+
+async def raises(obs: Observed, key: str, call: Callable[[], Any], *names: str) -> BaseException:
+    """Run `call`; it must raise one of the SDK exception classes `names`."""
+    try:
+        value = await got(call())
+    except Exception as exc:
+        obs[key] = exception_details(exc)
+        expect(type(exc).__name__ in names, f"{key}: raised {type(exc).__name__}: {exc}, expected {' or '.join(names)}")
+        return exc
+    obs[key] = {"returned": excerpt(repr(value))}
+    raise Fail(f"{key}: returned {excerpt(repr(value))} instead of raising {' or '.join(names)}")
+
+
+# --- lifecycle -----------------------------------------------------------------------------------
+
+
+@behaviour("create_envs_metadata")
+async def create_envs_metadata(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(envs={"BH_VAR": "v 1 ✓", "BH_EMPTY": ""}, metadata={"bh-key": "bh value"})
+    same(obs, "envs_in_shell", await fl.sh(sbx, 'printf "%s|%s|%s" "$BH_VAR" "${BH_EMPTY-unset}" "$HOME"'),
+         f"v 1 ✓||{USER_HOME}")  # fmt: skip
+    body = rest_get(sbx.sandbox_id).json()
+    same(obs, "rest_metadata", body.get("metadata", {}).get("bh-key"), "bh value")
+    info = await got(sbx.get_info())
+    same(obs, "sdk_metadata", info.metadata.get("bh-key"), "bh value")
+    same(obs, "template_id_agrees", info.template_id, body.get("templateID"))
+
+
+@behaviour("create_timeout_end_at")
+async def create_timeout_end_at(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(timeout=97)
+    body = rest_get(sbx.sandbox_id).json()
+    lifetime = (parse_time(body["endAt"]) - parse_time(body["startedAt"])).total_seconds()
+    obs["rest_lifetime_s"] = lifetime
+    expect(abs(lifetime - 97) <= 3, f"endAt - startedAt is {lifetime:.1f} s, expected the 97 s asked for")
+
+
+@behaviour("get_info_fields")
+async def get_info_fields(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    info = await got(sbx.get_info())
+    body = rest_get(sbx.sandbox_id).json()
+    now = datetime.now(UTC)
+    sdk = {
+        "sandboxID": info.sandbox_id, "templateID": info.template_id, "state": str(getattr(info.state, "value", info.state)),
+        "cpuCount": info.cpu_count, "memoryMB": info.memory_mb, "metadata": info.metadata,
+        "startedAt": info.started_at.timestamp(), "endAt": info.end_at.timestamp(),
+    }  # fmt: skip
+    wire = {key: body.get(key) for key in sdk}
+    wire["startedAt"] = parse_time(body["startedAt"]).timestamp()
+    wire["endAt"] = parse_time(body["endAt"]).timestamp()
+    same(obs, "sdk_equals_rest", sdk, wire)
+    expect(info.state is not None and sdk["state"] == "running", f"state is {sdk['state']!r}, expected 'running'")
+    expect(info.started_at <= now <= info.end_at, f"now {now} is not within [{info.started_at}, {info.end_at}]")
+    expect(info.cpu_count >= 1 and info.memory_mb >= 1, f"cpuCount {info.cpu_count}, memoryMB {info.memory_mb}")
+    expect(bool(body.get("envdVersion")), "envdVersion is missing")
+
+
+@behaviour("set_timeout")
+async def set_timeout(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    for seconds in (250, 180):  # longer, then shorter: both move endAt to now + timeout
+        asked = time.time()
+        await got(sbx.set_timeout(seconds))
+        end = parse_time(rest_get(sbx.sandbox_id).json()["endAt"]).timestamp()
+        obs[f"end_minus_now_{seconds}"] = round(end - asked, 1)
+        expect(abs(end - asked - seconds) <= 3, f"set_timeout({seconds}) put endAt {end - asked:.1f} s ahead")
+
+
+@behaviour("list_filters_paging")
+async def list_filters_paging(fl: Flavour, obs: Observed) -> None:
+    from e2b import SandboxQuery, SandboxState
+
+    group = f"{fl.ctx.run_id}-{fl.name}-list"
+    first = await fl.new(metadata={"bh-group": group, "bh-which": "first"})
+    second = await fl.new(metadata={"bh-group": group, "bh-which": "second"})
+    await got(second.pause())
+
+    async def ids(query: Any, limit: int | None = None) -> tuple[list[list[str]], bool]:
+        paginator = fl.Sandbox.list(query=query, limit=limit)
+        pages = [[s.sandbox_id for s in await got(paginator.next_items())]]
+        while paginator.has_next and len(pages) < 5:
+            pages.append([s.sandbox_id for s in await got(paginator.next_items())])
+        return pages, paginator.has_next
+
+    both = SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING, SandboxState.PAUSED])
+    pages, _ = await ids(both)
+    same(obs, "both_states", sorted(sum(pages, [])), sorted([first.sandbox_id, second.sandbox_id]))
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group, "bh-which": "first"}))
+    same(obs, "metadata_filter", sum(pages, []), [first.sandbox_id])
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.PAUSED]))
+    same(obs, "state_paused", sum(pages, []), [second.sandbox_id])
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING]))
+    same(obs, "state_running", sum(pages, []), [first.sandbox_id])
+    pages, more = await ids(both, limit=1)
+    same(obs, "pages_of_one", [len(page) for page in pages], [1, 1])
+    same(obs, "pages_cover_both", sorted(sum(pages, [])), sorted([first.sandbox_id, second.sandbox_id]))
+    expect(not more, "has_next is still true after the last page")
+    with rest() as client:
+        wire = client.get("/v2/sandboxes", params={"metadata": f"bh-group={group}", "state": "paused"}).json()
+    same(obs, "rest_filter", [s["sandboxID"] for s in wire], [second.sandbox_id])
+
+
+@behaviour("pause_connect")
+async def pause_connect(fl: Flavour, obs: Observed) -> None:
+    from e2b import SandboxState
+
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/kept.txt", "kept across pause"))
+    expect(await got(sbx.pause()) is True, "pause() did not return True")
+    same(obs, "rest_state_paused", rest_get(sbx.sandbox_id).json().get("state"), "paused")
+    info = await got(sbx.get_info())
+    same(obs, "sdk_state_paused", info.state, SandboxState.PAUSED)
+    resumed = await got(fl.Sandbox.connect(sbx.sandbox_id))
+    same(obs, "rest_state_resumed", rest_get(sbx.sandbox_id).json().get("state"), "running")
+    same(obs, "file_kept", await fl.sh(resumed, f"cat {USER_HOME}/kept.txt"), "kept across pause")
+    expect(await got(resumed.is_running()) is True, "is_running() is not True after connect")
+
+
+@behaviour("kill")
+async def kill(fl: Flavour, obs: Observed) -> None:
+    from e2b import Sandbox
+
+    sbx = await fl.new()
+    expect(await got(sbx.is_running()) is True, "is_running() is not True on a new sandbox")
+    same(obs, "kill", await got(sbx.kill()), True)
+    fl.ctx.killed.add(sbx.sandbox_id)
+    same(obs, "rest_status_after_kill", rest_get(sbx.sandbox_id).status_code, 404)
+    same(obs, "is_running_after_kill", await got(sbx.is_running()), False)
+    same(obs, "kill_again", await got(fl.Sandbox.kill(sbx.sandbox_id)), False)
+    listed = [s.sandbox_id for s in Sandbox.list(query=_tag(fl)).next_items()]
+    expect(sbx.sandbox_id not in listed, "a killed sandbox is still listed")
+
+
+def _tag(fl: Flavour) -> Any:
+    from e2b import SandboxQuery
+
+    return SandboxQuery(metadata=fl.ctx.metadata)
+
+
+@behaviour("metrics")
+async def metrics(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    samples = await got(sbx.get_metrics())
+    obs["samples"] = len(samples)
+    expect(len(samples) >= 1, "get_metrics() returned no sample")
+    last = samples[-1]
+    obs["last"] = {"cpu_count": last.cpu_count, "mem_total": last.mem_total, "disk_total": last.disk_total}
+    cpus = int((await fl.sh(sbx, "nproc")).strip())
+    expect(last.cpu_count >= 1 and last.mem_total > 0 and last.disk_total > 0, f"empty sample {obs['last']}")
+    obs["nproc"] = cpus
+    with rest() as client:
+        wire = client.get(f"/sandboxes/{sbx.sandbox_id}/metrics")
+    same(obs, "rest_status", wire.status_code, 200)
+    expect(len(wire.json()) >= 1, "GET /sandboxes/{id}/metrics returned no sample")
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+@behaviour("run_envs_cwd_user")
+async def run_envs_cwd_user(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    result = await got(sbx.commands.run('printf "%s|" "$BH_A" "$BH_B"; pwd; whoami', envs={"BH_A": "a b", "BH_B": "=x="},
+                                        cwd="/tmp", user="root"))  # fmt: skip
+    same(obs, "stdout", result.stdout, "a b|=x=|/tmp\nroot\n")
+    same(obs, "default_user", await fl.sh(sbx, "whoami; pwd"), f"user\n{USER_HOME}\n")
+
+
+@behaviour("run_streams")
+async def run_streams(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    out: list[str] = []
+    err: list[str] = []
+    script = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done"
+    result = await got(sbx.commands.run(script, on_stdout=out.append, on_stderr=err.append))
+    same(obs, "stdout", result.stdout, "out1\nout2\nout3\n")
+    same(obs, "stderr", result.stderr, "err1\nerr2\nerr3\n")
+    same(obs, "on_stdout_joined", "".join(out), result.stdout)
+    same(obs, "on_stderr_joined", "".join(err), result.stderr)
+    same(obs, "exit_code", result.exit_code, 0)
+
+
+@behaviour("run_exit_code")
+async def run_exit_code(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    marker = f"/tmp/bh-{fl.name}-exit-marker"
+    exc = await raises(obs, "exit_7", lambda: sbx.commands.run(f"echo partial; echo ran > {marker}; exit 7"),
+                       "CommandExitException")  # fmt: skip
+    same(obs, "exit_code", getattr(exc, "exit_code", None), 7)
+    same(obs, "stdout_kept", getattr(exc, "stdout", None), "partial\n")
+    same(obs, "side_effect", await got(sbx.files.read(marker)), "ran\n")
+
+
+@behaviour("run_timeout")
+async def run_timeout(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    await raises(obs, "timeout", lambda: sbx.commands.run("sleep 20", timeout=1), "TimeoutException")
+    same(obs, "still_usable", await fl.sh(sbx, "echo ok"), "ok\n")
+
+
+@behaviour("background_list_kill")
+async def background_list_kill(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("sleep 45", background=True, envs={"BH_TAG": fl.name}, cwd="/tmp"))
+    listed = {p.pid: p for p in await got(sbx.commands.list())}
+    expect(handle.pid in listed, f"pid {handle.pid} is not in commands.list()")
+    proc = listed[handle.pid]
+    obs["listed"] = {"cmd": proc.cmd, "args": proc.args, "cwd": proc.cwd, "envs_has_tag": proc.envs.get("BH_TAG")}
+    same(obs, "listed_cwd", proc.cwd, "/tmp")
+    same(obs, "listed_env", proc.envs.get("BH_TAG"), fl.name)
+    same(obs, "alive_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} && echo alive"), "alive\n")
+    same(obs, "kill", await got(sbx.commands.kill(handle.pid)), True)
+    exc = await raises(obs, "wait_after_kill", handle.wait, "CommandExitException")
+    same(obs, "killed_exit_code", getattr(exc, "exit_code", None), -1)
+    same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} 2>/dev/null || echo gone"), "gone\n")
+    expect(handle.pid not in {p.pid for p in await got(sbx.commands.list())}, "a killed pid is still listed")
+    same(obs, "kill_again", await got(sbx.commands.kill(handle.pid)), False)
+
+
+@behaviour("stdin")
+async def stdin(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("while read -r line; do echo \"got:$line\"; done; echo eof",
+                                        background=True, stdin=True))  # fmt: skip
+    await got(sbx.commands.send_stdin(handle.pid, "one\n"))
+    await got(sbx.commands.send_stdin(handle.pid, "two ✓\n"))
+    await got(sbx.commands.close_stdin(handle.pid))
+    result = await got(handle.wait())
+    same(obs, "stdout", result.stdout, "got:one\ngot:two ✓\neof\n")
+
+
+@behaviour("connect_command")
+async def connect_command(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    flag = f"/tmp/bh-{fl.name}-go"
+    handle = await got(sbx.commands.run(f"echo before; while [ ! -e {flag} ]; do sleep 0.05; done; echo after",
+                                        background=True))  # fmt: skip
+    await got(handle.disconnect())
+    await fl.sh(sbx, f"touch {flag}")
+    again = await got(sbx.commands.connect(handle.pid))
+    result = await got(again.wait())
+    same(obs, "exit_code", result.exit_code, 0)
+    expect(result.stdout.endswith("after\n"), f"connect() got stdout {result.stdout!r}, expected it to end 'after\\n'")
+
+
+@behaviour("output_sizes")
+async def output_sizes(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    wrong = {}
+    for size in BOUNDARY_SIZES:
+        result = await got(sbx.commands.run(f"head -c {size} /dev/zero | tr '\\0' 'y'"))
+        if result.stdout != "y" * size:
+            wrong[size] = len(result.stdout)
+    same(obs, "wrong_lengths", wrong, {})
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+@behaviour("write_read_sizes")
+async def write_read_sizes(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("sizes")
+    wrong: dict[str, Any] = {}
+    for size in BOUNDARY_SIZES:
+        data = os.urandom(size)
+        path = f"{base}/f{size}.bin"
+        await got(sbx.files.write(path, data))
+        inside = (await fl.sh(sbx, f"stat -c %s {path}; sha256sum < {path}")).split()
+        back = await got(sbx.files.read(path, format="bytes"))
+        digest = hashlib.sha256(data).hexdigest()
+        if inside[:2] != [str(size), digest] or bytes(back) != data:
+            wrong[str(size)] = {"stat_size": inside[0], "sha_inside_ok": inside[1:2] == [digest], "read_back": len(back)}
+    same(obs, "wrong_sizes", wrong, {})
+
+
+@behaviour("read_formats")
+async def read_formats(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('formats')}.txt"
+    text = "línea 1\n\tzwei\r\n三\n"
+    await fl.sh(sbx, f"printf %s {shlex.quote(text)} > {path}")
+    same(obs, "text", await got(sbx.files.read(path)), text)
+    same(obs, "bytes", bytes(await got(sbx.files.read(path, format="bytes"))), text.encode())
+    stream = await got(sbx.files.read(path, format="stream"))
+    chunks = [c async for c in stream] if fl.name == "async" else list(stream)
+    same(obs, "stream", b"".join(bytes(c) for c in chunks), text.encode())
+
+
+@behaviour("write_files")
+async def write_files(fl: Flavour, obs: Observed) -> None:
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    sbx = await fl.shared()
+    base = fl.dir("write-files")
+    entries = [WriteEntry(path=f"{base}/a.txt", data="A"), WriteEntry(path=f"{base}/new/deeper/b.bin", data=b"\0B\xff"),
+               WriteEntry(path=f"{base}/c.txt", data="")]  # fmt: skip
+    infos = await got(sbx.files.write_files(entries))
+    same(obs, "returned_paths", [i.path for i in infos], [e["path"] for e in entries])
+    listing = await fl.sh(sbx, f"cd {base} && find . -type f | sort && od -An -tx1 new/deeper/b.bin && cat a.txt")
+    same(obs, "in_shell", listing.split(), ["./a.txt", "./c.txt", "./new/deeper/b.bin", "00", "42", "ff", "A"])
+
+
+@behaviour("list_depth")
+async def list_depth(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("depth")
+    await fl.sh(sbx, f"mkdir -p {base}/a/b/c && touch {base}/top.txt {base}/a/one.txt {base}/a/b/two.txt")
+    for depth in (1, 2, 3):
+        listed = sorted(e.path for e in await got(sbx.files.list(base, depth=depth)))
+        found = sorted((await fl.sh(sbx, f"find {base} -mindepth 1 -maxdepth {depth}")).split())
+        same(obs, f"depth_{depth}", listed, found)
+    await raises(obs, "depth_0", lambda: sbx.files.list(base, depth=0), "InvalidArgumentException")
+
+
+@behaviour("entry_info")
+async def entry_info(fl: Flavour, obs: Observed) -> None:
+    from e2b import FileType
+
+    sbx = await fl.shared()
+    base = fl.dir("info")
+    await fl.sh(sbx, f"mkdir -p {base}/d && printf 12345 > {base}/f && chmod 640 {base}/f && ln -sfn f {base}/link")
+    entry = await got(sbx.files.get_info(f"{base}/f"))
+    stat = (await fl.sh(sbx, f"stat -c '%s %a %A %U %G %Y' {base}/f")).split()
+    same(obs, "file", [entry.type, entry.size, oct(entry.mode), entry.permissions, entry.owner, entry.group],
+         [FileType.FILE, int(stat[0]), oct(int(stat[1], 8)), stat[2], stat[3], stat[4]])  # fmt: skip
+    expect(abs(entry.modified_time.timestamp() - int(stat[5])) <= 1, f"modified_time {entry.modified_time} vs {stat[5]}")
+    link = await got(sbx.files.get_info(f"{base}/link"))
+    same(obs, "symlink_target", link.symlink_target, f"{base}/f")
+    directory = await got(sbx.files.get_info(f"{base}/d"))
+    dstat = (await fl.sh(sbx, f"stat -c '%a %A' {base}/d")).split()
+    same(obs, "dir", [directory.type, oct(directory.mode), directory.permissions],
+         [FileType.DIR, oct(int(dstat[0], 8)), dstat[1]])  # fmt: skip
+
+
+@behaviour("make_dir")
+async def make_dir(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('mkdir')}/x/y"
+    same(obs, "first", await got(sbx.files.make_dir(path)), True)
+    same(obs, "in_shell", await fl.sh(sbx, f"test -d {path} && stat -c %U {path}"), "user\n")
+    same(obs, "again", await got(sbx.files.make_dir(path)), False)
+
+
+@behaviour("rename")
+async def rename(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("rename")
+    await got(sbx.files.write(f"{base}/old.txt", "moved"))
+    entry = await got(sbx.files.rename(f"{base}/old.txt", f"{base}/new.txt"))
+    same(obs, "returned", [entry.path, entry.name], [f"{base}/new.txt", "new.txt"])
+    same(obs, "in_shell", await fl.sh(sbx, f"test -e {base}/old.txt || cat {base}/new.txt"), "moved")
+    await raises(obs, "missing_source", lambda: sbx.files.rename(f"{base}/nope", f"{base}/x"), "FileNotFoundException")
+
+
+@behaviour("remove")
+async def remove(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("remove")
+    await fl.sh(sbx, f"mkdir -p {base}/tree/sub && touch {base}/file {base}/tree/sub/x")
+    await got(sbx.files.remove(f"{base}/file"))
+    await got(sbx.files.remove(f"{base}/tree"))
+    same(obs, "in_shell", await fl.sh(sbx, f"ls -A {base}"), "")
+    same(obs, "exists_after", await got(sbx.files.exists(f"{base}/tree")), False)
+    await got(sbx.files.remove(f"{base}/never-existed"))  # envd removes with RemoveAll: a missing path is fine
+
+
+@behaviour("exists")
+async def exists(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("exists")
+    await fl.sh(sbx, f"mkdir -p {base}/dir && touch {base}/file")
+    seen = {name: await got(sbx.files.exists(f"{base}/{name}")) for name in ("dir", "file", "missing")}
+    same(obs, "exists", seen, {"dir": True, "file": True, "missing": False})
+
+
+@behaviour("write_as_user")
+async def write_as_user(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("owner")
+    await got(sbx.files.write(f"{base}/by-user.txt", "u"))
+    await got(sbx.files.write(f"/tmp/bh-{fl.name}-by-root.txt", "r", user="root"))
+    owners = await fl.sh(sbx, f"stat -c %U {base}/by-user.txt /tmp/bh-{fl.name}-by-root.txt")
+    same(obs, "owners", owners.split(), ["user", "root"])
+    await raises(obs, "read_root_only", lambda: sbx.files.read("/root/.profile"), "SandboxException",
+                 "PermissionError", "InvalidArgumentException", "NotFoundException")  # fmt: skip
+
+
+@behaviour("watch_recursive")
+async def watch_recursive(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("watch")
+    await fl.sh(sbx, f"mkdir -p {base}/sub")
+    events: list[Any] = []
+    if fl.name == "sync":
+        handle = sbx.files.watch_dir(base, recursive=True)
+    else:
+        handle = await sbx.files.watch_dir(base, on_event=events.append, recursive=True)
+    await fl.sh(sbx, f"echo x > {base}/sub/deep.txt; echo y > {base}/top.txt; rm {base}/top.txt")
+    for _ in range(50):  # events are delivered asynchronously: poll until they arrive
+        if fl.name == "sync":
+            events.extend(handle.get_new_events())
+        names = {(e.name, e.type.name) for e in events}
+        if {("sub/deep.txt", "CREATE"), ("top.txt", "REMOVE")} <= names:
+            break
+        await asyncio.sleep(0.1)
+    await got(handle.stop())
+    obs["events"] = sorted(f"{e.type.name} {e.name}" for e in events)
+    names = {(e.name, e.type.name) for e in events}
+    for wanted in (("sub/deep.txt", "CREATE"), ("top.txt", "CREATE"), ("top.txt", "REMOVE")):
+        expect(wanted in names, f"no {wanted[1]} event for {wanted[0]} (recursive watch)")
+
+
+@behaviour("signed_urls")
+async def signed_urls(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(secure=True)
+    path = f"{USER_HOME}/signed-{fl.name}.bin"
+    payload = os.urandom(3000)
+    up = httpx.post(sbx.upload_url(path, use_signature_expiration=120), files={"file": ("x.bin", payload)})
+    same(obs, "upload_status", up.status_code, 200)
+    same(obs, "sha_inside", (await fl.sh(sbx, f"sha256sum < {path}")).split()[0], hashlib.sha256(payload).hexdigest())
+    down = httpx.get(sbx.download_url(path, use_signature_expiration=120))
+    same(obs, "download", [down.status_code, down.content == payload], [200, True])
+    unsigned = httpx.get(sbx.download_url(path).split("?")[0], params={"path": path, "username": "user"})
+    same(obs, "unsigned_refused", unsigned.status_code, 401)
+
+
+@behaviour("gzip")
+async def gzip_round_trip(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('gzip')}.bin"
+    data = os.urandom(70000) + b"z" * 70000
+    await got(sbx.files.write(path, data, gzip=True))
+    same(obs, "sha_inside", (await fl.sh(sbx, f"sha256sum < {path}")).split()[0], hashlib.sha256(data).hexdigest())
+    same(obs, "read_back", bytes(await got(sbx.files.read(path, format="bytes", gzip=True))) == data, True)
+
+
+# --- pty -----------------------------------------------------------------------------------------
+
+
+@behaviour("pty_resize_kill")
+async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    output = bytearray()
+    if fl.name == "sync":
+        terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    else:
+        terminal = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
+    await got(sbx.pty.resize(terminal.pid, PtySize(rows=33, cols=111)))
+    await got(sbx.pty.send_stdin(terminal.pid, b"stty size; exit 4\n"))
+    try:
+        if fl.name == "sync":
+            await got(terminal.wait(on_pty=output.extend))
+        else:
+            await terminal.wait()
+        exit_code = 0
+    except Exception as exc:
+        exit_code = getattr(exc, "exit_code", None)
+    text = output.decode(errors="replace")
+    obs["output"] = excerpt(text)
+    expect("33 111" in text, "stty size inside the pty does not show the resized 33 111")
+    same(obs, "exit_code", exit_code, 4)
+    second = await got(sbx.pty.create(PtySize(rows=10, cols=40))) if fl.name == "sync" else await sbx.pty.create(
+        PtySize(rows=10, cols=40), on_data=lambda _: None)  # fmt: skip
+    same(obs, "kill", await got(sbx.pty.kill(second.pid)), True)
+    same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {second.pid} 2>/dev/null || echo gone"), "gone\n")
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+@behaviour("errors")
+async def errors(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    await raises(obs, "unknown_sandbox", lambda: fl.Sandbox.connect("bh-no-such-sandbox"), "SandboxNotFoundException",
+                 "NotFoundException")  # fmt: skip
+    await raises(obs, "wrong_key", lambda: fl.Sandbox.list(api_key="e2b_" + "0" * 40).next_items(),
+                 "AuthenticationException")  # fmt: skip
+    await raises(obs, "read_missing", lambda: sbx.files.read(f"{USER_HOME}/bh-missing"), "FileNotFoundException")
+    await raises(obs, "list_a_file", lambda: sbx.files.list("/etc/hostname"), "InvalidArgumentException")
+    await raises(obs, "info_missing", lambda: sbx.files.get_info("/nope/nope"), "FileNotFoundException")
+    with rest() as client:
+        statuses = [client.get("/sandboxes/bh-no-such-sandbox").status_code,
+                    httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 40}).status_code]  # fmt: skip
+    same(obs, "rest_statuses", statuses, [404, 401])
+
+
+if __name__ == "__main__":
+    sys.exit(main(SUITES))

@@ -33,6 +33,12 @@ LOOP = asyncio.new_event_loop()
 # Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
 BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1)
 USER_HOME = "/home/user"
+WRONG_KEY = "e2b_" + "0" * 40
+# The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
+XATTRS = (
+    "python3 -c 'import json, os, sys; p = sys.argv[1]; "
+    "print(json.dumps(sorted([k, os.getxattr(p, k).decode()] for k in os.listxattr(p))))'"
+)
 
 
 # --- observing which SDK methods a step calls ------------------------------------------------------
@@ -100,7 +106,7 @@ class Flavour:
     ctx: Context
 
     @property
-    def Sandbox(self) -> Any:  # noqa: N802 - the SDK's class, as a user names it
+    def Sandbox(self) -> Any:
         import e2b
 
         return e2b.Sandbox if self.name == "sync" else e2b.AsyncSandbox
@@ -109,7 +115,8 @@ class Flavour:
         """A fresh sandbox tagged with the run (killed at the end)."""
         metadata = {**self.ctx.metadata, **options.pop("metadata", {})}
         timeout = options.pop("timeout", self.ctx.sandbox_timeout_s)
-        sandbox = await got(self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options))
+        creating = self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options)
+        sandbox = await got(creating)
         self.ctx.created.append(sandbox.sandbox_id)
         return sandbox
 
@@ -171,6 +178,10 @@ def rest_get(sandbox_id: str) -> httpx.Response:
         return client.get(f"/sandboxes/{sandbox_id}")
 
 
+def flat(pages: list[list[str]]) -> list[str]:
+    return [item for page in pages for item in page]
+
+
 def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
@@ -200,8 +211,12 @@ async def raises(obs: Observed, key: str, call: Callable[[], Any], *names: str) 
 @behaviour("create_envs_metadata")
 async def create_envs_metadata(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.new(envs={"BH_VAR": "v 1 ✓", "BH_EMPTY": ""}, metadata={"bh-key": "bh value"})
-    same(obs, "envs_in_shell", await fl.sh(sbx, 'printf "%s|%s|%s" "$BH_VAR" "${BH_EMPTY-unset}" "$HOME"'),
-         f"v 1 ✓||{USER_HOME}")  # fmt: skip
+    same(
+        obs,
+        "envs_in_shell",
+        await fl.sh(sbx, 'printf "%s|%s|%s" "$BH_VAR" "${BH_EMPTY-unset}" "$HOME"'),
+        f"v 1 ✓||{USER_HOME}",
+    )
     body = rest_get(sbx.sandbox_id).json()
     same(obs, "rest_metadata", body.get("metadata", {}).get("bh-key"), "bh value")
     info = await got(sbx.get_info())
@@ -225,10 +240,15 @@ async def get_info_fields(fl: Flavour, obs: Observed) -> None:
     body = rest_get(sbx.sandbox_id).json()
     now = datetime.now(UTC)
     sdk = {
-        "sandboxID": info.sandbox_id, "templateID": info.template_id, "state": str(getattr(info.state, "value", info.state)),
-        "cpuCount": info.cpu_count, "memoryMB": info.memory_mb, "metadata": info.metadata,
-        "startedAt": info.started_at.timestamp(), "endAt": info.end_at.timestamp(),
-    }  # fmt: skip
+        "sandboxID": info.sandbox_id,
+        "templateID": info.template_id,
+        "state": getattr(info.state, "value", info.state),
+        "cpuCount": info.cpu_count,
+        "memoryMB": info.memory_mb,
+        "metadata": info.metadata,
+        "startedAt": info.started_at.timestamp(),
+        "endAt": info.end_at.timestamp(),
+    }
     wire = {key: body.get(key) for key in sdk}
     wire["startedAt"] = parse_time(body["startedAt"]).timestamp()
     wire["endAt"] = parse_time(body["endAt"]).timestamp()
@@ -268,16 +288,16 @@ async def list_filters_paging(fl: Flavour, obs: Observed) -> None:
 
     both = SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING, SandboxState.PAUSED])
     pages, _ = await ids(both)
-    same(obs, "both_states", sorted(sum(pages, [])), sorted([first.sandbox_id, second.sandbox_id]))
+    same(obs, "both_states", sorted(flat(pages)), sorted([first.sandbox_id, second.sandbox_id]))
     pages, _ = await ids(SandboxQuery(metadata={"bh-group": group, "bh-which": "first"}))
-    same(obs, "metadata_filter", sum(pages, []), [first.sandbox_id])
+    same(obs, "metadata_filter", flat(pages), [first.sandbox_id])
     pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.PAUSED]))
-    same(obs, "state_paused", sum(pages, []), [second.sandbox_id])
+    same(obs, "state_paused", flat(pages), [second.sandbox_id])
     pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING]))
-    same(obs, "state_running", sum(pages, []), [first.sandbox_id])
+    same(obs, "state_running", flat(pages), [first.sandbox_id])
     pages, more = await ids(both, limit=1)
     same(obs, "pages_of_one", [len(page) for page in pages], [1, 1])
-    same(obs, "pages_cover_both", sorted(sum(pages, [])), sorted([first.sandbox_id, second.sandbox_id]))
+    same(obs, "pages_cover_both", sorted(flat(pages)), sorted([first.sandbox_id, second.sandbox_id]))
     expect(not more, "has_next is still true after the last page")
     with rest() as client:
         wire = client.get("/v2/sandboxes", params={"metadata": f"bh-group={group}", "state": "paused"}).json()
@@ -338,14 +358,48 @@ async def metrics(fl: Flavour, obs: Observed) -> None:
     expect(len(wire.json()) >= 1, "GET /sandboxes/{id}/metrics returned no sample")
 
 
+@behaviour("create_internet_access")
+async def create_internet_access(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(allow_internet_access=False)
+    same(obs, "rest", rest_get(sbx.sandbox_id).json().get("allowInternetAccess"), False)
+    same(obs, "sdk", (await got(sbx.get_info())).allow_internet_access, False)
+
+
+@behaviour("snapshot_fork")
+async def snapshot_fork(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/origin.txt", "from the origin"))
+    snapshot = await got(sbx.create_snapshot())
+    obs["snapshot"] = {"id": snapshot.snapshot_id, "names": snapshot.names}
+    listed = [s.snapshot_id for s in await got(sbx.list_snapshots().next_items())]
+    expect(snapshot.snapshot_id in listed, "list_snapshots() does not list the new snapshot")
+    restored = await _from_snapshot(fl, snapshot.snapshot_id)
+    same(obs, "restored_file", await fl.sh(restored, f"cat {USER_HOME}/origin.txt"), "from the origin")
+    forks = await got(sbx.fork())
+    fl.ctx.created.extend(f.sandbox_id for f in forks if hasattr(f, "sandbox_id"))
+    expect(len(forks) == 1 and hasattr(forks[0], "sandbox_id"), f"fork() returned {forks!r}")
+    same(obs, "forked_file", await fl.sh(forks[0], f"cat {USER_HOME}/origin.txt"), "from the origin")
+    same(obs, "delete_snapshot", await got(fl.Sandbox.delete_snapshot(snapshot.snapshot_id)), True)
+
+
+async def _from_snapshot(fl: Flavour, snapshot_id: str) -> Any:
+    """A sandbox created from a snapshot: the snapshot id takes the template's place."""
+    sandbox = await got(fl.Sandbox.create(template=snapshot_id, timeout=60, metadata=fl.ctx.metadata))
+    fl.ctx.created.append(sandbox.sandbox_id)
+    return sandbox
+
+
 # --- commands ------------------------------------------------------------------------------------
 
 
 @behaviour("run_envs_cwd_user")
 async def run_envs_cwd_user(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
-    result = await got(sbx.commands.run('printf "%s|" "$BH_A" "$BH_B"; pwd; whoami', envs={"BH_A": "a b", "BH_B": "=x="},
-                                        cwd="/tmp", user="root"))  # fmt: skip
+    result = await got(
+        sbx.commands.run(
+            'printf "%s|" "$BH_A" "$BH_B"; pwd; whoami', envs={"BH_A": "a b", "BH_B": "=x="}, cwd="/tmp", user="root"
+        )
+    )
     same(obs, "stdout", result.stdout, "a b|=x=|/tmp\nroot\n")
     same(obs, "default_user", await fl.sh(sbx, "whoami; pwd"), f"user\n{USER_HOME}\n")
 
@@ -368,8 +422,9 @@ async def run_streams(fl: Flavour, obs: Observed) -> None:
 async def run_exit_code(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
     marker = f"/tmp/bh-{fl.name}-exit-marker"
-    exc = await raises(obs, "exit_7", lambda: sbx.commands.run(f"echo partial; echo ran > {marker}; exit 7"),
-                       "CommandExitException")  # fmt: skip
+    exc = await raises(
+        obs, "exit_7", lambda: sbx.commands.run(f"echo partial; echo ran > {marker}; exit 7"), "CommandExitException"
+    )
     same(obs, "exit_code", getattr(exc, "exit_code", None), 7)
     same(obs, "stdout_kept", getattr(exc, "stdout", None), "partial\n")
     same(obs, "side_effect", await got(sbx.files.read(marker)), "ran\n")
@@ -404,8 +459,9 @@ async def background_list_kill(fl: Flavour, obs: Observed) -> None:
 @behaviour("stdin")
 async def stdin(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
-    handle = await got(sbx.commands.run("while read -r line; do echo \"got:$line\"; done; echo eof",
-                                        background=True, stdin=True))  # fmt: skip
+    handle = await got(
+        sbx.commands.run('while read -r line; do echo "got:$line"; done; echo eof', background=True, stdin=True)
+    )
     await got(sbx.commands.send_stdin(handle.pid, "one\n"))
     await got(sbx.commands.send_stdin(handle.pid, "two ✓\n"))
     await got(sbx.commands.close_stdin(handle.pid))
@@ -413,12 +469,34 @@ async def stdin(fl: Flavour, obs: Observed) -> None:
     same(obs, "stdout", result.stdout, "got:one\ngot:two ✓\neof\n")
 
 
+@behaviour("stream_input")
+async def stream_input(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("cat; echo eof", background=True, stdin=True))
+    lines = ["alpha\n", b"beta\n"]
+    await _stream_input(fl, sbx.commands, handle.pid, lines)
+    await got(sbx.commands.close_stdin(handle.pid))
+    same(obs, "stdout", (await got(handle.wait())).stdout, "alpha\nbeta\neof\n")
+
+
+async def _stream_input(fl: Flavour, owner: Any, pid: int, data: list[Any]) -> None:
+    """`stream_input`: the sync client takes an iterable, the async one returns a handle to send with."""
+    if fl.name == "sync":
+        owner.stream_input(pid, iter(data))
+        return
+    handle = await got(owner.stream_input(pid))
+    for item in data:
+        await handle.send(item)
+    await handle.close()
+
+
 @behaviour("connect_command")
 async def connect_command(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
     flag = f"/tmp/bh-{fl.name}-go"
-    handle = await got(sbx.commands.run(f"echo before; while [ ! -e {flag} ]; do sleep 0.05; done; echo after",
-                                        background=True))  # fmt: skip
+    handle = await got(
+        sbx.commands.run(f"echo before; while [ ! -e {flag} ]; do sleep 0.05; done; echo after", background=True)
+    )
     await got(handle.disconnect())
     await fl.sh(sbx, f"touch {flag}")
     again = await got(sbx.commands.connect(handle.pid))
@@ -454,7 +532,8 @@ async def write_read_sizes(fl: Flavour, obs: Observed) -> None:
         back = await got(sbx.files.read(path, format="bytes"))
         digest = hashlib.sha256(data).hexdigest()
         if inside[:2] != [str(size), digest] or bytes(back) != data:
-            wrong[str(size)] = {"stat_size": inside[0], "sha_inside_ok": inside[1:2] == [digest], "read_back": len(back)}
+            sha_ok = inside[1:2] == [digest]
+            wrong[str(size)] = {"stat_size": inside[0], "sha_inside_ok": sha_ok, "read_back": len(back)}
     same(obs, "wrong_sizes", wrong, {})
 
 
@@ -477,8 +556,11 @@ async def write_files(fl: Flavour, obs: Observed) -> None:
 
     sbx = await fl.shared()
     base = fl.dir("write-files")
-    entries = [WriteEntry(path=f"{base}/a.txt", data="A"), WriteEntry(path=f"{base}/new/deeper/b.bin", data=b"\0B\xff"),
-               WriteEntry(path=f"{base}/c.txt", data="")]  # fmt: skip
+    entries = [
+        WriteEntry(path=f"{base}/a.txt", data="A"),
+        WriteEntry(path=f"{base}/new/deeper/b.bin", data=b"\0B\xff"),
+        WriteEntry(path=f"{base}/c.txt", data=""),
+    ]
     infos = await got(sbx.files.write_files(entries))
     same(obs, "returned_paths", [i.path for i in infos], [e["path"] for e in entries])
     listing = await fl.sh(sbx, f"cd {base} && find . -type f | sort && od -An -tx1 new/deeper/b.bin && cat a.txt")
@@ -506,15 +588,24 @@ async def entry_info(fl: Flavour, obs: Observed) -> None:
     await fl.sh(sbx, f"mkdir -p {base}/d && printf 12345 > {base}/f && chmod 640 {base}/f && ln -sfn f {base}/link")
     entry = await got(sbx.files.get_info(f"{base}/f"))
     stat = (await fl.sh(sbx, f"stat -c '%s %a %A %U %G %Y' {base}/f")).split()
-    same(obs, "file", [entry.type, entry.size, oct(entry.mode), entry.permissions, entry.owner, entry.group],
-         [FileType.FILE, int(stat[0]), oct(int(stat[1], 8)), stat[2], stat[3], stat[4]])  # fmt: skip
-    expect(abs(entry.modified_time.timestamp() - int(stat[5])) <= 1, f"modified_time {entry.modified_time} vs {stat[5]}")
+    same(
+        obs,
+        "file",
+        [entry.type, entry.size, oct(entry.mode), entry.permissions, entry.owner, entry.group],
+        [FileType.FILE, int(stat[0]), oct(int(stat[1], 8)), stat[2], stat[3], stat[4]],
+    )
+    mtime = entry.modified_time.timestamp()
+    expect(abs(mtime - int(stat[5])) <= 1, f"modified_time {entry.modified_time} vs {stat[5]}")
     link = await got(sbx.files.get_info(f"{base}/link"))
     same(obs, "symlink_target", link.symlink_target, f"{base}/f")
     directory = await got(sbx.files.get_info(f"{base}/d"))
     dstat = (await fl.sh(sbx, f"stat -c '%a %A' {base}/d")).split()
-    same(obs, "dir", [directory.type, oct(directory.mode), directory.permissions],
-         [FileType.DIR, oct(int(dstat[0], 8)), dstat[1]])  # fmt: skip
+    same(
+        obs,
+        "dir",
+        [directory.type, oct(directory.mode), directory.permissions],
+        [FileType.DIR, oct(int(dstat[0], 8)), dstat[1]],
+    )
 
 
 @behaviour("make_dir")
@@ -549,6 +640,21 @@ async def remove(fl: Flavour, obs: Observed) -> None:
     await got(sbx.files.remove(f"{base}/never-existed"))  # envd removes with RemoveAll: a missing path is fine
 
 
+@behaviour("file_metadata")
+async def file_metadata(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('metadata')}.txt"
+    await got(sbx.files.write(path, "m", metadata={"bh-owner": "suite", "bh-n": "1"}))
+    same(obs, "get_info", (await got(sbx.files.get_info(path))).metadata, {"bh-owner": "suite", "bh-n": "1"})
+    listed = {e.path: e.metadata for e in await got(sbx.files.list(USER_HOME))}
+    same(obs, "listed", listed.get(path), {"bh-owner": "suite", "bh-n": "1"})
+    xattrs = await fl.sh(sbx, f"{XATTRS} {path}")
+    same(obs, "xattrs", xattrs, '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+    await got(sbx.files.write(path, "m2"))  # an upload without metadata clears it
+    same(obs, "cleared", (await got(sbx.files.get_info(path))).metadata or {}, {})
+    same(obs, "content", await fl.sh(sbx, f"cat {path}"), "m2")
+
+
 @behaviour("exists")
 async def exists(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
@@ -566,8 +672,15 @@ async def write_as_user(fl: Flavour, obs: Observed) -> None:
     await got(sbx.files.write(f"/tmp/bh-{fl.name}-by-root.txt", "r", user="root"))
     owners = await fl.sh(sbx, f"stat -c %U {base}/by-user.txt /tmp/bh-{fl.name}-by-root.txt")
     same(obs, "owners", owners.split(), ["user", "root"])
-    await raises(obs, "read_root_only", lambda: sbx.files.read("/root/.profile"), "SandboxException",
-                 "PermissionError", "InvalidArgumentException", "NotFoundException")  # fmt: skip
+    await raises(
+        obs,
+        "read_root_only",
+        lambda: sbx.files.read("/root/.profile"),
+        "SandboxException",
+        "PermissionError",
+        "InvalidArgumentException",
+        "NotFoundException",
+    )
 
 
 @behaviour("watch_recursive")
@@ -646,10 +759,37 @@ async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
     obs["output"] = excerpt(text)
     expect("33 111" in text, "stty size inside the pty does not show the resized 33 111")
     same(obs, "exit_code", exit_code, 4)
-    second = await got(sbx.pty.create(PtySize(rows=10, cols=40))) if fl.name == "sync" else await sbx.pty.create(
-        PtySize(rows=10, cols=40), on_data=lambda _: None)  # fmt: skip
+    second = (
+        await got(sbx.pty.create(PtySize(rows=10, cols=40)))
+        if fl.name == "sync"
+        else await sbx.pty.create(PtySize(rows=10, cols=40), on_data=lambda _: None)
+    )
     same(obs, "kill", await got(sbx.pty.kill(second.pid)), True)
     same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {second.pid} 2>/dev/null || echo gone"), "gone\n")
+
+
+@behaviour("pty_connect_input")
+async def pty_connect_input(fl: Flavour, obs: Observed) -> None:
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    output = bytearray()
+    if fl.name == "sync":
+        first = sbx.pty.create(PtySize(rows=24, cols=80))
+        first.disconnect()
+        again = sbx.pty.connect(first.pid)
+    else:
+        first = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=lambda _: None)
+        await first.disconnect()
+        again = await sbx.pty.connect(first.pid, on_data=output.extend)
+    data = [b"echo pty-$((6*7))\n", "exit 0\n"]
+    await _stream_input(fl, sbx.pty, first.pid, data)
+    if fl.name == "sync":
+        await got(again.wait(on_pty=output.extend))
+    else:
+        await again.wait()
+    obs["output"] = excerpt(output.decode(errors="replace"))
+    expect("pty-42" in output.decode(errors="replace"), "the reconnected pty did not run the streamed input")
 
 
 # --- errors --------------------------------------------------------------------------------------
@@ -658,16 +798,21 @@ async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
 @behaviour("errors")
 async def errors(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
-    await raises(obs, "unknown_sandbox", lambda: fl.Sandbox.connect("bh-no-such-sandbox"), "SandboxNotFoundException",
-                 "NotFoundException")  # fmt: skip
-    await raises(obs, "wrong_key", lambda: fl.Sandbox.list(api_key="e2b_" + "0" * 40).next_items(),
-                 "AuthenticationException")  # fmt: skip
+    await raises(
+        obs,
+        "unknown_sandbox",
+        lambda: fl.Sandbox.connect("bh-no-such-sandbox"),
+        "SandboxNotFoundException",
+        "NotFoundException",
+    )
+    await raises(obs, "wrong_key", lambda: fl.Sandbox.list(api_key=WRONG_KEY).next_items(), "AuthenticationException")
     await raises(obs, "read_missing", lambda: sbx.files.read(f"{USER_HOME}/bh-missing"), "FileNotFoundException")
     await raises(obs, "list_a_file", lambda: sbx.files.list("/etc/hostname"), "InvalidArgumentException")
     await raises(obs, "info_missing", lambda: sbx.files.get_info("/nope/nope"), "FileNotFoundException")
     with rest() as client:
-        statuses = [client.get("/sandboxes/bh-no-such-sandbox").status_code,
-                    httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": "e2b_" + "0" * 40}).status_code]  # fmt: skip
+        missing = client.get("/sandboxes/bh-no-such-sandbox").status_code
+    wrong_key = httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": WRONG_KEY}).status_code
+    statuses = [missing, wrong_key]
     same(obs, "rest_statuses", statuses, [404, 401])
 
 

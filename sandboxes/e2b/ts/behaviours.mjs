@@ -15,6 +15,8 @@ const HOME = '/home/user'
 // Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
 const BOUNDARY_SIZES = [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1]
 const MEMBERS = new Set(['commands', 'files', 'pty'])
+// The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
+const XATTRS = `python3 -c 'import json, os, sys; p = sys.argv[1]; print(json.dumps(sorted([k, os.getxattr(p, k).decode()] for k in os.listxattr(p))))'`
 
 // --- observing calls ---------------------------------------------------------------------------
 
@@ -96,9 +98,18 @@ async function restInfo(sandboxId) {
   return { status: response.status, body: response.status === 200 ? await response.json() : null }
 }
 
+/** JSON with object keys sorted, so that equal values compare equal whatever their key order. */
+function canon(value) {
+  if (Array.isArray(value)) return value.map(canon)
+  if (value && typeof value === 'object' && !(value instanceof Date)) {
+    return Object.fromEntries(Object.keys(value).sort().map((key) => [key, canon(value[key])]))
+  }
+  return value
+}
+
 function same(obs, key, actual, wanted) {
   obs[key] = typeof actual === 'string' ? excerpt(actual) : actual
-  if (show(actual) !== show(wanted)) throw new Fail(`${key}: got ${excerpt(show(actual))}, expected ${excerpt(show(wanted))}`)
+  if (show(canon(actual)) !== show(canon(wanted))) throw new Fail(`${key}: got ${excerpt(show(actual))}, expected ${excerpt(show(wanted))}`)
 }
 
 async function rejects(obs, key, call, ...names) {
@@ -225,6 +236,29 @@ behaviour('metrics', async (b, obs) => {
   const wire = await rest(`/sandboxes/${sbx.sandboxId}/metrics`)
   same(obs, 'rest_status', wire.status, 200)
   expect((await wire.json()).length >= 1, 'GET /sandboxes/{id}/metrics returned no sample')
+})
+
+behaviour('create_internet_access', async (b, obs) => {
+  const sbx = await b.fresh({ allowInternetAccess: false })
+  same(obs, 'rest', (await restInfo(sbx.sandboxId)).body?.allowInternetAccess, false)
+  same(obs, 'sdk', (await sbx.getInfo()).allowInternetAccess, false)
+})
+
+behaviour('snapshot_fork', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.files.write(`${HOME}/origin.txt`, 'from the origin')
+  const snapshot = await sbx.createSnapshot()
+  obs.snapshot = snapshot
+  const listed = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
+  expect(listed.includes(snapshot.snapshotId), 'listSnapshots() does not list the new snapshot')
+  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: 60_000, metadata: b.ctx.metadata })
+  b.ctx.created.push(restored.sandboxId)
+  same(obs, 'restored_file', await b.sh(restored, `cat ${HOME}/origin.txt`), 'from the origin')
+  const forks = await sbx.fork()
+  for (const fork of forks) if (fork?.sandboxId) b.ctx.created.push(fork.sandboxId)
+  expect(forks.length === 1 && forks[0]?.sandboxId, `fork() returned ${show(forks.map(String))}`)
+  same(obs, 'forked_file', await b.sh(forks[0], `cat ${HOME}/origin.txt`), 'from the origin')
+  same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
 })
 
 // --- commands ----------------------------------------------------------------------------------
@@ -417,6 +451,19 @@ behaviour('remove', async (b, obs) => {
   await sbx.files.remove(`${base}/never-existed`) // envd removes with RemoveAll: a missing path is fine
 })
 
+behaviour('file_metadata', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('metadata')}.txt`
+  const wanted = { 'bh-owner': 'suite', 'bh-n': '1' }
+  await sbx.files.write(path, 'm', { metadata: wanted })
+  same(obs, 'get_info', (await sbx.files.getInfo(path)).metadata, wanted)
+  same(obs, 'listed', (await sbx.files.list(HOME)).find((e) => e.path === path)?.metadata, wanted)
+  same(obs, 'xattrs', await b.sh(sbx, `${XATTRS} ${path}`), '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+  await sbx.files.write(path, 'm2') // an upload without metadata clears it
+  same(obs, 'cleared', (await sbx.files.getInfo(path)).metadata ?? {}, {})
+  same(obs, 'content', await b.sh(sbx, `cat ${path}`), 'm2')
+})
+
 behaviour('exists', async (b, obs) => {
   const sbx = await b.shared()
   const base = b.dir('exists')
@@ -497,6 +544,18 @@ behaviour('pty_resize_kill', async (b, obs) => {
   const second = await sbx.pty.create({ rows: 10, cols: 40, onData: () => {} })
   same(obs, 'kill', await sbx.pty.kill(second.pid), true)
   same(obs, 'gone_in_shell', await b.sh(sbx, `kill -0 ${second.pid} 2>/dev/null || echo gone`), 'gone\n')
+})
+
+behaviour('pty_connect_input', async (b, obs) => {
+  const sbx = await b.shared()
+  const chunks = []
+  const first = await sbx.pty.create({ rows: 24, cols: 80, onData: () => {} })
+  await first.disconnect()
+  const again = await sbx.pty.connect(first.pid, { onData: (d) => chunks.push(Buffer.from(d)) })
+  await sbx.pty.sendInput(first.pid, new TextEncoder().encode('echo pty-$((6*7))\nexit 0\n'))
+  await again.wait()
+  obs.output = excerpt(Buffer.concat(chunks).toString('utf8'))
+  expect(obs.output.includes('pty-42'), 'the reconnected pty did not run the input sent to it')
 })
 
 // --- errors ------------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ class Quirks:
     token_prefix: str = ""
     sandbox_id_prefix: str = ""
     token_error: str = "invalid or missing access token"
+    # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
+    mutations: frozenset[str] = field(default_factory=frozenset)
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):

@@ -18,6 +18,7 @@ import uvicorn
 from bench import asgi
 
 from .app import LocalboxApp
+from .mutations import mutate
 from .quirks import Quirks
 from .registry import LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
@@ -113,7 +114,7 @@ class LocalServer:
             self.sockets += [asgi.bind(host, DEBUG_API_PORT), asgi.bind(host, DEBUG_ENVD_PORT)]
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
-        app = LocalboxApp(self.registry, debug=debug_ports)
+        app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
         self.server = uvicorn.Server(
             uvicorn.Config(app, lifespan="on", log_level="warning", access_log=False, timeout_graceful_shutdown=3)
         )

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from driver import Context, Fail, Observed, exception_details, excerpt, expect, main, step
@@ -34,6 +35,9 @@ LOOP = asyncio.new_event_loop()
 BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1)
 USER_HOME = "/home/user"
 WRONG_KEY = "e2b_" + "0" * 40
+DEADLINE_ENDS = ("TimeoutException", "CommandExitException")
+# Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
+GONE = "timeout 5 sh -c 'while pgrep -f \"^{pattern}$\" >/dev/null; do sleep 0.05; done' && echo gone"
 # The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
 XATTRS = (
     "python3 -c 'import json, os, sys; p = sys.argv[1]; "
@@ -277,7 +281,7 @@ async def list_filters_paging(fl: Flavour, obs: Observed) -> None:
     group = f"{fl.ctx.run_id}-{fl.name}-list"
     first = await fl.new(metadata={"bh-group": group, "bh-which": "first"})
     second = await fl.new(metadata={"bh-group": group, "bh-which": "second"})
-    await got(second.pause())
+    await got(second.beta_pause())
 
     async def ids(query: Any, limit: int | None = None) -> tuple[list[list[str]], bool]:
         paginator = fl.Sandbox.list(query=query, limit=limit)
@@ -389,6 +393,99 @@ async def _from_snapshot(fl: Flavour, snapshot_id: str) -> Any:
     return sandbox
 
 
+@behaviour("host_and_mcp")
+async def host_and_mcp(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    domain = rest_get(sbx.sandbox_id).json().get("domain") or os.environ.get("E2B_DOMAIN") or "e2b.app"
+    same(obs, "get_host", sbx.get_host(8123), f"8123-{sbx.sandbox_id}.{domain}")
+    same(obs, "get_mcp_url", sbx.get_mcp_url(), f"https://50005-{sbx.sandbox_id}.{domain}/mcp")
+    token = "bh-mcp-" + fl.name
+    await fl.sh(sbx, f"mkdir -p /etc/mcp-gateway && printf {token} > /etc/mcp-gateway/.token", user="root")
+    same(obs, "get_mcp_token", await got(sbx.get_mcp_token()), token)
+
+
+@behaviour("update_network")
+async def update_network(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.update_network({"deny_out": ["10.9.9.9/32"]}))
+    network = rest_get(sbx.sandbox_id).json().get("network") or {}
+    obs["rest_network"] = network
+    expect("10.9.9.9/32" in (network.get("denyOut") or []), f"GET /sandboxes/{{id}} network is {network}")
+
+
+@behaviour("rest_statuses")
+async def rest_statuses(fl: Flavour, obs: Observed) -> None:
+    """Each documented status of the sandbox routes a client can provoke, and the state each call leaves."""
+    sbx = await fl.new()
+    sid, unknown, bad = sbx.sandbox_id, "bh-no-such-sandbox", {"X-API-KEY": WRONG_KEY}
+    seen: dict[str, Any] = {}
+    with rest() as client:
+
+        def hit(name: str, method: str, path: str, **options: Any) -> httpx.Response:
+            response = client.request(method, path, **options)
+            seen[name] = response.status_code
+            return response
+
+        def state() -> str:
+            return client.get(f"/sandboxes/{sid}").json().get("state")
+
+        tag = {"metadata": urlencode(fl.ctx.metadata)}
+        hit("GET /sandboxes", "GET", "/sandboxes", params=tag)
+        hit("GET /sandboxes wrong key", "GET", "/sandboxes", headers=bad)
+        hit("GET /v2/sandboxes bad state", "GET", "/v2/sandboxes", params={"state": "bogus"})
+        hit("GET /v2/sandboxes wrong key", "GET", "/v2/sandboxes", headers=bad)
+        body = {"templateID": fl.ctx.template or "base", "timeout": 60, "metadata": fl.ctx.metadata}
+        made = hit("POST /sandboxes", "POST", "/sandboxes", json=body)
+        if made.status_code == 201:
+            fl.ctx.created.append(made.json()["sandboxID"])
+        hit("POST /sandboxes bad body", "POST", "/sandboxes", json={**body, "templateID": 5})
+        hit("POST /sandboxes wrong key", "POST", "/sandboxes", json=body, headers=bad)
+        for name, method, route, options in (
+            ("GET", "GET", "", {}),
+            ("timeout", "POST", "/timeout", {"json": {"timeout": 100}}),
+            ("refreshes", "POST", "/refreshes", {"json": {"duration": 10}}),
+            ("metrics", "GET", "/metrics", {}),
+        ):
+            hit(f"{name} unknown", method, f"/sandboxes/{unknown}{route}", **options)
+            hit(f"{name} wrong key", method, f"/sandboxes/{sid}{route}", headers=bad, **options)
+            hit(name, method, f"/sandboxes/{sid}{route}", **options)
+        hit("pause", "POST", f"/sandboxes/{sid}/pause")
+        seen["state after pause"] = state()
+        hit("pause again", "POST", f"/sandboxes/{sid}/pause")
+        hit("resume", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60})
+        seen["state after resume"] = state()
+        hit("resume again", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60})
+        hit("connect running", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
+        hit("pause unknown", "POST", f"/sandboxes/{unknown}/pause")
+        hit("resume unknown", "POST", f"/sandboxes/{unknown}/resume", json={"timeout": 60})
+        hit("connect unknown", "POST", f"/sandboxes/{unknown}/connect", json={"timeout": 60})
+        hit("pause wrong key", "POST", f"/sandboxes/{sid}/pause", headers=bad)
+        hit("pause", "POST", f"/sandboxes/{sid}/pause")
+        hit("connect paused", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
+        seen["state after connect"] = state()
+        hit("DELETE wrong key", "DELETE", f"/sandboxes/{sid}", headers=bad)
+        hit("DELETE", "DELETE", f"/sandboxes/{sid}")
+        fl.ctx.killed.add(sid)
+        hit("DELETE again", "DELETE", f"/sandboxes/{sid}")
+        hit("GET after DELETE", "GET", f"/sandboxes/{sid}")
+    wanted = {
+        "GET /sandboxes": 200, "GET /sandboxes wrong key": 401, "GET /v2/sandboxes bad state": 400,
+        "GET /v2/sandboxes wrong key": 401, "POST /sandboxes": 201, "POST /sandboxes bad body": 400,
+        "POST /sandboxes wrong key": 401,
+        "GET unknown": 404, "GET wrong key": 401, "GET": 200,
+        "timeout unknown": 404, "timeout wrong key": 401, "timeout": 204,
+        "refreshes unknown": 404, "refreshes wrong key": 401, "refreshes": 204,
+        "metrics unknown": 404, "metrics wrong key": 401, "metrics": 200,
+        "pause": 204, "state after pause": "paused", "pause again": 409, "resume": 201, "state after resume": "running",
+        "resume again": 409, "connect running": 200, "pause unknown": 404, "resume unknown": 404,
+        "connect unknown": 404, "pause wrong key": 401, "connect paused": 201, "state after connect": "running",
+        "DELETE wrong key": 401, "DELETE": 204, "DELETE again": 404, "GET after DELETE": 404,
+    }  # fmt: skip
+    wrong = {name: seen.get(name) for name in wanted if seen.get(name) != wanted[name]}
+    obs["seen"] = seen
+    expect(not wrong, f"statuses differ: {wrong}, expected { ({k: wanted[k] for k in wrong}) }")
+
+
 # --- commands ------------------------------------------------------------------------------------
 
 
@@ -433,8 +530,12 @@ async def run_exit_code(fl: Flavour, obs: Observed) -> None:
 @behaviour("run_timeout")
 async def run_timeout(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.shared()
-    await raises(obs, "timeout", lambda: sbx.commands.run("sleep 20", timeout=1), "TimeoutException")
-    same(obs, "still_usable", await fl.sh(sbx, "echo ok"), "ok\n")
+    # The deadline ends the stream and kills the process at the same moment (envd runs the process under
+    # the request's context): the SDK raises whichever it sees first, a timeout or the kill.
+    exc = await raises(obs, "timeout", lambda: sbx.commands.run("sleep 21.5", timeout=1), *DEADLINE_ENDS)
+    if type(exc).__name__ == "CommandExitException":
+        same(obs, "killed", [getattr(exc, "exit_code", None), getattr(exc, "error", None)], [-1, "signal: killed"])
+    same(obs, "process_gone", await fl.sh(sbx, GONE.format(pattern="sleep 21.5")), "gone\n")
 
 
 @behaviour("background_list_kill")
@@ -765,6 +866,8 @@ async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
         else await sbx.pty.create(PtySize(rows=10, cols=40), on_data=lambda _: None)
     )
     same(obs, "kill", await got(sbx.pty.kill(second.pid)), True)
+    killed = await raises(obs, "wait_after_kill", second.wait, "CommandExitException")
+    same(obs, "killed_exit_code", getattr(killed, "exit_code", None), -1)
     same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {second.pid} 2>/dev/null || echo gone"), "gone\n")
 
 

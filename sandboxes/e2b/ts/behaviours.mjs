@@ -14,6 +14,8 @@ const SUITE = 'behaviours'
 const HOME = '/home/user'
 // Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
 const BOUNDARY_SIZES = [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1]
+// Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
+const GONE = (pattern) => `timeout 5 sh -c 'while pgrep -f "^${pattern}$" >/dev/null; do sleep 0.05; done' && echo gone`
 const MEMBERS = new Set(['commands', 'files', 'pty'])
 // The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
 const XATTRS = `python3 -c 'import json, os, sys; p = sys.argv[1]; print(json.dumps(sorted([k, os.getxattr(p, k).decode()] for k in os.listxattr(p))))'`
@@ -152,6 +154,8 @@ behaviour('get_info_fields', async (b, obs) => {
   const sbx = await b.shared()
   const info = await sbx.getInfo()
   const { body } = await restInfo(sbx.sandboxId)
+  const full = await b.Sandbox.getFullInfo(sbx.sandboxId)
+  same(obs, 'full_info_id', [full.sandboxId, full.templateId], [body.sandboxID, body.templateID])
   const sdk = {
     sandboxID: info.sandboxId, templateID: info.templateId, state: info.state, cpuCount: info.cpuCount,
     memoryMB: info.memoryMB, metadata: info.metadata, startedAt: info.startedAt.getTime() / 1000, endAt: info.endAt.getTime() / 1000,
@@ -180,7 +184,7 @@ behaviour('list_filters_paging', async (b, obs) => {
   const group = `${b.ctx.runId}-js-list`
   const first = await b.fresh({ metadata: { 'bh-group': group, 'bh-which': 'first' } })
   const second = await b.fresh({ metadata: { 'bh-group': group, 'bh-which': 'second' } })
-  await second.pause()
+  await second.betaPause()
   const ids = async (query, limit) => {
     const paginator = b.Sandbox.list({ query, limit })
     const pages = [(await paginator.nextItems()).map((s) => s.sandboxId)]
@@ -261,6 +265,23 @@ behaviour('snapshot_fork', async (b, obs) => {
   same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
 })
 
+behaviour('host_and_mcp', async (b, obs) => {
+  const sbx = await b.fresh()
+  const domain = (await restInfo(sbx.sandboxId)).body?.domain || process.env.E2B_DOMAIN || 'e2b.app'
+  same(obs, 'get_host', sbx.getHost(8123), `8123-${sbx.sandboxId}.${domain}`)
+  same(obs, 'get_mcp_url', sbx.getMcpUrl(), `https://50005-${sbx.sandboxId}.${domain}/mcp`)
+  await b.sh(sbx, 'mkdir -p /etc/mcp-gateway && printf bh-mcp-js > /etc/mcp-gateway/.token', { user: 'root' })
+  same(obs, 'get_mcp_token', await sbx.getMcpToken(), 'bh-mcp-js')
+})
+
+behaviour('update_network', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.updateNetwork({ denyOut: ['10.9.9.9/32'] })
+  const network = (await restInfo(sbx.sandboxId)).body?.network ?? {}
+  obs.rest_network = network
+  expect((network.denyOut ?? []).includes('10.9.9.9/32'), `GET /sandboxes/{id} network is ${show(network)}`)
+})
+
 // --- commands ----------------------------------------------------------------------------------
 
 behaviour('run_envs_cwd_user', async (b, obs) => {
@@ -296,8 +317,11 @@ behaviour('run_exit_code', async (b, obs) => {
 
 behaviour('run_timeout', async (b, obs) => {
   const sbx = await b.shared()
-  await rejects(obs, 'timeout', () => sbx.commands.run('sleep 20', { timeoutMs: 1000 }), 'TimeoutError')
-  same(obs, 'still_usable', await b.sh(sbx, 'echo ok'), 'ok\n')
+  // The deadline ends the stream and kills the process at the same moment (envd runs the process under the
+  // request's context): the SDK raises whichever it sees first, a timeout or the kill.
+  const err = await rejects(obs, 'timeout', () => sbx.commands.run('sleep 21.5', { timeoutMs: 1000 }), 'TimeoutError', 'CommandExitError')
+  if (err.name === 'CommandExitError') same(obs, 'killed', [err.exitCode, err.error], [-1, 'signal: killed'])
+  same(obs, 'process_gone', await b.sh(sbx, GONE('sleep 21.5')), 'gone\n')
 })
 
 behaviour('background_list_kill', async (b, obs) => {
@@ -389,7 +413,7 @@ behaviour('write_files', async (b, obs) => {
     { path: `${base}/new/deeper/b.bin`, data: new Uint8Array([0, 0x42, 0xff]).buffer },
     { path: `${base}/c.txt`, data: '' },
   ]
-  const infos = await sbx.files.write(entries)
+  const infos = await sbx.files.writeFiles(entries)
   same(obs, 'returned_paths', infos.map((i) => i.path), entries.map((e) => e.path))
   const listing = await b.sh(sbx, `cd ${base} && find . -type f | sort && od -An -tx1 new/deeper/b.bin && cat a.txt`)
   same(obs, 'in_shell', listing.split(/\s+/).filter(Boolean), ['./a.txt', './c.txt', './new/deeper/b.bin', '00', '42', 'ff', 'A'])
@@ -543,6 +567,8 @@ behaviour('pty_resize_kill', async (b, obs) => {
   same(obs, 'exit_code', exitCode, 4)
   const second = await sbx.pty.create({ rows: 10, cols: 40, onData: () => {} })
   same(obs, 'kill', await sbx.pty.kill(second.pid), true)
+  const killed = await rejects(obs, 'wait_after_kill', () => second.wait(), 'CommandExitError')
+  same(obs, 'killed_exit_code', killed.exitCode, -1)
   same(obs, 'gone_in_shell', await b.sh(sbx, `kill -0 ${second.pid} 2>/dev/null || echo gone`), 'gone\n')
 })
 

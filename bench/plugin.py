@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from .coverage import write_coverage
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
 from .expectations import Expectations, ExpectationsError, judge
 from .housekeeping import RUN_METADATA_KEY, kill_survivors, leak_record
@@ -466,6 +467,7 @@ def _finish(bench: BenchSession, status: str) -> None:
     if bench.preflight_error:
         bench.run_dir.write_json("preflight.json", {"error": bench.preflight_error})
     bench.run_dir.write_text("junit.xml", write_junit(bench.run_dir.path))
+    write_coverage(bench.run_dir.path)
     bench.run_dir.finish(status, bench.exit_code if bench.exit_code is not None else 1)  # type: ignore[arg-type]
     if not bench.config.getoption("no_report"):
         with contextlib.suppress(Exception):

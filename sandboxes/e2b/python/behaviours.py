@@ -78,6 +78,10 @@ class CallLog:
             return
         name = frame.f_code.co_name
         bound = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        if name == "_wrapper" and hasattr(bound, "method"):
+            # The SDK's methods callable on the class and on an instance go through one wrapper.
+            name = bound.method.__name__
+            bound = frame.f_locals.get("obj") or frame.f_locals.get("objtype")
         owner = bound if isinstance(bound, type) else type(bound)
         if name.startswith("_") or owner.__name__ not in PUBLIC_OWNERS:
             return
@@ -413,6 +417,30 @@ async def update_network(fl: Flavour, obs: Observed) -> None:
     expect("10.9.9.9/32" in (network.get("denyOut") or []), f"GET /sandboxes/{{id}} network is {network}")
 
 
+def envd_statuses(made: dict[str, Any]) -> dict[str, Any]:
+    """Statuses of envd's file routes of a secure sandbox, with and without its access token."""
+    sandbox_id, token = made["sandboxID"], made.get("envdAccessToken") or ""
+    base = os.environ.get("E2B_SANDBOX_URL") or f"https://49983-{sandbox_id}.{made.get('domain') or 'e2b.app'}"
+    headers = {"E2b-Sandbox-Id": sandbox_id}
+    authorized = {**headers, "X-Access-Token": token}
+    path = {"path": "/home/user/envd-statuses.txt", "username": "user"}
+    seen: dict[str, Any] = {}
+    with httpx.Client(base_url=base.rstrip("/"), timeout=30) as envd:
+        upload = {"files": {"file": ("envd-statuses.txt", b"envd")}}
+        seen["POST /files"] = envd.post("/files", params=path, headers=authorized, **upload).status_code
+        seen["POST /files no token"] = envd.post("/files", params=path, headers=headers, **upload).status_code
+        octet = {**authorized, "Content-Type": "application/octet-stream"}
+        seen["POST /files no path"] = envd.post("/files", content=b"x", headers=octet).status_code
+        read = envd.get("/files", params=path, headers=authorized)
+        seen["GET /files"], seen["GET /files content"] = read.status_code, read.text
+        seen["GET /files no token"] = envd.get("/files", params=path, headers=headers).status_code
+        missing = {**path, "path": "/home/user/no-such-file"}
+        seen["GET /files missing"] = envd.get("/files", params=missing, headers=authorized).status_code
+        directory = {**path, "path": "/home/user"}
+        seen["GET /files of a directory"] = envd.get("/files", params=directory, headers=authorized).status_code
+    return seen
+
+
 @behaviour("rest_statuses")
 async def rest_statuses(fl: Flavour, obs: Observed) -> None:
     """Each documented status of the sandbox routes a client can provoke, and the state each call leaves."""
@@ -435,9 +463,10 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         hit("GET /v2/sandboxes bad state", "GET", "/v2/sandboxes", params={"state": "bogus"})
         hit("GET /v2/sandboxes wrong key", "GET", "/v2/sandboxes", headers=bad)
         body = {"templateID": fl.ctx.template or "base", "timeout": 60, "metadata": fl.ctx.metadata}
-        made = hit("POST /sandboxes", "POST", "/sandboxes", json=body)
+        made = hit("POST /sandboxes", "POST", "/sandboxes", json={**body, "secure": True})
         if made.status_code == 201:
             fl.ctx.created.append(made.json()["sandboxID"])
+            seen.update(envd_statuses(made.json()))
         hit("POST /sandboxes bad body", "POST", "/sandboxes", json={**body, "templateID": 5})
         hit("POST /sandboxes wrong key", "POST", "/sandboxes", json=body, headers=bad)
         for name, method, route, options in (
@@ -460,6 +489,11 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         hit("resume unknown", "POST", f"/sandboxes/{unknown}/resume", json={"timeout": 60})
         hit("connect unknown", "POST", f"/sandboxes/{unknown}/connect", json={"timeout": 60})
         hit("pause wrong key", "POST", f"/sandboxes/{sid}/pause", headers=bad)
+        not_json = {"content": b"{", "headers": {"Content-Type": "application/json"}}
+        hit("resume bad body", "POST", f"/sandboxes/{sid}/resume", **not_json)
+        hit("resume wrong key", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60}, headers=bad)
+        hit("connect bad body", "POST", f"/sandboxes/{sid}/connect", **not_json)
+        hit("connect wrong key", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60}, headers=bad)
         hit("pause", "POST", f"/sandboxes/{sid}/pause")
         hit("connect paused", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
         seen["state after connect"] = state()
@@ -480,6 +514,10 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         "resume again": 409, "connect running": 200, "pause unknown": 404, "resume unknown": 404,
         "connect unknown": 404, "pause wrong key": 401, "connect paused": 201, "state after connect": "running",
         "DELETE wrong key": 401, "DELETE": 204, "DELETE again": 404, "GET after DELETE": 404,
+        "resume bad body": 400, "resume wrong key": 401, "connect bad body": 400, "connect wrong key": 401,
+        "POST /files": 200, "POST /files no token": 401, "POST /files no path": 400, "GET /files": 200,
+        "GET /files no token": 401, "GET /files missing": 404, "GET /files of a directory": 400,
+        "GET /files content": "envd",
     }  # fmt: skip
     wrong = {name: seen.get(name) for name in wanted if seen.get(name) != wanted[name]}
     obs["seen"] = seen
@@ -599,8 +637,9 @@ async def connect_command(fl: Flavour, obs: Observed) -> None:
         sbx.commands.run(f"echo before; while [ ! -e {flag} ]; do sleep 0.05; done; echo after", background=True)
     )
     await got(handle.disconnect())
-    await fl.sh(sbx, f"touch {flag}")
+    same(obs, "alive_after_disconnect", await fl.sh(sbx, f"kill -0 {handle.pid} && echo alive"), "alive\n")
     again = await got(sbx.commands.connect(handle.pid))
+    await fl.sh(sbx, f"touch {flag}")  # the later output is written only once connected again
     result = await got(again.wait())
     same(obs, "exit_code", result.exit_code, 0)
     expect(result.stdout.endswith("after\n"), f"connect() got stdout {result.stdout!r}, expected it to end 'after\\n'")

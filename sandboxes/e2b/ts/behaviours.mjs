@@ -356,8 +356,9 @@ behaviour('connect_command', async (b, obs) => {
   const flag = '/tmp/bh-js-go'
   const handle = await sbx.commands.run(`echo before; while [ ! -e ${flag} ]; do sleep 0.05; done; echo after`, { background: true })
   await handle.disconnect()
-  await b.sh(sbx, `touch ${flag}`)
+  same(obs, 'alive_after_disconnect', await b.sh(sbx, `kill -0 ${handle.pid} && echo alive`), 'alive\n')
   const again = await sbx.commands.connect(handle.pid)
+  await b.sh(sbx, `touch ${flag}`) // the later output is written only once connected again
   const result = await again.wait()
   same(obs, 'exit_code', result.exitCode, 0)
   expect(result.stdout.endsWith('after\n'), `connect() got stdout ${show(result.stdout)}, expected it to end 'after\\n'`)

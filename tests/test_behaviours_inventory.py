@@ -14,7 +14,7 @@ import pytest
 from bench.runners.manifest import MANIFEST_PATH, load_manifest
 
 INVENTORY = MANIFEST_PATH.parent / "behaviours.toml"
-NEW_SUITES = ("behaviours",)
+NEW_SUITES = ("behaviours", "properties")
 SOURCE_KINDS = ("python", "npm", "openapi", "envd")
 
 

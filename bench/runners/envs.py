@@ -52,8 +52,13 @@ class RunnerSpec:
         return [f"{package}=={version}" for package, version in sorted(self.pins.items())]
 
 
+# The property-based cases (sandboxes/e2b/python/properties.py) generate and shrink their inputs in the runner.
+HYPOTHESIS = "6.170.15"
+
+
 def _py_e2b(version: str) -> RunnerSpec:
-    return RunnerSpec(name=f"py-e2b-{version}", language="python", pins={"e2b": version}, entry=PYTHON_QUICKSTART)
+    pins = {"e2b": version, "hypothesis": HYPOTHESIS}
+    return RunnerSpec(name=f"py-e2b-{version}", language="python", pins=pins, entry=PYTHON_QUICKSTART)
 
 
 # One line per pinned SDK version.

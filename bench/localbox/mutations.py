@@ -96,8 +96,9 @@ def _drop_headers(prefix: bytes) -> Callable[[list[tuple[bytes, bytes]]], list[t
 
 
 def _event(frame: Any) -> tuple[str, Any]:
+    """The kind and value of a stream frame's event: `StartResponse.event.event` or `WatchDirResponse.event`."""
     event = getattr(frame, "event", None)
-    inner = getattr(event, "event", None)
+    inner = event if hasattr(event, "field") else getattr(event, "event", None)
     return (inner.field, inner.value) if inner is not None else ("", None)
 
 
@@ -135,7 +136,7 @@ def _zero_exit_code(state: StreamState, frame: Any) -> list[Any]:
     if kind == "end" and end.exit_code > 0:
         end.exit_code = 0
         end.status = "exit status 0"
-        end.error = None
+        end.clear_field("error")
     return [frame]
 
 
@@ -155,7 +156,7 @@ def _clear_envs(request: Any) -> None:
 
 def _clear_cwd(request: Any) -> None:
     if request.process is not None:
-        request.process.cwd = None
+        request.process.clear_field("cwd")
 
 
 def _depth_one(request: Any) -> None:
@@ -184,7 +185,7 @@ def _mtime_epoch(entry: Any) -> None:
 
 
 def _no_symlink_target(entry: Any) -> None:
-    entry.symlink_target = None
+    entry.clear_field("symlink_target")
 
 
 def _no_processes(response: Any) -> None:

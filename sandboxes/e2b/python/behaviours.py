@@ -739,13 +739,17 @@ async def entry_info(fl: Flavour, obs: Observed) -> None:
     link = await got(sbx.files.get_info(f"{base}/link"))
     same(obs, "symlink_target", link.symlink_target, f"{base}/f")
     directory = await got(sbx.files.get_info(f"{base}/d"))
-    dstat = (await fl.sh(sbx, f"stat -c '%a %A' {base}/d")).split()
-    same(
-        obs,
-        "dir",
-        [directory.type, oct(directory.mode), directory.permissions],
-        [FileType.DIR, oct(int(dstat[0], 8)), dstat[1]],
-    )
+    dstat = (await fl.sh(sbx, f"stat -c '%A %U' {base}/d")).split()
+    same(obs, "dir", [directory.type, directory.permissions, directory.owner], [FileType.DIR, *dstat])
+
+
+@behaviour("dir_mode")
+async def dir_mode(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = fl.dir("dir-mode")
+    await fl.sh(sbx, f"mkdir -p {path} && chmod 750 {path}")
+    directory = await got(sbx.files.get_info(path))
+    same(obs, "mode", oct(directory.mode), oct(int((await fl.sh(sbx, f"stat -c %a {path}")).strip(), 8)))
 
 
 @behaviour("make_dir")
@@ -777,7 +781,14 @@ async def remove(fl: Flavour, obs: Observed) -> None:
     await got(sbx.files.remove(f"{base}/tree"))
     same(obs, "in_shell", await fl.sh(sbx, f"ls -A {base}"), "")
     same(obs, "exists_after", await got(sbx.files.exists(f"{base}/tree")), False)
-    await got(sbx.files.remove(f"{base}/never-existed"))  # envd removes with RemoveAll: a missing path is fine
+
+
+@behaviour("remove_missing")
+async def remove_missing(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('remove-missing')}/never-existed"
+    await got(sbx.files.remove(path))  # envd removes with RemoveAll: a missing path is fine
+    same(obs, "in_shell", await fl.sh(sbx, f"test -e {path} || echo absent"), "absent\n")
 
 
 @behaviour("file_metadata")
@@ -790,8 +801,16 @@ async def file_metadata(fl: Flavour, obs: Observed) -> None:
     same(obs, "listed", listed.get(path), {"bh-owner": "suite", "bh-n": "1"})
     xattrs = await fl.sh(sbx, f"{XATTRS} {path}")
     same(obs, "xattrs", xattrs, '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+
+
+@behaviour("file_metadata_replaced")
+async def file_metadata_replaced(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('metadata-replaced')}.txt"
+    await got(sbx.files.write(path, "m", metadata={"bh-owner": "suite"}))
     await got(sbx.files.write(path, "m2"))  # an upload without metadata clears it
     same(obs, "cleared", (await got(sbx.files.get_info(path))).metadata or {}, {})
+    same(obs, "xattrs", await fl.sh(sbx, f"{XATTRS} {path}"), "[]\n")
     same(obs, "content", await fl.sh(sbx, f"cat {path}"), "m2")
 
 

@@ -443,8 +443,16 @@ behaviour('entry_info', async (b, obs) => {
   expect(Math.abs(entry.modifiedTime.getTime() / 1000 - Number(stat[5])) <= 1, `modifiedTime ${show(entry.modifiedTime)} vs ${stat[5]}`)
   same(obs, 'symlink_target', (await sbx.files.getInfo(`${base}/link`)).symlinkTarget, `${base}/f`)
   const directory = await sbx.files.getInfo(`${base}/d`)
-  const dstat = (await b.sh(sbx, `stat -c '%a %A' ${base}/d`)).split(/\s+/)
-  same(obs, 'dir', [directory.type, directory.mode.toString(8), directory.permissions], ['dir', dstat[0], dstat[1]])
+  const dstat = (await b.sh(sbx, `stat -c '%A %U' ${base}/d`)).split(/\s+/).filter(Boolean)
+  same(obs, 'dir', [directory.type, directory.permissions, directory.owner], ['dir', ...dstat])
+})
+
+behaviour('dir_mode', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = b.dir('dir-mode')
+  await b.sh(sbx, `mkdir -p ${path} && chmod 750 ${path}`)
+  const directory = await sbx.files.getInfo(path)
+  same(obs, 'mode', directory.mode.toString(8), (await b.sh(sbx, `stat -c %a ${path}`)).trim())
 })
 
 behaviour('make_dir', async (b, obs) => {
@@ -473,7 +481,13 @@ behaviour('remove', async (b, obs) => {
   await sbx.files.remove(`${base}/tree`)
   same(obs, 'in_shell', await b.sh(sbx, `ls -A ${base}`), '')
   same(obs, 'exists_after', await sbx.files.exists(`${base}/tree`), false)
-  await sbx.files.remove(`${base}/never-existed`) // envd removes with RemoveAll: a missing path is fine
+})
+
+behaviour('remove_missing', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('remove-missing')}/never-existed`
+  await sbx.files.remove(path) // envd removes with RemoveAll: a missing path is fine
+  same(obs, 'in_shell', await b.sh(sbx, `test -e ${path} || echo absent`), 'absent\n')
 })
 
 behaviour('file_metadata', async (b, obs) => {
@@ -484,8 +498,15 @@ behaviour('file_metadata', async (b, obs) => {
   same(obs, 'get_info', (await sbx.files.getInfo(path)).metadata, wanted)
   same(obs, 'listed', (await sbx.files.list(HOME)).find((e) => e.path === path)?.metadata, wanted)
   same(obs, 'xattrs', await b.sh(sbx, `${XATTRS} ${path}`), '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+})
+
+behaviour('file_metadata_replaced', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('metadata-replaced')}.txt`
+  await sbx.files.write(path, 'm', { metadata: { 'bh-owner': 'suite' } })
   await sbx.files.write(path, 'm2') // an upload without metadata clears it
   same(obs, 'cleared', (await sbx.files.getInfo(path)).metadata ?? {}, {})
+  same(obs, 'xattrs', await b.sh(sbx, `${XATTRS} ${path}`), '[]\n')
   same(obs, 'content', await b.sh(sbx, `cat ${path}`), 'm2')
 })
 

@@ -1,7 +1,7 @@
 """`e2b-bench detect`: proof that the harness detects each deviation the embedded endpoint can have.
 
-Runs the probes and refusal cases once against the faithful profile and once per quirk switched on
-alone, each judged by the faithful endpoint's declarations, and records one case per quirk: the cases it
+Runs the probes, the refusal cases and the Python behaviours once against the faithful profile and once
+per quirk switched on alone (two runs at a time), each judged by the faithful endpoint's declarations, and records one case per quirk: the cases it
 flagged (`details.flagged`) and the run directory that shows them. A quirk that flags nothing is `fail`:
 the harness would not notice that deviation; the faithful baseline must flag nothing.
 """
@@ -9,17 +9,24 @@ the harness would not notice that deviation; the faithful baseline must flag not
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .localbox.mutations import MUTATIONS
 from .localbox.quirks import OPTION_FIELDS
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, case_id, make_header, read_run
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SUITES = ("sandboxes/e2b/test_probes.py::test_probes", "sandboxes/e2b/test_probes.py::test_refusals")
+SUITES = (
+    "sandboxes/e2b/test_probes.py::test_probes",
+    "sandboxes/e2b/test_probes.py::test_refusals",
+    "sandboxes/e2b/test_behaviours.py",
+)
 RUNNER = "py-e2b-2.63.0"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
@@ -39,7 +46,9 @@ QUIRKS: tuple[str, ...] = (
     "metrics_404",
     "template_build_501",
     *(f"refuse_create_options={option}" for option in OPTION_FIELDS),
+    *(f"mutations={name}" for name in MUTATIONS),
 )
+PARALLEL = 2  # quirk runs at a time: each has its own embedded endpoint
 
 
 def run_one(results: Path, quirk: str | None) -> Path:
@@ -66,10 +75,16 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS) -> Path:
     run = RunDir.create(results_root, "detection", "local", make_header(endpoint, {}, sys.argv), redactor)
     runs_dir = run.path / "runs"
     all_detected = True
+
+    def timed(quirk: str | None) -> tuple[Path, float]:
+        started = time.monotonic()
+        run_dir = run_one(runs_dir / re.sub(r"[^A-Za-z0-9_.-]+", "-", quirk or "baseline"), quirk)
+        return run_dir, round((time.monotonic() - started) * 1000, 1)
+
     try:
-        for quirk in (None, *quirks):
-            started = time.monotonic()
-            run_dir = run_one(runs_dir, quirk)
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            runs = list(pool.map(timed, (None, *quirks)))
+        for quirk, (run_dir, duration_ms) in zip((None, *quirks), runs, strict=True):
             found = flagged(run_dir)
             detected = not found if quirk is None else bool(found)
             all_detected = all_detected and detected
@@ -83,7 +98,7 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS) -> Path:
                     outcome="pass" if detected else "fail",
                     expected="pass",
                     conformant=detected,
-                    duration_ms=round((time.monotonic() - started) * 1000, 1),
+                    duration_ms=duration_ms,
                     error=None if detected else ("flags cases" if quirk is None else "flags no case"),
                     details={"flagged": found, "run_dir": str(run_dir.relative_to(run.path))},
                 )

@@ -1,9 +1,10 @@
 """`e2b-bench detect`: proof that the harness detects each deviation the embedded endpoint can have.
 
 Runs the probes, the refusal cases and the Python behaviours once against the faithful profile and once
-per quirk switched on alone (two runs at a time), each judged by the faithful endpoint's declarations, and records one case per quirk: the cases it
-flagged (`details.flagged`) and the run directory that shows them. A quirk that flags nothing is `fail`:
-the harness would not notice that deviation; the faithful baseline must flag nothing.
+per quirk switched on alone (two runs at a time), each judged by the faithful endpoint's declarations,
+and records one case per quirk: the cases it flagged (`details.flagged`) and the run directory that
+shows them. A quirk that flags nothing is `fail`: the harness would not notice that deviation; the
+faithful baseline must flag nothing.
 """
 
 from __future__ import annotations

@@ -373,8 +373,8 @@ async def create_internet_access(fl: Flavour, obs: Observed) -> None:
     same(obs, "sdk", (await got(sbx.get_info())).allow_internet_access, False)
 
 
-@behaviour("snapshot_fork")
-async def snapshot_fork(fl: Flavour, obs: Observed) -> None:
+@behaviour("snapshots")
+async def snapshots(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.new()
     await got(sbx.files.write(f"{USER_HOME}/origin.txt", "from the origin"))
     snapshot = await got(sbx.create_snapshot())
@@ -383,11 +383,32 @@ async def snapshot_fork(fl: Flavour, obs: Observed) -> None:
     expect(snapshot.snapshot_id in listed, "list_snapshots() does not list the new snapshot")
     restored = await _from_snapshot(fl, snapshot.snapshot_id)
     same(obs, "restored_file", await fl.sh(restored, f"cat {USER_HOME}/origin.txt"), "from the origin")
+    same(obs, "delete_snapshot", await got(fl.Sandbox.delete_snapshot(snapshot.snapshot_id)), True)
+    with rest() as client:
+        after = client.get("/snapshots", params={"sandboxID": sbx.sandbox_id}).json()
+    expect(snapshot.snapshot_id not in str(after), "GET /snapshots still lists the deleted snapshot")
+
+
+@behaviour("fork")
+async def fork(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/origin.txt", "from the origin"))
     forks = await got(sbx.fork())
     fl.ctx.created.extend(f.sandbox_id for f in forks if hasattr(f, "sandbox_id"))
     expect(len(forks) == 1 and hasattr(forks[0], "sandbox_id"), f"fork() returned {forks!r}")
     same(obs, "forked_file", await fl.sh(forks[0], f"cat {USER_HOME}/origin.txt"), "from the origin")
-    same(obs, "delete_snapshot", await got(fl.Sandbox.delete_snapshot(snapshot.snapshot_id)), True)
+    await fl.sh(forks[0], f"echo changed > {USER_HOME}/origin.txt")
+    same(obs, "origin_untouched", await fl.sh(sbx, f"cat {USER_HOME}/origin.txt"), "from the origin")
+
+
+@behaviour("metrics_window")
+async def metrics_window(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    before = datetime.fromtimestamp(time.time() - 7200, UTC)
+    same(obs, "window_before_creation", await got(sbx.get_metrics(start=before, end=before)), [])
+    with rest() as client:
+        wrong = client.get(f"/sandboxes/{sbx.sandbox_id}/metrics", params={"start": "not-a-time"}).status_code
+    same(obs, "bad_start", wrong, 400)
 
 
 async def _from_snapshot(fl: Flavour, snapshot_id: str) -> Any:

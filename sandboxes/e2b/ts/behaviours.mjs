@@ -248,7 +248,7 @@ behaviour('create_internet_access', async (b, obs) => {
   same(obs, 'sdk', (await sbx.getInfo()).allowInternetAccess, false)
 })
 
-behaviour('snapshot_fork', async (b, obs) => {
+behaviour('snapshots', async (b, obs) => {
   const sbx = await b.fresh()
   await sbx.files.write(`${HOME}/origin.txt`, 'from the origin')
   const snapshot = await sbx.createSnapshot()
@@ -258,28 +258,27 @@ behaviour('snapshot_fork', async (b, obs) => {
   const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: 60_000, metadata: b.ctx.metadata })
   b.ctx.created.push(restored.sandboxId)
   same(obs, 'restored_file', await b.sh(restored, `cat ${HOME}/origin.txt`), 'from the origin')
+  same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
+  const after = await (await rest(`/snapshots?sandboxID=${sbx.sandboxId}`)).text()
+  expect(!after.includes(snapshot.snapshotId), 'GET /snapshots still lists the deleted snapshot')
+})
+
+behaviour('fork', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.files.write(`${HOME}/origin.txt`, 'from the origin')
   const forks = await sbx.fork()
-  for (const fork of forks) if (fork?.sandboxId) b.ctx.created.push(fork.sandboxId)
+  for (const made of forks) if (made?.sandboxId) b.ctx.created.push(made.sandboxId)
   expect(forks.length === 1 && forks[0]?.sandboxId, `fork() returned ${show(forks.map(String))}`)
   same(obs, 'forked_file', await b.sh(forks[0], `cat ${HOME}/origin.txt`), 'from the origin')
-  same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
+  await b.sh(forks[0], `echo changed > ${HOME}/origin.txt`)
+  same(obs, 'origin_untouched', await b.sh(sbx, `cat ${HOME}/origin.txt`), 'from the origin')
 })
 
-behaviour('host_and_mcp', async (b, obs) => {
-  const sbx = await b.fresh()
-  const domain = (await restInfo(sbx.sandboxId)).body?.domain || process.env.E2B_DOMAIN || 'e2b.app'
-  same(obs, 'get_host', sbx.getHost(8123), `8123-${sbx.sandboxId}.${domain}`)
-  same(obs, 'get_mcp_url', sbx.getMcpUrl(), `https://50005-${sbx.sandboxId}.${domain}/mcp`)
-  await b.sh(sbx, 'mkdir -p /etc/mcp-gateway && printf bh-mcp-js > /etc/mcp-gateway/.token', { user: 'root' })
-  same(obs, 'get_mcp_token', await sbx.getMcpToken(), 'bh-mcp-js')
-})
-
-behaviour('update_network', async (b, obs) => {
-  const sbx = await b.fresh()
-  await sbx.updateNetwork({ denyOut: ['10.9.9.9/32'] })
-  const network = (await restInfo(sbx.sandboxId)).body?.network ?? {}
-  obs.rest_network = network
-  expect((network.denyOut ?? []).includes('10.9.9.9/32'), `GET /sandboxes/{id} network is ${show(network)}`)
+behaviour('metrics_window', async (b, obs) => {
+  const sbx = await b.shared()
+  const before = new Date(Date.now() - 7200_000)
+  same(obs, 'window_before_creation', await sbx.getMetrics({ start: before, end: before }), [])
+  same(obs, 'bad_start', (await rest(`/sandboxes/${sbx.sandboxId}/metrics?start=not-a-time`)).status, 400)
 })
 
 // --- commands ----------------------------------------------------------------------------------

@@ -281,6 +281,23 @@ behaviour('metrics_window', async (b, obs) => {
   same(obs, 'bad_start', (await rest(`/sandboxes/${sbx.sandboxId}/metrics?start=not-a-time`)).status, 400)
 })
 
+behaviour('host_and_mcp', async (b, obs) => {
+  const sbx = await b.fresh()
+  const domain = (await restInfo(sbx.sandboxId)).body?.domain || process.env.E2B_DOMAIN || 'e2b.app'
+  same(obs, 'get_host', sbx.getHost(8123), `8123-${sbx.sandboxId}.${domain}`)
+  same(obs, 'get_mcp_url', sbx.getMcpUrl(), `https://50005-${sbx.sandboxId}.${domain}/mcp`)
+  await b.sh(sbx, 'mkdir -p /etc/mcp-gateway && printf bh-mcp-js > /etc/mcp-gateway/.token', { user: 'root' })
+  same(obs, 'get_mcp_token', await sbx.getMcpToken(), 'bh-mcp-js')
+})
+
+behaviour('update_network', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.updateNetwork({ denyOut: ['10.9.9.9/32'] })
+  const network = (await restInfo(sbx.sandboxId)).body?.network ?? {}
+  obs.rest_network = network
+  expect((network.denyOut ?? []).includes('10.9.9.9/32'), `GET /sandboxes/{id} network is ${show(network)}`)
+})
+
 // --- commands ----------------------------------------------------------------------------------
 
 behaviour('run_envs_cwd_user', async (b, obs) => {

@@ -131,7 +131,7 @@ def test_the_faithful_profile_flags_nothing(detection: Run) -> None:
 
     assert (baseline.outcome, baseline.details["flagged"]) == ("pass", [])
     # probes, refusals, the Python behaviours under both clients, the leak check
-    assert len(baseline_run.cases) == 17 + 15 + 2 * 44 + 1
+    assert len(baseline_run.cases) == 17 + 15 + 2 * 45 + 1
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))

@@ -462,6 +462,25 @@ def envd_statuses(made: dict[str, Any]) -> dict[str, Any]:
     return seen
 
 
+@behaviour("download_encoding")
+async def download_encoding(fl: Flavour, obs: Observed) -> None:
+    """GET /files answers in an encoding the client accepts (identity or gzip), and 406 when it accepts none."""
+    sbx = await fl.new()
+    path = f"{USER_HOME}/encoding.txt"
+    await got(sbx.files.write(path, "e2b " * 1000))
+    url = sbx.download_url(path, use_signature_expiration=120)
+    zipped = httpx.get(url, headers={"Accept-Encoding": "gzip"})
+    same(
+        obs,
+        "gzip",
+        [zipped.status_code, zipped.headers.get("content-encoding"), zipped.text],
+        [200, "gzip", "e2b " * 1000],
+    )
+    refused = httpx.get(url, headers={"Accept-Encoding": "br;q=1, identity;q=0"})
+    obs["refused_body"] = excerpt(refused.text)
+    same(obs, "none_acceptable", refused.status_code, 406)
+
+
 @behaviour("rest_statuses")
 async def rest_statuses(fl: Flavour, obs: Observed) -> None:
     """Each documented status of the sandbox routes a client can provoke, and the state each call leaves."""

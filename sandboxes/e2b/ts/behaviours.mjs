@@ -585,6 +585,19 @@ behaviour('gzip', async (b, obs) => {
   same(obs, 'read_back', Buffer.from(await sbx.files.read(path, { format: 'bytes', gzip: true })).equals(data), true)
 })
 
+behaviour('download_encoding', async (b, obs) => {
+  const sbx = await b.fresh()
+  const path = `${HOME}/encoding.txt`
+  await sbx.files.write(path, 'e2b '.repeat(1000))
+  const url = await sbx.downloadUrl(path, { useSignatureExpiration: 120 })
+  // fetch decodes gzip itself: the header says which encoding came.
+  const zipped = await fetch(url, { headers: { 'Accept-Encoding': 'gzip' } })
+  same(obs, 'gzip', [zipped.status, zipped.headers.get('content-encoding'), await zipped.text()], [200, 'gzip', 'e2b '.repeat(1000)])
+  const refused = await fetch(url, { headers: { 'Accept-Encoding': 'br;q=1, identity;q=0' } })
+  obs.refused_body = excerpt(await refused.text())
+  same(obs, 'none_acceptable', refused.status, 406)
+})
+
 // --- pty ---------------------------------------------------------------------------------------
 
 behaviour('pty_resize_kill', async (b, obs) => {

@@ -529,6 +529,10 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         hit("resume unknown", "POST", f"/sandboxes/{unknown}/resume", json={"timeout": 60})
         hit("connect unknown", "POST", f"/sandboxes/{unknown}/connect", json={"timeout": 60})
         hit("pause wrong key", "POST", f"/sandboxes/{sid}/pause", headers=bad)
+        hit("fork wrong key", "POST", f"/sandboxes/{sid}/fork", json={}, headers=bad)
+        hit("snapshot wrong key", "POST", f"/sandboxes/{sid}/snapshots", json={}, headers=bad)
+        hit("GET /snapshots wrong key", "GET", "/snapshots", headers=bad)
+        hit("network wrong key", "PUT", f"/sandboxes/{sid}/network", json={"denyOut": []}, headers=bad)
         not_json = {"content": b"{", "headers": {"Content-Type": "application/json"}}
         hit("resume bad body", "POST", f"/sandboxes/{sid}/resume", **not_json)
         hit("resume wrong key", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60}, headers=bad)
@@ -554,6 +558,7 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         "resume again": 409, "connect running": 200, "pause unknown": 404, "resume unknown": 404,
         "connect unknown": 404, "pause wrong key": 401, "connect paused": 201, "state after connect": "running",
         "DELETE wrong key": 401, "DELETE": 204, "DELETE again": 404, "GET after DELETE": 404,
+        "fork wrong key": 401, "snapshot wrong key": 401, "GET /snapshots wrong key": 401, "network wrong key": 401,
         "resume bad body": 400, "resume wrong key": 401, "connect bad body": 400, "connect wrong key": 401,
         "POST /files": 200, "POST /files no token": 401, "POST /files no path": 400, "GET /files": 200,
         "GET /files no token": 401, "GET /files missing": 404, "GET /files of a directory": 400,

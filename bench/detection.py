@@ -1,17 +1,20 @@
 """`e2b-bench detect`: proof that the harness detects each deviation the embedded endpoint can have.
 
-Runs the probes and refusal cases once against the faithful profile and once per quirk switched on
-alone, each judged by the faithful endpoint's declarations, and records one case per quirk: the cases it
-flagged (`details.flagged`) and the run directory that shows them. A quirk that flags nothing is `fail`:
+Runs the probes, the refusal cases and the Python behaviours once against the faithful profile and once
+per quirk switched on alone (two runs at a time, each serving its own embedded endpoint), each judged by the
+faithful endpoint's declarations, and records one case per quirk: the cases it flagged (`details.flagged`)
+and the run directory that shows them. A quirk that flags nothing is `fail`:
 the harness would not notice that deviation; the faithful baseline must flag nothing.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .endpoints import resolve
@@ -22,12 +25,13 @@ from .paths import SANDBOXES_DIR
 from .results import CaseRecord, case_id, read_run
 
 PROBES = SANDBOXES_DIR / "e2b" / "test_probes.py"
-SUITES = (f"{PROBES}::test_probes", f"{PROBES}::test_refusals")
+SUITES = (f"{PROBES}::test_probes", f"{PROBES}::test_refusals", str(SANDBOXES_DIR / "e2b" / "test_behaviours.py"))
 RUNNER = "py-e2b-2.63.0"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
 BASELINE = "none (faithful)"
 STOP_GRACE_S = 60  # for a run told to stop to kill its sandboxes and write its footer
+PARALLEL = 2  # quirk runs at a time: each has its own embedded endpoint
 
 # Which cases each behavioural quirk (as `--quirk` takes it), switched on alone, flags, and no other:
 # the specification `detect` proves and tests/test_quirk_detection.py checks. Identity quirks (token and
@@ -43,24 +47,88 @@ OPTION_CASES = {
     "pauseWithoutMemory": "rf07_pause_without_memory",
     "connectReboot": "rf08_connect_on_resume_reboot",
 }
+
+
+def both(*bodies: str) -> tuple[str, ...]:
+    """A behaviour's cases under the sync and the async Python client."""
+    return tuple(f"behaviours/{flavour}_{body}" for body in bodies for flavour in ("sync", "async"))
+
+
+# Each wire mutation (bench/localbox/mutations.py) breaks one documented behaviour; these cases notice.
+MUTATION_CASES: dict[str, tuple[str, ...]] = {
+    "list_ignores_metadata": both("list_filters_paging"),
+    "list_ignores_state": both("list_filters_paging", "rest_statuses"),
+    "list_ignores_limit": both("list_filters_paging"),
+    "list_ignores_next_token": both("list_filters_paging"),
+    "get_drops_metadata": both("create_envs_metadata"),
+    "get_state_always_running": both("pause_connect", "rest_statuses"),
+    "create_ignores_timeout": both("create_timeout_end_at"),
+    "create_ignores_envs": both("create_envs_metadata"),
+    "create_ignores_internet_access": both("create_internet_access"),
+    "set_timeout_ignored": both("rest_statuses", "set_timeout"),
+    "pause_ignored": both("list_filters_paging", "pause_connect", "rest_statuses"),
+    "kill_ignored": (*both("kill", "rest_statuses"), "housekeeping/leak_check"),
+    "not_found_as_400": both("errors", "kill", "rest_statuses"),
+    "bad_key_as_403": both("errors", "rest_statuses"),
+    "metrics_empty": (*both("metrics"), "probes/pr10_metrics"),
+    "start_ignores_envs": both("background_list_kill", "run_envs_cwd_user"),
+    "start_ignores_cwd": (
+        *both("background_list_kill", "run_envs_cwd_user"), "probes/pr01_default_cwd", "probes/pr02_login_profile"
+    ),
+    "start_ignores_user": both("host_and_mcp", "run_envs_cwd_user"),
+    "output_truncated": both("output_sizes"),
+    "output_chunks_repeated": both("output_sizes"),
+    "stderr_dropped": both("run_streams"),
+    "exit_code_zeroed": (
+        *both("pty_resize_kill", "run_exit_code"), "probes/pr03_setsid", "probes/pr04_exit_codes", "probes/pr06_pty"
+    ),
+    "connect_drops_end": both("connect_command", "pty_connect_input"),
+    "process_list_empty": both("background_list_kill"),
+    "pty_resize_ignored": both("pty_resize_kill"),
+    "list_dir_ignores_depth": both("list_depth"),
+    "stat_owner_root": both("entry_info"),
+    "stat_mtime_epoch": both("entry_info"),
+    "stat_drops_symlink_target": both("entry_info"),
+    "remove_ignored": both("remove", "remove_missing"),
+    "watch_not_recursive": ("behaviours/async_watch_recursive",),
+    "watcher_not_recursive": ("behaviours/sync_watch_recursive",),
+    "watch_drops_removes": ("behaviours/async_watch_recursive",),
+    "watcher_drops_removes": ("behaviours/sync_watch_recursive",),
+    "download_truncated": both("gzip", "write_read_sizes"),
+    "download_drops_last_byte": (
+        *both("gzip", "host_and_mcp", "read_formats", "rest_statuses", "run_exit_code", "signed_urls"),
+        *both("write_read_sizes"),
+        "probes/pr07_gzip",
+        "probes/pr08_signed_urls",
+    ),
+    "upload_ignores_user": both("write_as_user"),
+    "upload_drops_metadata": both("file_metadata", "file_metadata_replaced"),
+    "upload_ignores_gzip": (*both("gzip"), "probes/pr07_gzip"),
+}  # fmt: skip
+# Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
+FIDELITY_CASES: dict[str, tuple[str, ...]] = {}
 DETECTED_BY: dict[str, tuple[str, ...]] = {
-    "cwd_override=/workspace": ("probes/pr01_default_cwd", "probes/pr02_login_profile", "probes/pr12_relative_paths"),
+    "cwd_override=/workspace": (
+        "probes/pr01_default_cwd", "probes/pr02_login_profile", "probes/pr12_relative_paths", *both("run_envs_cwd_user")
+    ),
     "session_leader": ("probes/pr03_setsid",),
     "end_on_exit": ("probes/pr16_output_after_exit",),
-    "refuse_stdin": ("probes/pr05_stdin", "refusals/rf10_envd_stdin"),
-    "refuse_pty": ("probes/pr06_pty", "refusals/rf11_envd_pty"),
-    "refuse_gzip_upload": ("probes/pr07_gzip", "refusals/rf12_gzip_upload"),
-    "refuse_signed_urls": ("probes/pr08_signed_urls",),
-    "watch_dir_404": ("probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir"),
-    "metrics_404": ("probes/pr10_metrics", "refusals/rf15_get_metrics"),
+    "refuse_stdin": ("probes/pr05_stdin", "refusals/rf10_envd_stdin", *both("stdin", "stream_input")),
+    "refuse_pty": ("probes/pr06_pty", "refusals/rf11_envd_pty", *both("pty_resize_kill", "pty_connect_input")),
+    "refuse_gzip_upload": ("probes/pr07_gzip", "refusals/rf12_gzip_upload", *both("gzip")),
+    "refuse_signed_urls": ("probes/pr08_signed_urls", *both("signed_urls")),
+    "watch_dir_404": ("probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir", *both("watch_recursive")),
+    "metrics_404": ("probes/pr10_metrics", "refusals/rf15_get_metrics", *both("metrics", "rest_statuses")),
     "template_build_501": ("probes/pr11_template_build", "refusals/rf13_template_build"),
     **{f"refuse_create_options={option}": (f"refusals/{OPTION_CASES[option]}",) for option in OPTION_FIELDS},
+    **{f"mutations={name}": cases for name, cases in MUTATION_CASES.items()},
+    **FIDELITY_CASES,
 }  # fmt: skip
 QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
 
 
 def run_one(results: Path, quirk: str | None) -> Path:
-    """One recorded run of the probes and refusals; returns its run directory."""
+    """One recorded run of the probes, refusals and behaviours; returns its run directory."""
     results.mkdir(parents=True, exist_ok=True)
     before = {p for p in results.iterdir() if p.is_dir()}
     command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--results-dir", str(results)]
@@ -88,10 +156,16 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS, report: bool = 
     run = life.open("detection", {})
     runs_dir = run.path / "runs"
     all_detected = True
+
+    def timed(quirk: str | None) -> tuple[Path, float]:
+        started = time.monotonic()
+        run_dir = run_one(runs_dir / re.sub(r"[^A-Za-z0-9_.-]+", "-", quirk or "baseline"), quirk)
+        return run_dir, round((time.monotonic() - started) * 1000, 1)
+
     try:
-        for quirk in (None, *quirks):
-            started = time.monotonic()
-            run_dir = run_one(runs_dir, quirk)
+        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+            runs = list(pool.map(timed, (None, *quirks)))
+        for quirk, (run_dir, duration_ms) in zip((None, *quirks), runs, strict=True):
             found = flagged(run_dir)
             detected = not found if quirk is None else bool(found)
             all_detected = all_detected and detected
@@ -105,7 +179,7 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS, report: bool = 
                     outcome="pass" if detected else "fail",
                     expected="pass",
                     conformant=detected,
-                    duration_ms=round((time.monotonic() - started) * 1000, 1),
+                    duration_ms=duration_ms,
                     error=None if detected else ("flags cases" if quirk is None else "flags no case"),
                     details={"flagged": found, "run_dir": str(run_dir.relative_to(run.path))},
                 )

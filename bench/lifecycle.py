@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from .coverage import write_coverage
 from .endpoints import Endpoint, PreflightError, preflight
 from .exits import ExitCode
 from .housekeeping import Sweep, leak_record, sweep
@@ -143,6 +144,7 @@ class Lifecycle:
         """JUnit, footer and report; returns the exit code."""
         assert self.run_dir is not None
         self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
+        write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, when the run has them
         self.run_dir.finish(status, int(exit_code))
         if self.report:
             from .report import render

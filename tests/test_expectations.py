@@ -79,9 +79,14 @@ def test_load_none_expects_every_case_to_pass() -> None:
 def test_shipped_local_declares_only_its_missing_template_builds() -> None:
     local = Expectations.load(REPO / "expectations" / "local.toml")
 
+    # Behaviours the endpoint does not have yet (issue 13, and what the behaviours suite found), declared until it does.
+    pending = {case: d for case, d in local.cases.items() if case.startswith("behaviours/")}
+    shipped = {case: d for case, d in local.cases.items() if case not in pending}
+
     assert local.name == "local"
-    assert sorted(local.cases) == ["probes/*/pr11_template_build", "refusals/*/rf13_template_build"]
-    assert {d.outcome for d in local.cases.values()} == {"refused"}
+    assert sorted(shipped) == ["probes/*/pr11_template_build", "refusals/*/rf13_template_build"]
+    assert {d.outcome for d in shipped.values()} == {"refused"}
+    assert {d.outcome for d in pending.values()} <= {"fail"}
     assert local.for_case("quickstart/py-e2b-2.63.0/py01_create").outcome == "pass"
 
 

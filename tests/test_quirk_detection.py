@@ -16,6 +16,7 @@ import pytest
 
 from bench.detection import BASELINE, DETECTED_BY, IDENTITY_QUIRKS, QUIRKS, detect
 from bench.expectations import Expectations, judge
+from bench.localbox.mutations import MUTATIONS
 from bench.localbox.quirks import OPTION_FIELDS, Quirks
 from bench.report import render
 from bench.results import Run, read_run
@@ -23,6 +24,7 @@ from bench.results import Run, read_run
 REPO = Path(__file__).resolve().parents[1]
 B3OS = Expectations.load(REPO / "expectations" / "b3os-beta.toml")
 QUIRK_CASES = {quirk: set(cases) for quirk, cases in DETECTED_BY.items()}
+BEHAVIOURS = 45  # steps of the [behaviours.python] table, each run under the sync and the async client
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +37,7 @@ def test_every_behavioural_quirk_and_refused_option_has_a_specification() -> Non
 
     assert {quirk.split("=")[0] for quirk in QUIRKS} == behavioural
     assert {quirk.split("=")[1] for quirk in QUIRKS if quirk.startswith("refuse_create_options=")} == set(OPTION_FIELDS)
+    assert {quirk.split("=")[1] for quirk in QUIRKS if quirk.startswith("mutations=")} == set(MUTATIONS)
 
 
 def test_the_faithful_profile_flags_nothing(detection: Run) -> None:
@@ -42,7 +45,8 @@ def test_the_faithful_profile_flags_nothing(detection: Run) -> None:
     baseline_run = read_run(detection.path / baseline.details["run_dir"])
 
     assert (baseline.outcome, baseline.details["flagged"]) == ("pass", [])
-    assert len(baseline_run.cases) == 17 + 15 + 1
+    # probes, refusals, the Python behaviours under both clients, the leak check
+    assert len(baseline_run.cases) == 17 + 15 + 2 * BEHAVIOURS + 1
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))

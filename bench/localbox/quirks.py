@@ -46,6 +46,8 @@ class Quirks:
     pause_keeps_memory: bool = False  # a pause with memory: false still keeps every process
     files_write_as_user: bool = False  # POST /files writes with the user's rights (403 under root's dirs)
     unknown_route_404: bool = False  # an unimplemented route answers a bare 404
+    # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
+    mutations: frozenset[str] = field(default_factory=frozenset)
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):

@@ -25,6 +25,7 @@ from bench import asgi
 
 from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
+from .mutations import mutate
 from .quirks import Quirks
 from .registry import LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
@@ -208,7 +209,7 @@ class LocalServer:
             self.sockets += [asgi.bind(host, DEBUG_API_PORT), asgi.bind(host, DEBUG_ENVD_PORT)]
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
-        app = LocalboxApp(self.registry, debug=debug_ports)
+        app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
         raise_open_file_limit()
         self.server = uvicorn.Server(
             uvicorn.Config(

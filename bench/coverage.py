@@ -1,0 +1,195 @@
+"""Coverage of a run: which operations of the specification its traffic reached, with which statuses, and
+which public SDK methods its cases called.
+
+(a) Spec: every operation of E2B's REST API, envd's HTTP routes and envd's RPCs (bench/spec_operations.toml)
+with the statuses its specification documents, next to the statuses the run's wire logs (`wire/*.jsonl`)
+saw for it. The percentage counts (operation, documented status) pairs a client can reach: operations with
+a `scope` note (account, template, cluster management; orchestrator-internal envd routes) and server-fault
+statuses (5xx) are listed with why, not counted. Requests that match no operation are listed too.
+
+(b) SDK: every public method of the runner's SDK (`Sandbox`/`AsyncSandbox` and their `commands`, `files`,
+`pty` members for Python; `Sandbox` and the same members for npm), as the runner's own environment reports
+it (sandboxes/e2b/*/surface.*), with the cases that called it (`details.sdk_calls`, observed by the runner).
+
+`write_coverage(run_dir)` writes `coverage.json` (bench/schemas/coverage.schema.json) into the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tomllib
+from collections import defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .paths import SANDBOXES_DIR
+
+SPEC_OPERATIONS = Path(__file__).with_name("spec_operations.toml")
+SURFACE = {
+    "python": SANDBOXES_DIR / "e2b" / "python" / "surface.py",
+    "js": SANDBOXES_DIR / "e2b" / "ts" / "surface.mjs",
+}
+SERVER_FAULT = "a server fault (5xx): a conforming client cannot provoke it"
+ENVD_ONLY = ("/files", "/envs", "/init", "/freeze", "/unfreeze", "/collapse", "/fsfreeze", "/fsthaw")
+
+
+def load_operations(path: Path = SPEC_OPERATIONS) -> list[dict[str, Any]]:
+    with path.open("rb") as handle:
+        return list(tomllib.load(handle)["operation"])
+
+
+def _pattern(route: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(route)) + "$")
+
+
+def _kind(path: str, headers: dict[str, Any]) -> str:
+    """Which specification a request belongs to: envd's RPCs, envd's HTTP routes, or the REST API."""
+    if path.startswith(("/process.Process/", "/filesystem.Filesystem/")):
+        return "rpc"
+    if path.startswith(ENVD_ONLY) or (path in ("/health", "/metrics") and "e2b-sandbox-id" in headers):
+        return "envd"
+    return "api"
+
+
+def wire_requests(run_dir: Path) -> list[dict[str, Any]]:
+    found = []
+    for log in sorted((run_dir / "wire").glob("*.jsonl")):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                found.append(json.loads(line))
+    return found
+
+
+def spec_coverage(requests: Iterable[dict[str, Any]], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    patterns = [(op, _pattern(op["route"])) for op in operations]
+    seen: dict[int, set[int]] = defaultdict(set)
+    unspecified: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for request in requests:
+        path = urlsplit(str(request.get("url", ""))).path
+        method = str(request.get("method", "")).upper()
+        status = request.get("status")
+        if not isinstance(status, int):
+            continue
+        kind = _kind(path, {str(k).lower(): v for k, v in (request.get("request_headers") or {}).items()})
+        match = next(
+            (
+                i
+                for i, (op, rx) in enumerate(patterns)
+                if op["api"] == kind and op["method"] == method and rx.match(path)
+            ),
+            None,
+        )
+        if match is None:
+            unspecified[(method, re.sub(r"(/sandboxes/)[^/]+", r"\1{sandboxID}", path))].add(status)
+        else:
+            seen[match].add(status)
+    rows = []
+    counted = reached = 0
+    for index, op in enumerate(operations):
+        statuses = sorted(seen[index])
+        documented = [int(s) for s in op["documented"]]
+        reachable = [s for s in documented if s < 500 and str(s) not in op.get("unreachable", {})]
+        if not op.get("scope"):
+            counted += len(reachable)
+            reached += len(set(reachable) & set(statuses))
+        rows.append(
+            {
+                "api": op["api"],
+                "method": op["method"],
+                "route": op["route"],
+                "documented": documented,
+                "seen": statuses,
+                "why_missing": _why_missing(op, documented, reachable, statuses),
+            }
+        )
+    return {
+        "percent": round(100.0 * reached / counted, 1) if counted else 0.0,
+        "counted": counted,
+        "reached": reached,
+        "operations": rows,
+        "unspecified": [
+            {"method": method, "route": route, "seen": sorted(statuses)}
+            for (method, route), statuses in sorted(unspecified.items())
+        ],
+    }
+
+
+def _why_missing(op: dict[str, Any], documented: list[int], reachable: list[int], seen: list[int]) -> str | None:
+    missing = [s for s in documented if s not in seen]
+    if not missing:
+        return None
+    if op.get("scope"):
+        return f"not counted: {op['scope']}"
+    reasons = []
+    not_reached = [s for s in reachable if s not in seen]
+    if not_reached:
+        reasons.append(f"no case provoked {', '.join(map(str, not_reached))}")
+    for status in missing:
+        if str(status) in op.get("unreachable", {}):
+            reasons.append(f"{status}: {op['unreachable'][str(status)]}")
+        elif status >= 500:
+            reasons.append(f"{status}: {SERVER_FAULT}")
+    return "; ".join(reasons)
+
+
+# --- SDK methods ----------------------------------------------------------------------------------
+
+
+def sdk_surface(runner_name: str) -> list[str]:
+    """The public SDK methods of a registered runner, as its own environment reports them."""
+    from .runners.catalog import available_runners
+
+    runner = available_runners()[runner_name]
+    executable = runner.prepare()
+    script = SURFACE[runner.language]
+    done = subprocess.run(
+        [str(executable), str(script)],
+        env=runner.environment({}),
+        cwd=script.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return list(json.loads(done.stdout))
+
+
+def sdk_coverage(cases: list[dict[str, Any]], surface: Any = sdk_surface) -> dict[str, Any]:
+    """Per runner whose cases report `sdk_calls`: every public method and the cases that called it."""
+    calls: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for case in cases:
+        for name in (case.get("details") or {}).get("sdk_calls") or ():
+            calls[case["runner"]][name].append(case["id"])
+    result: dict[str, Any] = {}
+    for runner, called in sorted(calls.items()):
+        try:
+            names = surface(runner)
+        except Exception as exc:  # the table says why it is empty; the run itself is unaffected
+            result[runner] = {"percent": 0.0, "methods": [], "error": f"{type(exc).__name__}: {exc}"[:500]}
+            continue
+        methods = [{"name": name, "cases": sorted(called.get(name, []))} for name in names]
+        covered = sum(1 for method in methods if method["cases"])
+        result[runner] = {"percent": round(100.0 * covered / len(methods), 1) if methods else 0.0, "methods": methods}
+    return result
+
+
+def read_cases(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "cases.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_coverage(run_dir: Path) -> dict | None:
+    """Write `coverage.json` into `run_dir` from its wire logs and cases; None when it has neither."""
+    requests = wire_requests(run_dir)
+    cases = read_cases(run_dir)
+    if not requests and not cases:
+        return None
+    coverage = {"spec": spec_coverage(requests, load_operations()), "sdk": sdk_coverage(cases)}
+    (run_dir / "coverage.json").write_text(json.dumps(coverage, indent=2) + "\n", encoding="utf-8")
+    return coverage

@@ -1,0 +1,1026 @@
+"""Documented behaviours of the Python SDK, each checked twice: what the call returns, and the state it
+leaves, seen through an independent path (a shell command in the sandbox, the REST API, another call).
+
+Every behaviour is one step body run under both client flavours: `sync_<name>` drives `Sandbox`,
+`async_<name>` drives `AsyncSandbox`. A body awaits every SDK result through `got(...)`, which awaits
+what the async client returns and passes what the sync one returns through, so the same lines check
+both. Which SDK methods a step really called is observed (a profile hook on the `e2b` package, never a
+patch) and recorded in `details.sdk_calls`, for the run's coverage table.
+
+The inventory of behaviours (sandboxes/e2b/behaviours.toml) names these cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+from driver import Context, Fail, Observed, exception_details, excerpt, expect, main, step
+
+SUITES = {"behaviours"}
+LOOP = asyncio.new_event_loop()
+# Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
+BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1)
+USER_HOME = "/home/user"
+WRONG_KEY = "e2b_" + "0" * 40
+DEADLINE_ENDS = ("TimeoutException", "CommandExitException")
+# Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
+GONE = "timeout 5 sh -c 'while pgrep -f \"^{pattern}$\" >/dev/null; do sleep 0.05; done' && echo gone"
+# The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
+XATTRS = (
+    "python3 -c 'import json, os, sys; p = sys.argv[1]; "
+    "print(json.dumps(sorted([k, os.getxattr(p, k).decode()] for k in os.listxattr(p))))'"
+)
+
+
+# --- observing which SDK methods a step calls ------------------------------------------------------
+
+# The SDK's implementation classes, by the public name a user reaches them with.
+PUBLIC_OWNERS = {
+    "Sandbox": "Sandbox",
+    "AsyncSandbox": "AsyncSandbox",
+    "Commands": "Sandbox.commands",
+    "Pty": "Sandbox.pty",
+    "Filesystem": "Sandbox.files",
+    "CommandHandle": "CommandHandle",
+    "AsyncCommandHandle": "CommandHandle",
+    "WatchHandle": "WatchHandle",
+    "AsyncWatchHandle": "WatchHandle",
+    "SandboxPaginator": "SandboxPaginator",
+    "AsyncSandboxPaginator": "SandboxPaginator",
+}
+
+
+class CallLog:
+    """Public SDK methods a step called itself (not those the SDK calls inside), as `Owner.member.method`."""
+
+    def __init__(self) -> None:
+        self.calls: set[str] = set()
+        self.package = os.path.dirname(__import__("e2b").__file__)
+
+    def hook(self, frame: Any, event: str, arg: Any) -> None:
+        if event != "call" or not frame.f_code.co_filename.startswith(self.package):
+            return
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_filename.startswith(self.package):
+            return
+        name = frame.f_code.co_name
+        bound = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        if name == "_wrapper" and hasattr(bound, "method"):
+            # The SDK's methods callable on the class and on an instance go through one wrapper.
+            name = bound.method.__name__
+            bound = frame.f_locals.get("obj") or frame.f_locals.get("objtype")
+        owner = bound if isinstance(bound, type) else type(bound)
+        if name.startswith("_") or owner.__name__ not in PUBLIC_OWNERS:
+            return
+        public = PUBLIC_OWNERS[owner.__name__]
+        if "sandbox_async" in owner.__module__ and public.startswith("Sandbox"):
+            public = "AsyncSandbox" + public.removeprefix("Sandbox")
+        self.calls.add(f"{public}.{name}")
+
+    def __enter__(self) -> CallLog:
+        sys.setprofile(self.hook)
+        threading.setprofile(self.hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+# --- the two client flavours ---------------------------------------------------------------------
+
+
+async def got(value: Any) -> Any:
+    """The value of an SDK call in either flavour: awaited when the async client returned a coroutine."""
+    return await value if inspect.isawaitable(value) else value
+
+
+@dataclass
+class Flavour:
+    name: str  # "sync" | "async"
+    ctx: Context
+
+    @property
+    def Sandbox(self) -> Any:
+        import e2b
+
+        return e2b.Sandbox if self.name == "sync" else e2b.AsyncSandbox
+
+    async def new(self, **options: Any) -> Any:
+        """A fresh sandbox tagged with the run (killed at the end)."""
+        metadata = {**self.ctx.metadata, **options.pop("metadata", {})}
+        timeout = options.pop("timeout", self.ctx.sandbox_timeout_s)
+        creating = self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options)
+        sandbox = await got(creating)
+        self.ctx.created.append(sandbox.sandbox_id)
+        return sandbox
+
+    async def shared(self) -> Any:
+        """One sandbox per flavour for the behaviours that only add files and processes of their own."""
+        key = f"shared-{self.name}"
+        if key not in self.ctx.state:
+            self.ctx.state[key] = await self.new()
+        return self.ctx.state[key]
+
+    async def sh(self, sandbox: Any, command: str, **options: Any) -> str:
+        """The independent path inside the sandbox: a shell command's stdout (exit 0 required)."""
+        result = await got(sandbox.commands.run(command, **options))
+        return result.stdout
+
+    def dir(self, step_name: str) -> str:
+        return f"{USER_HOME}/bh-{self.name}-{step_name}"
+
+
+Body = Callable[[Flavour, Observed], Awaitable[None]]
+BODIES: dict[str, Body] = {}
+
+
+def behaviour(name: str) -> Callable[[Body], Body]:
+    """Register `body` as the steps `sync_<name>` and `async_<name>`."""
+
+    def register(body: Body) -> Body:
+        BODIES[name] = body
+        for flavour in ("sync", "async"):
+            step(f"{flavour}_{name}")(_runner(flavour, body))
+        return body
+
+    return register
+
+
+def _runner(flavour: str, body: Body) -> Callable[[Context, Observed], None]:
+    def run(ctx: Context, obs: Observed) -> None:
+        log = CallLog()
+        try:
+            with log:
+                LOOP.run_until_complete(body(Flavour(flavour, ctx), obs))
+        finally:
+            obs["sdk_calls"] = sorted(log.calls)
+
+    return run
+
+
+# --- the second path: the REST API ----------------------------------------------------------------
+
+
+def rest() -> httpx.Client:
+    return httpx.Client(
+        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
+    )
+
+
+def rest_get(sandbox_id: str) -> httpx.Response:
+    with rest() as client:
+        return client.get(f"/sandboxes/{sandbox_id}")
+
+
+def flat(pages: list[list[str]]) -> list[str]:
+    return [item for page in pages for item in page]
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def same(obs: Observed, key: str, observed: Any, wanted: Any) -> None:
+    """Record `observed` under `key` and require it to equal `wanted`."""
+    obs[key] = excerpt(observed) if isinstance(observed, str) else observed
+    if observed != wanted:
+        raise Fail(f"{key}: got {excerpt(repr(observed))}, expected {excerpt(repr(wanted))}")
+
+
+async def raises(obs: Observed, key: str, call: Callable[[], Any], *names: str) -> BaseException:
+    """Run `call`; it must raise one of the SDK exception classes `names`."""
+    try:
+        value = await got(call())
+    except Exception as exc:
+        obs[key] = exception_details(exc)
+        expect(type(exc).__name__ in names, f"{key}: raised {type(exc).__name__}: {exc}, expected {' or '.join(names)}")
+        return exc
+    obs[key] = {"returned": excerpt(repr(value))}
+    raise Fail(f"{key}: returned {excerpt(repr(value))} instead of raising {' or '.join(names)}")
+
+
+# --- lifecycle -----------------------------------------------------------------------------------
+
+
+@behaviour("create_envs_metadata")
+async def create_envs_metadata(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(envs={"BH_VAR": "v 1 ✓", "BH_EMPTY": ""}, metadata={"bh-key": "bh value"})
+    same(
+        obs,
+        "envs_in_shell",
+        await fl.sh(sbx, 'printf "%s|%s|%s" "$BH_VAR" "${BH_EMPTY-unset}" "$HOME"'),
+        f"v 1 ✓||{USER_HOME}",
+    )
+    body = rest_get(sbx.sandbox_id).json()
+    same(obs, "rest_metadata", body.get("metadata", {}).get("bh-key"), "bh value")
+    info = await got(sbx.get_info())
+    same(obs, "sdk_metadata", info.metadata.get("bh-key"), "bh value")
+    same(obs, "template_id_agrees", info.template_id, body.get("templateID"))
+
+
+@behaviour("create_timeout_end_at")
+async def create_timeout_end_at(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(timeout=97)
+    body = rest_get(sbx.sandbox_id).json()
+    lifetime = (parse_time(body["endAt"]) - parse_time(body["startedAt"])).total_seconds()
+    obs["rest_lifetime_s"] = lifetime
+    expect(abs(lifetime - 97) <= 3, f"endAt - startedAt is {lifetime:.1f} s, expected the 97 s asked for")
+
+
+@behaviour("get_info_fields")
+async def get_info_fields(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    info = await got(sbx.get_info())
+    body = rest_get(sbx.sandbox_id).json()
+    now = datetime.now(UTC)
+    sdk = {
+        "sandboxID": info.sandbox_id,
+        "templateID": info.template_id,
+        "state": getattr(info.state, "value", info.state),
+        "cpuCount": info.cpu_count,
+        "memoryMB": info.memory_mb,
+        "metadata": info.metadata,
+        "startedAt": info.started_at.timestamp(),
+        "endAt": info.end_at.timestamp(),
+    }
+    wire = {key: body.get(key) for key in sdk}
+    wire["startedAt"] = parse_time(body["startedAt"]).timestamp()
+    wire["endAt"] = parse_time(body["endAt"]).timestamp()
+    same(obs, "sdk_equals_rest", sdk, wire)
+    expect(info.state is not None and sdk["state"] == "running", f"state is {sdk['state']!r}, expected 'running'")
+    expect(info.started_at <= now <= info.end_at, f"now {now} is not within [{info.started_at}, {info.end_at}]")
+    expect(info.cpu_count >= 1 and info.memory_mb >= 1, f"cpuCount {info.cpu_count}, memoryMB {info.memory_mb}")
+    expect(bool(body.get("envdVersion")), "envdVersion is missing")
+
+
+@behaviour("set_timeout")
+async def set_timeout(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    for seconds in (250, 180):  # longer, then shorter: both move endAt to now + timeout
+        asked = time.time()
+        await got(sbx.set_timeout(seconds))
+        end = parse_time(rest_get(sbx.sandbox_id).json()["endAt"]).timestamp()
+        obs[f"end_minus_now_{seconds}"] = round(end - asked, 1)
+        expect(abs(end - asked - seconds) <= 3, f"set_timeout({seconds}) put endAt {end - asked:.1f} s ahead")
+
+
+@behaviour("list_filters_paging")
+async def list_filters_paging(fl: Flavour, obs: Observed) -> None:
+    from e2b import SandboxQuery, SandboxState
+
+    group = f"{fl.ctx.run_id}-{fl.name}-list"
+    first = await fl.new(metadata={"bh-group": group, "bh-which": "first"})
+    second = await fl.new(metadata={"bh-group": group, "bh-which": "second"})
+    await got(second.beta_pause())
+
+    async def ids(query: Any, limit: int | None = None) -> tuple[list[list[str]], bool]:
+        paginator = fl.Sandbox.list(query=query, limit=limit)
+        pages = [[s.sandbox_id for s in await got(paginator.next_items())]]
+        while paginator.has_next and len(pages) < 5:
+            pages.append([s.sandbox_id for s in await got(paginator.next_items())])
+        return pages, paginator.has_next
+
+    both = SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING, SandboxState.PAUSED])
+    pages, _ = await ids(both)
+    same(obs, "both_states", sorted(flat(pages)), sorted([first.sandbox_id, second.sandbox_id]))
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group, "bh-which": "first"}))
+    same(obs, "metadata_filter", flat(pages), [first.sandbox_id])
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.PAUSED]))
+    same(obs, "state_paused", flat(pages), [second.sandbox_id])
+    pages, _ = await ids(SandboxQuery(metadata={"bh-group": group}, state=[SandboxState.RUNNING]))
+    same(obs, "state_running", flat(pages), [first.sandbox_id])
+    pages, more = await ids(both, limit=1)
+    same(obs, "pages_of_one", [len(page) for page in pages], [1, 1])
+    same(obs, "pages_cover_both", sorted(flat(pages)), sorted([first.sandbox_id, second.sandbox_id]))
+    expect(not more, "has_next is still true after the last page")
+    with rest() as client:
+        wire = client.get("/v2/sandboxes", params={"metadata": f"bh-group={group}", "state": "paused"}).json()
+    same(obs, "rest_filter", [s["sandboxID"] for s in wire], [second.sandbox_id])
+
+
+@behaviour("pause_connect")
+async def pause_connect(fl: Flavour, obs: Observed) -> None:
+    from e2b import SandboxState
+
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/kept.txt", "kept across pause"))
+    expect(await got(sbx.pause()) is True, "pause() did not return True")
+    same(obs, "rest_state_paused", rest_get(sbx.sandbox_id).json().get("state"), "paused")
+    info = await got(sbx.get_info())
+    same(obs, "sdk_state_paused", info.state, SandboxState.PAUSED)
+    resumed = await got(fl.Sandbox.connect(sbx.sandbox_id))
+    same(obs, "rest_state_resumed", rest_get(sbx.sandbox_id).json().get("state"), "running")
+    same(obs, "file_kept", await fl.sh(resumed, f"cat {USER_HOME}/kept.txt"), "kept across pause")
+    expect(await got(resumed.is_running()) is True, "is_running() is not True after connect")
+
+
+@behaviour("kill")
+async def kill(fl: Flavour, obs: Observed) -> None:
+    from e2b import Sandbox
+
+    sbx = await fl.new()
+    expect(await got(sbx.is_running()) is True, "is_running() is not True on a new sandbox")
+    same(obs, "kill", await got(sbx.kill()), True)
+    fl.ctx.killed.add(sbx.sandbox_id)
+    same(obs, "rest_status_after_kill", rest_get(sbx.sandbox_id).status_code, 404)
+    same(obs, "is_running_after_kill", await got(sbx.is_running()), False)
+    same(obs, "kill_again", await got(fl.Sandbox.kill(sbx.sandbox_id)), False)
+    listed = [s.sandbox_id for s in Sandbox.list(query=_tag(fl)).next_items()]
+    expect(sbx.sandbox_id not in listed, "a killed sandbox is still listed")
+
+
+def _tag(fl: Flavour) -> Any:
+    from e2b import SandboxQuery
+
+    return SandboxQuery(metadata=fl.ctx.metadata)
+
+
+@behaviour("metrics")
+async def metrics(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    samples = await got(sbx.get_metrics())
+    obs["samples"] = len(samples)
+    expect(len(samples) >= 1, "get_metrics() returned no sample")
+    last = samples[-1]
+    obs["last"] = {"cpu_count": last.cpu_count, "mem_total": last.mem_total, "disk_total": last.disk_total}
+    cpus = int((await fl.sh(sbx, "nproc")).strip())
+    expect(last.cpu_count >= 1 and last.mem_total > 0 and last.disk_total > 0, f"empty sample {obs['last']}")
+    obs["nproc"] = cpus
+    with rest() as client:
+        wire = client.get(f"/sandboxes/{sbx.sandbox_id}/metrics")
+    same(obs, "rest_status", wire.status_code, 200)
+    expect(len(wire.json()) >= 1, "GET /sandboxes/{id}/metrics returned no sample")
+
+
+@behaviour("create_internet_access")
+async def create_internet_access(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(allow_internet_access=False)
+    same(obs, "rest", rest_get(sbx.sandbox_id).json().get("allowInternetAccess"), False)
+    same(obs, "sdk", (await got(sbx.get_info())).allow_internet_access, False)
+
+
+@behaviour("snapshots")
+async def snapshots(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/origin.txt", "from the origin"))
+    snapshot = await got(sbx.create_snapshot())
+    obs["snapshot"] = {"id": snapshot.snapshot_id, "names": snapshot.names}
+    listed = [s.snapshot_id for s in await got(sbx.list_snapshots().next_items())]
+    expect(snapshot.snapshot_id in listed, "list_snapshots() does not list the new snapshot")
+    restored = await _from_snapshot(fl, snapshot.snapshot_id)
+    same(obs, "restored_file", await fl.sh(restored, f"cat {USER_HOME}/origin.txt"), "from the origin")
+    same(obs, "delete_snapshot", await got(fl.Sandbox.delete_snapshot(snapshot.snapshot_id)), True)
+    with rest() as client:
+        after = client.get("/snapshots", params={"sandboxID": sbx.sandbox_id}).json()
+    expect(snapshot.snapshot_id not in str(after), "GET /snapshots still lists the deleted snapshot")
+
+
+@behaviour("fork")
+async def fork(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.files.write(f"{USER_HOME}/origin.txt", "from the origin"))
+    forks = await got(sbx.fork())
+    fl.ctx.created.extend(f.sandbox_id for f in forks if hasattr(f, "sandbox_id"))
+    expect(len(forks) == 1 and hasattr(forks[0], "sandbox_id"), f"fork() returned {forks!r}")
+    same(obs, "forked_file", await fl.sh(forks[0], f"cat {USER_HOME}/origin.txt"), "from the origin")
+    await fl.sh(forks[0], f"echo changed > {USER_HOME}/origin.txt")
+    same(obs, "origin_untouched", await fl.sh(sbx, f"cat {USER_HOME}/origin.txt"), "from the origin")
+
+
+@behaviour("metrics_window")
+async def metrics_window(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    before = datetime.fromtimestamp(time.time() - 7200, UTC)
+    same(obs, "window_before_creation", await got(sbx.get_metrics(start=before, end=before)), [])
+    with rest() as client:
+        wrong = client.get(f"/sandboxes/{sbx.sandbox_id}/metrics", params={"start": "not-a-time"}).status_code
+    same(obs, "bad_start", wrong, 400)
+
+
+async def _from_snapshot(fl: Flavour, snapshot_id: str) -> Any:
+    """A sandbox created from a snapshot: the snapshot id takes the template's place."""
+    sandbox = await got(fl.Sandbox.create(template=snapshot_id, timeout=60, metadata=fl.ctx.metadata))
+    fl.ctx.created.append(sandbox.sandbox_id)
+    return sandbox
+
+
+@behaviour("host_and_mcp")
+async def host_and_mcp(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    domain = rest_get(sbx.sandbox_id).json().get("domain") or os.environ.get("E2B_DOMAIN") or "e2b.app"
+    same(obs, "get_host", sbx.get_host(8123), f"8123-{sbx.sandbox_id}.{domain}")
+    same(obs, "get_mcp_url", sbx.get_mcp_url(), f"https://50005-{sbx.sandbox_id}.{domain}/mcp")
+    token = "bh-mcp-" + fl.name
+    await fl.sh(sbx, f"mkdir -p /etc/mcp-gateway && printf {token} > /etc/mcp-gateway/.token", user="root")
+    same(obs, "get_mcp_token", await got(sbx.get_mcp_token()), token)
+
+
+@behaviour("update_network")
+async def update_network(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()
+    await got(sbx.update_network({"deny_out": ["10.9.9.9/32"]}))
+    network = rest_get(sbx.sandbox_id).json().get("network") or {}
+    obs["rest_network"] = network
+    expect("10.9.9.9/32" in (network.get("denyOut") or []), f"GET /sandboxes/{{id}} network is {network}")
+
+
+def envd_statuses(made: dict[str, Any]) -> dict[str, Any]:
+    """Statuses of envd's file routes of a secure sandbox, with and without its access token."""
+    sandbox_id, token = made["sandboxID"], made.get("envdAccessToken") or ""
+    base = os.environ.get("E2B_SANDBOX_URL") or f"https://49983-{sandbox_id}.{made.get('domain') or 'e2b.app'}"
+    headers = {"E2b-Sandbox-Id": sandbox_id}
+    authorized = {**headers, "X-Access-Token": token}
+    path = {"path": "/home/user/envd-statuses.txt", "username": "user"}
+    seen: dict[str, Any] = {}
+    with httpx.Client(base_url=base.rstrip("/"), timeout=30) as envd:
+        upload = {"files": {"file": ("envd-statuses.txt", b"envd")}}
+        seen["POST /files"] = envd.post("/files", params=path, headers=authorized, **upload).status_code
+        seen["POST /files no token"] = envd.post("/files", params=path, headers=headers, **upload).status_code
+        octet = {**authorized, "Content-Type": "application/octet-stream"}
+        seen["POST /files no path"] = envd.post("/files", content=b"x", headers=octet).status_code
+        read = envd.get("/files", params=path, headers=authorized)
+        seen["GET /files"], seen["GET /files content"] = read.status_code, read.text
+        seen["GET /files no token"] = envd.get("/files", params=path, headers=headers).status_code
+        missing = {**path, "path": "/home/user/no-such-file"}
+        seen["GET /files missing"] = envd.get("/files", params=missing, headers=authorized).status_code
+        directory = {**path, "path": "/home/user"}
+        seen["GET /files of a directory"] = envd.get("/files", params=directory, headers=authorized).status_code
+    return seen
+
+
+@behaviour("download_encoding")
+async def download_encoding(fl: Flavour, obs: Observed) -> None:
+    """GET /files answers in an encoding the client accepts (identity or gzip), and 406 when it accepts none."""
+    sbx = await fl.new()
+    path = f"{USER_HOME}/encoding.txt"
+    await got(sbx.files.write(path, "e2b " * 1000))
+    url = sbx.download_url(path, use_signature_expiration=120)
+    zipped = httpx.get(url, headers={"Accept-Encoding": "gzip"})
+    same(
+        obs,
+        "gzip",
+        [zipped.status_code, zipped.headers.get("content-encoding"), zipped.text],
+        [200, "gzip", "e2b " * 1000],
+    )
+    refused = httpx.get(url, headers={"Accept-Encoding": "br;q=1, identity;q=0"})
+    obs["refused_body"] = excerpt(refused.text)
+    same(obs, "none_acceptable", refused.status_code, 406)
+
+
+@behaviour("rest_statuses")
+async def rest_statuses(fl: Flavour, obs: Observed) -> None:
+    """Each documented status of the sandbox routes a client can provoke, and the state each call leaves."""
+    sbx = await fl.new()
+    sid, unknown, bad = sbx.sandbox_id, "bh-no-such-sandbox", {"X-API-KEY": WRONG_KEY}
+    seen: dict[str, Any] = {}
+    with rest() as client:
+
+        def hit(name: str, method: str, path: str, **options: Any) -> httpx.Response:
+            response = client.request(method, path, **options)
+            seen[name] = response.status_code
+            return response
+
+        def state() -> str:
+            return client.get(f"/sandboxes/{sid}").json().get("state")
+
+        tag = {"metadata": urlencode(fl.ctx.metadata)}
+        hit("GET /sandboxes", "GET", "/sandboxes", params=tag)
+        hit("GET /sandboxes wrong key", "GET", "/sandboxes", headers=bad)
+        hit("GET /v2/sandboxes bad state", "GET", "/v2/sandboxes", params={"state": "bogus"})
+        hit("GET /v2/sandboxes wrong key", "GET", "/v2/sandboxes", headers=bad)
+        body = {"templateID": fl.ctx.template or "base", "timeout": 60, "metadata": fl.ctx.metadata}
+        made = hit("POST /sandboxes", "POST", "/sandboxes", json={**body, "secure": True})
+        if made.status_code == 201:
+            fl.ctx.created.append(made.json()["sandboxID"])
+            seen.update(envd_statuses(made.json()))
+        hit("POST /sandboxes bad body", "POST", "/sandboxes", json={**body, "templateID": 5})
+        hit("POST /sandboxes wrong key", "POST", "/sandboxes", json=body, headers=bad)
+        for name, method, route, options in (
+            ("GET", "GET", "", {}),
+            ("timeout", "POST", "/timeout", {"json": {"timeout": 100}}),
+            ("refreshes", "POST", "/refreshes", {"json": {"duration": 10}}),
+            ("metrics", "GET", "/metrics", {}),
+        ):
+            hit(f"{name} unknown", method, f"/sandboxes/{unknown}{route}", **options)
+            hit(f"{name} wrong key", method, f"/sandboxes/{sid}{route}", headers=bad, **options)
+            hit(name, method, f"/sandboxes/{sid}{route}", **options)
+        hit("pause", "POST", f"/sandboxes/{sid}/pause")
+        seen["state after pause"] = state()
+        hit("pause again", "POST", f"/sandboxes/{sid}/pause")
+        hit("resume", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60})
+        seen["state after resume"] = state()
+        hit("resume again", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60})
+        hit("connect running", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
+        hit("pause unknown", "POST", f"/sandboxes/{unknown}/pause")
+        hit("resume unknown", "POST", f"/sandboxes/{unknown}/resume", json={"timeout": 60})
+        hit("connect unknown", "POST", f"/sandboxes/{unknown}/connect", json={"timeout": 60})
+        hit("pause wrong key", "POST", f"/sandboxes/{sid}/pause", headers=bad)
+        hit("fork wrong key", "POST", f"/sandboxes/{sid}/fork", json={}, headers=bad)
+        hit("snapshot wrong key", "POST", f"/sandboxes/{sid}/snapshots", json={}, headers=bad)
+        hit("GET /snapshots wrong key", "GET", "/snapshots", headers=bad)
+        hit("network wrong key", "PUT", f"/sandboxes/{sid}/network", json={"denyOut": []}, headers=bad)
+        not_json = {"content": b"{", "headers": {"Content-Type": "application/json"}}
+        hit("resume bad body", "POST", f"/sandboxes/{sid}/resume", **not_json)
+        hit("resume wrong key", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60}, headers=bad)
+        hit("connect bad body", "POST", f"/sandboxes/{sid}/connect", **not_json)
+        hit("connect wrong key", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60}, headers=bad)
+        hit("pause", "POST", f"/sandboxes/{sid}/pause")
+        hit("connect paused", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
+        seen["state after connect"] = state()
+        hit("DELETE wrong key", "DELETE", f"/sandboxes/{sid}", headers=bad)
+        hit("DELETE", "DELETE", f"/sandboxes/{sid}")
+        fl.ctx.killed.add(sid)
+        hit("DELETE again", "DELETE", f"/sandboxes/{sid}")
+        hit("GET after DELETE", "GET", f"/sandboxes/{sid}")
+    wanted = {
+        "GET /sandboxes": 200, "GET /sandboxes wrong key": 401, "GET /v2/sandboxes bad state": 400,
+        "GET /v2/sandboxes wrong key": 401, "POST /sandboxes": 201, "POST /sandboxes bad body": 400,
+        "POST /sandboxes wrong key": 401,
+        "GET unknown": 404, "GET wrong key": 401, "GET": 200,
+        "timeout unknown": 404, "timeout wrong key": 401, "timeout": 204,
+        "refreshes unknown": 404, "refreshes wrong key": 401, "refreshes": 204,
+        "metrics unknown": 404, "metrics wrong key": 401, "metrics": 200,
+        "pause": 204, "state after pause": "paused", "pause again": 409, "resume": 201, "state after resume": "running",
+        "resume again": 409, "connect running": 200, "pause unknown": 404, "resume unknown": 404,
+        "connect unknown": 404, "pause wrong key": 401, "connect paused": 201, "state after connect": "running",
+        "DELETE wrong key": 401, "DELETE": 204, "DELETE again": 404, "GET after DELETE": 404,
+        "fork wrong key": 401, "snapshot wrong key": 401, "GET /snapshots wrong key": 401, "network wrong key": 401,
+        "resume bad body": 400, "resume wrong key": 401, "connect bad body": 400, "connect wrong key": 401,
+        "POST /files": 200, "POST /files no token": 401, "POST /files no path": 400, "GET /files": 200,
+        "GET /files no token": 401, "GET /files missing": 404, "GET /files of a directory": 400,
+        "GET /files content": "envd",
+    }  # fmt: skip
+    wrong = {name: seen.get(name) for name in wanted if seen.get(name) != wanted[name]}
+    obs["seen"] = seen
+    expect(not wrong, f"statuses differ: {wrong}, expected { ({k: wanted[k] for k in wrong}) }")
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+@behaviour("run_envs_cwd_user")
+async def run_envs_cwd_user(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    result = await got(
+        sbx.commands.run(
+            'printf "%s|" "$BH_A" "$BH_B"; pwd; whoami', envs={"BH_A": "a b", "BH_B": "=x="}, cwd="/tmp", user="root"
+        )
+    )
+    same(obs, "stdout", result.stdout, "a b|=x=|/tmp\nroot\n")
+    same(obs, "default_user", await fl.sh(sbx, "whoami; pwd"), f"user\n{USER_HOME}\n")
+
+
+@behaviour("run_streams")
+async def run_streams(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    out: list[str] = []
+    err: list[str] = []
+    script = "for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done"
+    result = await got(sbx.commands.run(script, on_stdout=out.append, on_stderr=err.append))
+    same(obs, "stdout", result.stdout, "out1\nout2\nout3\n")
+    same(obs, "stderr", result.stderr, "err1\nerr2\nerr3\n")
+    same(obs, "on_stdout_joined", "".join(out), result.stdout)
+    same(obs, "on_stderr_joined", "".join(err), result.stderr)
+    same(obs, "exit_code", result.exit_code, 0)
+
+
+@behaviour("run_exit_code")
+async def run_exit_code(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    marker = f"/tmp/bh-{fl.name}-exit-marker"
+    exc = await raises(
+        obs, "exit_7", lambda: sbx.commands.run(f"echo partial; echo ran > {marker}; exit 7"), "CommandExitException"
+    )
+    same(obs, "exit_code", getattr(exc, "exit_code", None), 7)
+    same(obs, "stdout_kept", getattr(exc, "stdout", None), "partial\n")
+    same(obs, "side_effect", await got(sbx.files.read(marker)), "ran\n")
+
+
+@behaviour("run_timeout")
+async def run_timeout(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    # The deadline ends the stream and kills the process at the same moment (envd runs the process under
+    # the request's context): the SDK raises whichever it sees first, a timeout or the kill.
+    exc = await raises(obs, "timeout", lambda: sbx.commands.run("sleep 21.5", timeout=1), *DEADLINE_ENDS)
+    if type(exc).__name__ == "CommandExitException":
+        same(obs, "killed", [getattr(exc, "exit_code", None), getattr(exc, "error", None)], [-1, "signal: killed"])
+    same(obs, "process_gone", await fl.sh(sbx, GONE.format(pattern="sleep 21.5")), "gone\n")
+
+
+@behaviour("background_list_kill")
+async def background_list_kill(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("sleep 45", background=True, envs={"BH_TAG": fl.name}, cwd="/tmp"))
+    listed = {p.pid: p for p in await got(sbx.commands.list())}
+    expect(handle.pid in listed, f"pid {handle.pid} is not in commands.list()")
+    proc = listed[handle.pid]
+    obs["listed"] = {"cmd": proc.cmd, "args": proc.args, "cwd": proc.cwd, "envs_has_tag": proc.envs.get("BH_TAG")}
+    same(obs, "listed_cwd", proc.cwd, "/tmp")
+    same(obs, "listed_env", proc.envs.get("BH_TAG"), fl.name)
+    same(obs, "alive_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} && echo alive"), "alive\n")
+    same(obs, "kill", await got(sbx.commands.kill(handle.pid)), True)
+    exc = await raises(obs, "wait_after_kill", handle.wait, "CommandExitException")
+    same(obs, "killed_exit_code", getattr(exc, "exit_code", None), -1)
+    same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} 2>/dev/null || echo gone"), "gone\n")
+    expect(handle.pid not in {p.pid for p in await got(sbx.commands.list())}, "a killed pid is still listed")
+    same(obs, "kill_again", await got(sbx.commands.kill(handle.pid)), False)
+
+
+@behaviour("stdin")
+async def stdin(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(
+        sbx.commands.run('while read -r line; do echo "got:$line"; done; echo eof', background=True, stdin=True)
+    )
+    await got(sbx.commands.send_stdin(handle.pid, "one\n"))
+    await got(sbx.commands.send_stdin(handle.pid, "two ✓\n"))
+    await got(sbx.commands.close_stdin(handle.pid))
+    result = await got(handle.wait())
+    same(obs, "stdout", result.stdout, "got:one\ngot:two ✓\neof\n")
+
+
+@behaviour("stream_input")
+async def stream_input(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("cat; echo eof", background=True, stdin=True))
+    lines = ["alpha\n", b"beta\n"]
+    await _stream_input(fl, sbx.commands, handle.pid, lines)
+    await got(sbx.commands.close_stdin(handle.pid))
+    same(obs, "stdout", (await got(handle.wait())).stdout, "alpha\nbeta\neof\n")
+
+
+async def _stream_input(fl: Flavour, owner: Any, pid: int, data: list[Any]) -> None:
+    """`stream_input`: the sync client takes an iterable, the async one returns a handle to send with."""
+    if fl.name == "sync":
+        owner.stream_input(pid, iter(data))
+        return
+    handle = await got(owner.stream_input(pid))
+    for item in data:
+        await handle.send(item)
+    await handle.close()
+
+
+@behaviour("connect_command")
+async def connect_command(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    flag = f"/tmp/bh-{fl.name}-go"
+    handle = await got(
+        sbx.commands.run(f"echo before; while [ ! -e {flag} ]; do sleep 0.05; done; echo after", background=True)
+    )
+    await got(handle.disconnect())
+    same(obs, "alive_after_disconnect", await fl.sh(sbx, f"kill -0 {handle.pid} && echo alive"), "alive\n")
+    again = await got(sbx.commands.connect(handle.pid))
+    await fl.sh(sbx, f"touch {flag}")  # the later output is written only once connected again
+    result = await got(again.wait())
+    same(obs, "exit_code", result.exit_code, 0)
+    expect(result.stdout.endswith("after\n"), f"connect() got stdout {result.stdout!r}, expected it to end 'after\\n'")
+
+
+@behaviour("output_sizes")
+async def output_sizes(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    wrong = {}
+    for size in BOUNDARY_SIZES:
+        result = await got(sbx.commands.run(f"head -c {size} /dev/zero | tr '\\0' 'y'"))
+        if result.stdout != "y" * size:
+            wrong[size] = len(result.stdout)
+    same(obs, "wrong_lengths", wrong, {})
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+@behaviour("write_read_sizes")
+async def write_read_sizes(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("sizes")
+    wrong: dict[str, Any] = {}
+    for size in BOUNDARY_SIZES:
+        data = os.urandom(size)
+        path = f"{base}/f{size}.bin"
+        await got(sbx.files.write(path, data))
+        inside = (await fl.sh(sbx, f"stat -c %s {path}; sha256sum < {path}")).split()
+        back = await got(sbx.files.read(path, format="bytes"))
+        digest = hashlib.sha256(data).hexdigest()
+        if inside[:2] != [str(size), digest] or bytes(back) != data:
+            sha_ok = inside[1:2] == [digest]
+            wrong[str(size)] = {"stat_size": inside[0], "sha_inside_ok": sha_ok, "read_back": len(back)}
+    same(obs, "wrong_sizes", wrong, {})
+
+
+@behaviour("read_formats")
+async def read_formats(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('formats')}.txt"
+    text = "línea 1\n\tzwei\r\n三\n"
+    await fl.sh(sbx, f"printf %s {shlex.quote(text)} > {path}")
+    same(obs, "text", await got(sbx.files.read(path)), text)
+    same(obs, "bytes", bytes(await got(sbx.files.read(path, format="bytes"))), text.encode())
+    stream = await got(sbx.files.read(path, format="stream"))
+    chunks = [c async for c in stream] if fl.name == "async" else list(stream)
+    same(obs, "stream", b"".join(bytes(c) for c in chunks), text.encode())
+
+
+@behaviour("write_files")
+async def write_files(fl: Flavour, obs: Observed) -> None:
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    sbx = await fl.shared()
+    base = fl.dir("write-files")
+    entries = [
+        WriteEntry(path=f"{base}/a.txt", data="A"),
+        WriteEntry(path=f"{base}/new/deeper/b.bin", data=b"\0B\xff"),
+        WriteEntry(path=f"{base}/c.txt", data=""),
+    ]
+    infos = await got(sbx.files.write_files(entries))
+    same(obs, "returned_paths", [i.path for i in infos], [e["path"] for e in entries])
+    listing = await fl.sh(sbx, f"cd {base} && find . -type f | sort && od -An -tx1 new/deeper/b.bin && cat a.txt")
+    same(obs, "in_shell", listing.split(), ["./a.txt", "./c.txt", "./new/deeper/b.bin", "00", "42", "ff", "A"])
+
+
+@behaviour("list_depth")
+async def list_depth(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("depth")
+    await fl.sh(sbx, f"mkdir -p {base}/a/b/c && touch {base}/top.txt {base}/a/one.txt {base}/a/b/two.txt")
+    for depth in (1, 2, 3):
+        listed = sorted(e.path for e in await got(sbx.files.list(base, depth=depth)))
+        found = sorted((await fl.sh(sbx, f"find {base} -mindepth 1 -maxdepth {depth}")).split())
+        same(obs, f"depth_{depth}", listed, found)
+    await raises(obs, "depth_0", lambda: sbx.files.list(base, depth=0), "InvalidArgumentException")
+
+
+@behaviour("entry_info")
+async def entry_info(fl: Flavour, obs: Observed) -> None:
+    from e2b import FileType
+
+    sbx = await fl.shared()
+    base = fl.dir("info")
+    await fl.sh(sbx, f"mkdir -p {base}/d && printf 12345 > {base}/f && chmod 640 {base}/f && ln -sfn f {base}/link")
+    entry = await got(sbx.files.get_info(f"{base}/f"))
+    stat = (await fl.sh(sbx, f"stat -c '%s %a %A %U %G %Y' {base}/f")).split()
+    same(
+        obs,
+        "file",
+        [entry.type, entry.size, oct(entry.mode), entry.permissions, entry.owner, entry.group],
+        [FileType.FILE, int(stat[0]), oct(int(stat[1], 8)), stat[2], stat[3], stat[4]],
+    )
+    mtime = entry.modified_time.timestamp()
+    expect(abs(mtime - int(stat[5])) <= 1, f"modified_time {entry.modified_time} vs {stat[5]}")
+    link = await got(sbx.files.get_info(f"{base}/link"))
+    same(obs, "symlink_target", link.symlink_target, f"{base}/f")
+    directory = await got(sbx.files.get_info(f"{base}/d"))
+    dstat = (await fl.sh(sbx, f"stat -c '%A %U' {base}/d")).split()
+    same(obs, "dir", [directory.type, directory.permissions, directory.owner], [FileType.DIR, *dstat])
+
+
+@behaviour("dir_mode")
+async def dir_mode(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = fl.dir("dir-mode")
+    await fl.sh(sbx, f"mkdir -p {path} && chmod 750 {path}")
+    directory = await got(sbx.files.get_info(path))
+    same(obs, "mode", oct(directory.mode), oct(int((await fl.sh(sbx, f"stat -c %a {path}")).strip(), 8)))
+
+
+@behaviour("make_dir")
+async def make_dir(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('mkdir')}/x/y"
+    same(obs, "first", await got(sbx.files.make_dir(path)), True)
+    same(obs, "in_shell", await fl.sh(sbx, f"test -d {path} && stat -c %U {path}"), "user\n")
+    same(obs, "again", await got(sbx.files.make_dir(path)), False)
+
+
+@behaviour("rename")
+async def rename(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("rename")
+    await got(sbx.files.write(f"{base}/old.txt", "moved"))
+    entry = await got(sbx.files.rename(f"{base}/old.txt", f"{base}/new.txt"))
+    same(obs, "returned", [entry.path, entry.name], [f"{base}/new.txt", "new.txt"])
+    same(obs, "in_shell", await fl.sh(sbx, f"test -e {base}/old.txt || cat {base}/new.txt"), "moved")
+    await raises(obs, "missing_source", lambda: sbx.files.rename(f"{base}/nope", f"{base}/x"), "FileNotFoundException")
+
+
+@behaviour("remove")
+async def remove(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("remove")
+    await fl.sh(sbx, f"mkdir -p {base}/tree/sub && touch {base}/file {base}/tree/sub/x")
+    await got(sbx.files.remove(f"{base}/file"))
+    await got(sbx.files.remove(f"{base}/tree"))
+    same(obs, "in_shell", await fl.sh(sbx, f"ls -A {base}"), "")
+    same(obs, "exists_after", await got(sbx.files.exists(f"{base}/tree")), False)
+
+
+@behaviour("remove_missing")
+async def remove_missing(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('remove-missing')}/never-existed"
+    await got(sbx.files.remove(path))  # envd removes with RemoveAll: a missing path is fine
+    same(obs, "in_shell", await fl.sh(sbx, f"test -e {path} || echo absent"), "absent\n")
+
+
+@behaviour("file_metadata")
+async def file_metadata(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('metadata')}.txt"
+    await got(sbx.files.write(path, "m", metadata={"bh-owner": "suite", "bh-n": "1"}))
+    same(obs, "get_info", (await got(sbx.files.get_info(path))).metadata, {"bh-owner": "suite", "bh-n": "1"})
+    listed = {e.path: e.metadata for e in await got(sbx.files.list(USER_HOME))}
+    same(obs, "listed", listed.get(path), {"bh-owner": "suite", "bh-n": "1"})
+    xattrs = await fl.sh(sbx, f"{XATTRS} {path}")
+    same(obs, "xattrs", xattrs, '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+
+
+@behaviour("file_metadata_replaced")
+async def file_metadata_replaced(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('metadata-replaced')}.txt"
+    await got(sbx.files.write(path, "m", metadata={"bh-owner": "suite"}))
+    await got(sbx.files.write(path, "m2"))  # an upload without metadata clears it
+    same(obs, "cleared", (await got(sbx.files.get_info(path))).metadata or {}, {})
+    same(obs, "xattrs", await fl.sh(sbx, f"{XATTRS} {path}"), "[]\n")
+    same(obs, "content", await fl.sh(sbx, f"cat {path}"), "m2")
+
+
+@behaviour("exists")
+async def exists(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("exists")
+    await fl.sh(sbx, f"mkdir -p {base}/dir && touch {base}/file")
+    seen = {name: await got(sbx.files.exists(f"{base}/{name}")) for name in ("dir", "file", "missing")}
+    same(obs, "exists", seen, {"dir": True, "file": True, "missing": False})
+
+
+@behaviour("write_as_user")
+async def write_as_user(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("owner")
+    await got(sbx.files.write(f"{base}/by-user.txt", "u"))
+    await got(sbx.files.write(f"/tmp/bh-{fl.name}-by-root.txt", "r", user="root"))
+    owners = await fl.sh(sbx, f"stat -c %U {base}/by-user.txt /tmp/bh-{fl.name}-by-root.txt")
+    same(obs, "owners", owners.split(), ["user", "root"])
+    await raises(
+        obs,
+        "read_root_only",
+        lambda: sbx.files.read("/root/.profile"),
+        "SandboxException",
+        "PermissionError",
+        "InvalidArgumentException",
+        "NotFoundException",
+    )
+
+
+@behaviour("watch_recursive")
+async def watch_recursive(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("watch")
+    await fl.sh(sbx, f"mkdir -p {base}/sub")
+    events: list[Any] = []
+    if fl.name == "sync":
+        handle = sbx.files.watch_dir(base, recursive=True)
+    else:
+        handle = await sbx.files.watch_dir(base, on_event=events.append, recursive=True)
+    await fl.sh(sbx, f"echo x > {base}/sub/deep.txt; echo y > {base}/top.txt; rm {base}/top.txt")
+    for _ in range(50):  # events are delivered asynchronously: poll until they arrive
+        if fl.name == "sync":
+            events.extend(handle.get_new_events())
+        names = {(e.name, e.type.name) for e in events}
+        if {("sub/deep.txt", "CREATE"), ("top.txt", "REMOVE")} <= names:
+            break
+        await asyncio.sleep(0.1)
+    await got(handle.stop())
+    obs["events"] = sorted(f"{e.type.name} {e.name}" for e in events)
+    names = {(e.name, e.type.name) for e in events}
+    for wanted in (("sub/deep.txt", "CREATE"), ("top.txt", "CREATE"), ("top.txt", "REMOVE")):
+        expect(wanted in names, f"no {wanted[1]} event for {wanted[0]} (recursive watch)")
+
+
+@behaviour("signed_urls")
+async def signed_urls(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new(secure=True)
+    path = f"{USER_HOME}/signed-{fl.name}.bin"
+    payload = os.urandom(3000)
+    up = httpx.post(sbx.upload_url(path, use_signature_expiration=120), files={"file": ("x.bin", payload)})
+    same(obs, "upload_status", up.status_code, 200)
+    same(obs, "sha_inside", (await fl.sh(sbx, f"sha256sum < {path}")).split()[0], hashlib.sha256(payload).hexdigest())
+    down = httpx.get(sbx.download_url(path, use_signature_expiration=120))
+    same(obs, "download", [down.status_code, down.content == payload], [200, True])
+    unsigned = httpx.get(sbx.download_url(path).split("?")[0], params={"path": path, "username": "user"})
+    same(obs, "unsigned_refused", unsigned.status_code, 401)
+
+
+@behaviour("gzip")
+async def gzip_round_trip(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    path = f"{fl.dir('gzip')}.bin"
+    data = os.urandom(70000) + b"z" * 70000
+    await got(sbx.files.write(path, data, gzip=True))
+    same(obs, "sha_inside", (await fl.sh(sbx, f"sha256sum < {path}")).split()[0], hashlib.sha256(data).hexdigest())
+    same(obs, "read_back", bytes(await got(sbx.files.read(path, format="bytes", gzip=True))) == data, True)
+
+
+# --- pty -----------------------------------------------------------------------------------------
+
+
+@behaviour("pty_resize_kill")
+async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    output = bytearray()
+    if fl.name == "sync":
+        terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    else:
+        terminal = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
+    await got(sbx.pty.resize(terminal.pid, PtySize(rows=33, cols=111)))
+    await got(sbx.pty.send_stdin(terminal.pid, b"stty size; exit 4\n"))
+    try:
+        if fl.name == "sync":
+            await got(terminal.wait(on_pty=output.extend))
+        else:
+            await terminal.wait()
+        exit_code = 0
+    except Exception as exc:
+        exit_code = getattr(exc, "exit_code", None)
+    text = output.decode(errors="replace")
+    obs["output"] = excerpt(text)
+    expect("33 111" in text, "stty size inside the pty does not show the resized 33 111")
+    same(obs, "exit_code", exit_code, 4)
+    second = (
+        await got(sbx.pty.create(PtySize(rows=10, cols=40)))
+        if fl.name == "sync"
+        else await sbx.pty.create(PtySize(rows=10, cols=40), on_data=lambda _: None)
+    )
+    same(obs, "kill", await got(sbx.pty.kill(second.pid)), True)
+    killed = await raises(obs, "wait_after_kill", second.wait, "CommandExitException")
+    same(obs, "killed_exit_code", getattr(killed, "exit_code", None), -1)
+    same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {second.pid} 2>/dev/null || echo gone"), "gone\n")
+
+
+@behaviour("pty_connect_input")
+async def pty_connect_input(fl: Flavour, obs: Observed) -> None:
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    output = bytearray()
+    if fl.name == "sync":
+        first = sbx.pty.create(PtySize(rows=24, cols=80))
+        first.disconnect()
+        again = sbx.pty.connect(first.pid)
+    else:
+        first = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=lambda _: None)
+        await first.disconnect()
+        again = await sbx.pty.connect(first.pid, on_data=output.extend)
+    data = [b"echo pty-$((6*7))\n", "exit 0\n"]
+    await _stream_input(fl, sbx.pty, first.pid, data)
+    if fl.name == "sync":
+        await got(again.wait(on_pty=output.extend))
+    else:
+        await again.wait()
+    obs["output"] = excerpt(output.decode(errors="replace"))
+    expect("pty-42" in output.decode(errors="replace"), "the reconnected pty did not run the streamed input")
+
+
+# --- errors --------------------------------------------------------------------------------------
+
+
+@behaviour("errors")
+async def errors(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    await raises(
+        obs,
+        "unknown_sandbox",
+        lambda: fl.Sandbox.connect("bh-no-such-sandbox"),
+        "SandboxNotFoundException",
+        "NotFoundException",
+    )
+    await raises(obs, "wrong_key", lambda: fl.Sandbox.list(api_key=WRONG_KEY).next_items(), "AuthenticationException")
+    await raises(obs, "read_missing", lambda: sbx.files.read(f"{USER_HOME}/bh-missing"), "FileNotFoundException")
+    await raises(obs, "list_a_file", lambda: sbx.files.list("/etc/hostname"), "InvalidArgumentException")
+    await raises(obs, "info_missing", lambda: sbx.files.get_info("/nope/nope"), "FileNotFoundException")
+    with rest() as client:
+        missing = client.get("/sandboxes/bh-no-such-sandbox").status_code
+    wrong_key = httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": WRONG_KEY}).status_code
+    statuses = [missing, wrong_key]
+    same(obs, "rest_statuses", statuses, [404, 401])
+
+
+if __name__ == "__main__":
+    sys.exit(main(SUITES))

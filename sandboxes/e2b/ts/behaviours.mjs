@@ -1,0 +1,654 @@
+// Documented behaviours of the npm SDK, each checked twice: what the call returns, and the state it leaves,
+// seen through an independent path (a shell command in the sandbox, the REST API, another call). The same
+// behaviours as the Python suite (sandboxes/e2b/python/behaviours.py), named `js_<behaviour>`; the
+// inventory (sandboxes/e2b/behaviours.toml) names both.
+//
+// Which public SDK methods a step called is observed through Proxies around the SDK's own objects (no
+// patch: the call goes to the SDK unchanged) and recorded in `details.sdk_calls` for the coverage table.
+
+import { createHash, randomBytes } from 'node:crypto'
+
+import { Fail, errorDetails, excerpt, expect, main, show, sleep, step } from './driver.mjs'
+
+const SUITE = 'behaviours'
+const HOME = '/home/user'
+// Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
+const BOUNDARY_SIZES = [0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1]
+// Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
+const GONE = (pattern) => `timeout 5 sh -c 'while pgrep -f "^${pattern}$" >/dev/null; do sleep 0.05; done' && echo gone`
+const MEMBERS = new Set(['commands', 'files', 'pty'])
+// The extended attributes of a file, as the shell sees them (envd keeps file metadata as user.e2b.* xattrs).
+const XATTRS = `python3 -c 'import json, os, sys; p = sys.argv[1]; print(json.dumps(sorted([k, os.getxattr(p, k).decode()] for k in os.listxattr(p))))'`
+
+// --- observing calls ---------------------------------------------------------------------------
+
+/** `target` seen through a Proxy that records each public method called on it as `<prefix>.<name>`. */
+function observed(target, prefix, calls) {
+  return new Proxy(target, {
+    get(object, name, receiver) {
+      const value = Reflect.get(object, name, object)
+      if (typeof name !== 'string' || name.startsWith('_')) return value
+      if (MEMBERS.has(name) && value && typeof value === 'object') return observed(value, `${prefix}.${name}`, calls)
+      if (typeof value !== 'function' || name === 'constructor') return value
+      return (...args) => {
+        calls.add(`${prefix}.${name}`)
+        const result = value.apply(object, args)
+        // A sandbox returned by create/connect is observed too.
+        if (result instanceof Promise) {
+          return result.then((made) => (made instanceof object.constructor || made?.sandboxId && made?.commands ? observed(made, 'Sandbox', calls) : made))
+        }
+        return result
+      }
+    },
+  })
+}
+
+function behaviour(name, body) {
+  step(`js_${name}`, async (ctx, obs) => {
+    const calls = new Set()
+    const b = new Behaviour(ctx, obs, calls)
+    try {
+      await body(b, obs)
+    } finally {
+      obs.sdk_calls = [...calls].sort()
+    }
+  })
+}
+
+class Behaviour {
+  constructor(ctx, obs, calls) {
+    this.ctx = ctx
+    this.obs = obs
+    this.calls = calls
+    this.Sandbox = observed(ctx.sdk.Sandbox, 'Sandbox', calls)
+  }
+
+  /** A fresh sandbox tagged with the run (killed at the end). */
+  async fresh(options = {}) {
+    const metadata = { ...this.ctx.metadata, ...(options.metadata ?? {}) }
+    const opts = { timeoutMs: this.ctx.sandboxTimeoutMs, ...options, metadata }
+    const made = this.ctx.template ? await this.Sandbox.create(this.ctx.template, opts) : await this.Sandbox.create(opts)
+    this.ctx.created.push(made.sandboxId)
+    return made
+  }
+
+  /** One sandbox shared by the behaviours that only add files and processes of their own. */
+  async shared() {
+    if (!this.ctx.state.shared) this.ctx.state.shared = await this.fresh()
+    return observed(this.ctx.state.shared, 'Sandbox', this.calls)
+  }
+
+  /** The independent path inside the sandbox: a shell command's stdout. */
+  async sh(sandbox, command, opts = {}) {
+    return (await sandbox.commands.run(command, opts)).stdout
+  }
+
+  dir(name) {
+    return `${HOME}/bh-js-${name}`
+  }
+}
+
+// --- the second path: the REST API -------------------------------------------------------------
+
+async function rest(path, init = {}) {
+  const url = `${process.env.E2B_API_URL}${path}`
+  return fetch(url, { ...init, headers: { 'X-API-KEY': process.env.E2B_API_KEY, ...(init.headers ?? {}) } })
+}
+
+async function restInfo(sandboxId) {
+  const response = await rest(`/sandboxes/${sandboxId}`)
+  return { status: response.status, body: response.status === 200 ? await response.json() : null }
+}
+
+/** JSON with object keys sorted, so that equal values compare equal whatever their key order. */
+function canon(value) {
+  if (Array.isArray(value)) return value.map(canon)
+  if (value && typeof value === 'object' && !(value instanceof Date)) {
+    return Object.fromEntries(Object.keys(value).sort().map((key) => [key, canon(value[key])]))
+  }
+  return value
+}
+
+function same(obs, key, actual, wanted) {
+  obs[key] = typeof actual === 'string' ? excerpt(actual) : actual
+  if (show(canon(actual)) !== show(canon(wanted))) throw new Fail(`${key}: got ${excerpt(show(actual))}, expected ${excerpt(show(wanted))}`)
+}
+
+async function rejects(obs, key, call, ...names) {
+  let value
+  try {
+    value = await call()
+  } catch (err) {
+    obs[key] = errorDetails(err)
+    expect(names.includes(err?.name), `${key}: raised ${err?.name}: ${err?.message}, expected ${names.join(' or ')}`)
+    return err
+  }
+  obs[key] = { returned: excerpt(show(value)) }
+  throw new Fail(`${key}: returned ${excerpt(show(value))} instead of raising ${names.join(' or ')}`)
+}
+
+const sha256 = (data) => createHash('sha256').update(data).digest('hex')
+const seconds = (iso) => new Date(iso).getTime() / 1000
+
+// --- lifecycle ---------------------------------------------------------------------------------
+
+behaviour('create_envs_metadata', async (b, obs) => {
+  const sbx = await b.fresh({ envs: { BH_VAR: 'v 1 ✓', BH_EMPTY: '' }, metadata: { 'bh-key': 'bh value' } })
+  same(obs, 'envs_in_shell', await b.sh(sbx, 'printf "%s|%s|%s" "$BH_VAR" "${BH_EMPTY-unset}" "$HOME"'), `v 1 ✓||${HOME}`)
+  const { body } = await restInfo(sbx.sandboxId)
+  same(obs, 'rest_metadata', body?.metadata?.['bh-key'], 'bh value')
+  const info = await sbx.getInfo()
+  same(obs, 'sdk_metadata', info.metadata['bh-key'], 'bh value')
+  same(obs, 'template_id_agrees', info.templateId, body?.templateID)
+})
+
+behaviour('create_timeout_end_at', async (b, obs) => {
+  const sbx = await b.fresh({ timeoutMs: 97_000 })
+  const { body } = await restInfo(sbx.sandboxId)
+  const lifetime = seconds(body.endAt) - seconds(body.startedAt)
+  obs.rest_lifetime_s = lifetime
+  expect(Math.abs(lifetime - 97) <= 3, `endAt - startedAt is ${lifetime} s, expected the 97 s asked for`)
+})
+
+behaviour('get_info_fields', async (b, obs) => {
+  const sbx = await b.shared()
+  const info = await sbx.getInfo()
+  const { body } = await restInfo(sbx.sandboxId)
+  const full = await b.Sandbox.getFullInfo(sbx.sandboxId)
+  same(obs, 'full_info_id', [full.sandboxId, full.templateId], [body.sandboxID, body.templateID])
+  const sdk = {
+    sandboxID: info.sandboxId, templateID: info.templateId, state: info.state, cpuCount: info.cpuCount,
+    memoryMB: info.memoryMB, metadata: info.metadata, startedAt: info.startedAt.getTime() / 1000, endAt: info.endAt.getTime() / 1000,
+  }
+  const wire = Object.fromEntries(Object.keys(sdk).map((key) => [key, body[key]]))
+  wire.startedAt = seconds(body.startedAt)
+  wire.endAt = seconds(body.endAt)
+  same(obs, 'sdk_equals_rest', sdk, wire)
+  same(obs, 'state', info.state, 'running')
+  const now = Date.now()
+  expect(info.startedAt.getTime() <= now && now <= info.endAt.getTime(), `now is not within [${show(info.startedAt)}, ${show(info.endAt)}]`)
+})
+
+behaviour('set_timeout', async (b, obs) => {
+  const sbx = await b.shared()
+  for (const s of [250, 180]) {
+    const asked = Date.now() / 1000
+    await sbx.setTimeout(s * 1000)
+    const end = seconds((await restInfo(sbx.sandboxId)).body.endAt)
+    obs[`end_minus_now_${s}`] = Math.round((end - asked) * 10) / 10
+    expect(Math.abs(end - asked - s) <= 3, `setTimeout(${s * 1000}) put endAt ${end - asked} s ahead`)
+  }
+})
+
+behaviour('list_filters_paging', async (b, obs) => {
+  const group = `${b.ctx.runId}-js-list`
+  const first = await b.fresh({ metadata: { 'bh-group': group, 'bh-which': 'first' } })
+  const second = await b.fresh({ metadata: { 'bh-group': group, 'bh-which': 'second' } })
+  await second.betaPause()
+  const ids = async (query, limit) => {
+    const paginator = b.Sandbox.list({ query, limit })
+    const pages = [(await paginator.nextItems()).map((s) => s.sandboxId)]
+    while (paginator.hasNext && pages.length < 5) pages.push((await paginator.nextItems()).map((s) => s.sandboxId))
+    return { pages, more: paginator.hasNext }
+  }
+  const both = { metadata: { 'bh-group': group }, state: ['running', 'paused'] }
+  const sorted = (list) => [...list].sort()
+  same(obs, 'both_states', sorted((await ids(both)).pages.flat()), sorted([first.sandboxId, second.sandboxId]))
+  same(obs, 'metadata_filter', (await ids({ metadata: { 'bh-group': group, 'bh-which': 'first' } })).pages.flat(), [first.sandboxId])
+  same(obs, 'state_paused', (await ids({ metadata: { 'bh-group': group }, state: ['paused'] })).pages.flat(), [second.sandboxId])
+  same(obs, 'state_running', (await ids({ metadata: { 'bh-group': group }, state: ['running'] })).pages.flat(), [first.sandboxId])
+  const paged = await ids(both, 1)
+  same(obs, 'pages_of_one', paged.pages.map((page) => page.length), [1, 1])
+  same(obs, 'pages_cover_both', sorted(paged.pages.flat()), sorted([first.sandboxId, second.sandboxId]))
+  expect(!paged.more, 'hasNext is still true after the last page')
+  const wire = await (await rest(`/v2/sandboxes?metadata=${encodeURIComponent(`bh-group=${group}`)}&state=paused`)).json()
+  same(obs, 'rest_filter', wire.map((s) => s.sandboxID), [second.sandboxId])
+})
+
+behaviour('pause_connect', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.files.write(`${HOME}/kept.txt`, 'kept across pause')
+  same(obs, 'pause', await sbx.pause(), true)
+  same(obs, 'rest_state_paused', (await restInfo(sbx.sandboxId)).body?.state, 'paused')
+  same(obs, 'sdk_state_paused', (await sbx.getInfo()).state, 'paused')
+  const resumed = await b.Sandbox.connect(sbx.sandboxId)
+  same(obs, 'rest_state_resumed', (await restInfo(sbx.sandboxId)).body?.state, 'running')
+  same(obs, 'file_kept', await b.sh(resumed, `cat ${HOME}/kept.txt`), 'kept across pause')
+  same(obs, 'is_running', await resumed.isRunning(), true)
+})
+
+behaviour('kill', async (b, obs) => {
+  const sbx = await b.fresh()
+  same(obs, 'is_running_new', await sbx.isRunning(), true)
+  same(obs, 'kill', await sbx.kill(), true)
+  b.ctx.killed.add(sbx.sandboxId)
+  same(obs, 'rest_status_after_kill', (await restInfo(sbx.sandboxId)).status, 404)
+  same(obs, 'is_running_after_kill', await sbx.isRunning(), false)
+  same(obs, 'kill_again', await b.Sandbox.kill(sbx.sandboxId), false)
+  const listed = (await b.Sandbox.list({ query: { metadata: b.ctx.metadata } }).nextItems()).map((s) => s.sandboxId)
+  expect(!listed.includes(sbx.sandboxId), 'a killed sandbox is still listed')
+})
+
+behaviour('metrics', async (b, obs) => {
+  const sbx = await b.shared()
+  const samples = await sbx.getMetrics()
+  obs.samples = samples.length
+  expect(samples.length >= 1, 'getMetrics() returned no sample')
+  const last = samples.at(-1)
+  obs.last = { cpuCount: last.cpuCount, memTotal: last.memTotal, diskTotal: last.diskTotal }
+  expect(last.cpuCount >= 1 && last.memTotal > 0 && last.diskTotal > 0, `empty sample ${show(obs.last)}`)
+  const wire = await rest(`/sandboxes/${sbx.sandboxId}/metrics`)
+  same(obs, 'rest_status', wire.status, 200)
+  expect((await wire.json()).length >= 1, 'GET /sandboxes/{id}/metrics returned no sample')
+})
+
+behaviour('create_internet_access', async (b, obs) => {
+  const sbx = await b.fresh({ allowInternetAccess: false })
+  same(obs, 'rest', (await restInfo(sbx.sandboxId)).body?.allowInternetAccess, false)
+  same(obs, 'sdk', (await sbx.getInfo()).allowInternetAccess, false)
+})
+
+behaviour('snapshots', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.files.write(`${HOME}/origin.txt`, 'from the origin')
+  const snapshot = await sbx.createSnapshot()
+  obs.snapshot = snapshot
+  const listed = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
+  expect(listed.includes(snapshot.snapshotId), 'listSnapshots() does not list the new snapshot')
+  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: 60_000, metadata: b.ctx.metadata })
+  b.ctx.created.push(restored.sandboxId)
+  same(obs, 'restored_file', await b.sh(restored, `cat ${HOME}/origin.txt`), 'from the origin')
+  same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
+  const after = await (await rest(`/snapshots?sandboxID=${sbx.sandboxId}`)).text()
+  expect(!after.includes(snapshot.snapshotId), 'GET /snapshots still lists the deleted snapshot')
+})
+
+behaviour('fork', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.files.write(`${HOME}/origin.txt`, 'from the origin')
+  const forks = await sbx.fork()
+  for (const made of forks) if (made?.sandboxId) b.ctx.created.push(made.sandboxId)
+  expect(forks.length === 1 && forks[0]?.sandboxId, `fork() returned ${show(forks.map(String))}`)
+  same(obs, 'forked_file', await b.sh(forks[0], `cat ${HOME}/origin.txt`), 'from the origin')
+  await b.sh(forks[0], `echo changed > ${HOME}/origin.txt`)
+  same(obs, 'origin_untouched', await b.sh(sbx, `cat ${HOME}/origin.txt`), 'from the origin')
+})
+
+behaviour('metrics_window', async (b, obs) => {
+  const sbx = await b.shared()
+  const before = new Date(Date.now() - 7200_000)
+  same(obs, 'window_before_creation', await sbx.getMetrics({ start: before, end: before }), [])
+  same(obs, 'bad_start', (await rest(`/sandboxes/${sbx.sandboxId}/metrics?start=not-a-time`)).status, 400)
+})
+
+behaviour('host_and_mcp', async (b, obs) => {
+  const sbx = await b.fresh()
+  const domain = (await restInfo(sbx.sandboxId)).body?.domain || process.env.E2B_DOMAIN || 'e2b.app'
+  same(obs, 'get_host', sbx.getHost(8123), `8123-${sbx.sandboxId}.${domain}`)
+  same(obs, 'get_mcp_url', sbx.getMcpUrl(), `https://50005-${sbx.sandboxId}.${domain}/mcp`)
+  await b.sh(sbx, 'mkdir -p /etc/mcp-gateway && printf bh-mcp-js > /etc/mcp-gateway/.token', { user: 'root' })
+  same(obs, 'get_mcp_token', await sbx.getMcpToken(), 'bh-mcp-js')
+})
+
+behaviour('update_network', async (b, obs) => {
+  const sbx = await b.fresh()
+  await sbx.updateNetwork({ denyOut: ['10.9.9.9/32'] })
+  const network = (await restInfo(sbx.sandboxId)).body?.network ?? {}
+  obs.rest_network = network
+  expect((network.denyOut ?? []).includes('10.9.9.9/32'), `GET /sandboxes/{id} network is ${show(network)}`)
+})
+
+// --- commands ----------------------------------------------------------------------------------
+
+behaviour('run_envs_cwd_user', async (b, obs) => {
+  const sbx = await b.shared()
+  const result = await sbx.commands.run('printf "%s|" "$BH_A" "$BH_B"; pwd; whoami', {
+    envs: { BH_A: 'a b', BH_B: '=x=' }, cwd: '/tmp', user: 'root',
+  })
+  same(obs, 'stdout', result.stdout, 'a b|=x=|/tmp\nroot\n')
+  same(obs, 'default_user', await b.sh(sbx, 'whoami; pwd'), `user\n${HOME}\n`)
+})
+
+behaviour('run_streams', async (b, obs) => {
+  const sbx = await b.shared()
+  const out = []
+  const err = []
+  const script = 'for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done'
+  const result = await sbx.commands.run(script, { onStdout: (d) => out.push(d), onStderr: (d) => err.push(d) })
+  same(obs, 'stdout', result.stdout, 'out1\nout2\nout3\n')
+  same(obs, 'stderr', result.stderr, 'err1\nerr2\nerr3\n')
+  same(obs, 'on_stdout_joined', out.join(''), result.stdout)
+  same(obs, 'on_stderr_joined', err.join(''), result.stderr)
+  same(obs, 'exit_code', result.exitCode, 0)
+})
+
+behaviour('run_exit_code', async (b, obs) => {
+  const sbx = await b.shared()
+  const marker = '/tmp/bh-js-exit-marker'
+  const err = await rejects(obs, 'exit_7', () => sbx.commands.run(`echo partial; echo ran > ${marker}; exit 7`), 'CommandExitError')
+  same(obs, 'exit_code', err.exitCode, 7)
+  same(obs, 'stdout_kept', err.stdout, 'partial\n')
+  same(obs, 'side_effect', await sbx.files.read(marker), 'ran\n')
+})
+
+behaviour('run_timeout', async (b, obs) => {
+  const sbx = await b.shared()
+  // The deadline ends the stream and kills the process at the same moment (envd runs the process under the
+  // request's context): the SDK raises whichever it sees first, a timeout or the kill.
+  const err = await rejects(obs, 'timeout', () => sbx.commands.run('sleep 21.5', { timeoutMs: 1000 }), 'TimeoutError', 'CommandExitError')
+  if (err.name === 'CommandExitError') same(obs, 'killed', [err.exitCode, err.error], [-1, 'signal: killed'])
+  same(obs, 'process_gone', await b.sh(sbx, GONE('sleep 21.5')), 'gone\n')
+})
+
+behaviour('background_list_kill', async (b, obs) => {
+  const sbx = await b.shared()
+  const handle = await sbx.commands.run('sleep 45', { background: true, envs: { BH_TAG: 'js' }, cwd: '/tmp' })
+  const listed = new Map((await sbx.commands.list()).map((p) => [p.pid, p]))
+  expect(listed.has(handle.pid), `pid ${handle.pid} is not in commands.list()`)
+  const proc = listed.get(handle.pid)
+  same(obs, 'listed_cwd', proc.cwd, '/tmp')
+  same(obs, 'listed_env', proc.envs?.BH_TAG, 'js')
+  same(obs, 'alive_in_shell', await b.sh(sbx, `kill -0 ${handle.pid} && echo alive`), 'alive\n')
+  same(obs, 'kill', await sbx.commands.kill(handle.pid), true)
+  const err = await rejects(obs, 'wait_after_kill', () => handle.wait(), 'CommandExitError')
+  same(obs, 'killed_exit_code', err.exitCode, -1)
+  same(obs, 'gone_in_shell', await b.sh(sbx, `kill -0 ${handle.pid} 2>/dev/null || echo gone`), 'gone\n')
+  expect(!(await sbx.commands.list()).some((p) => p.pid === handle.pid), 'a killed pid is still listed')
+  same(obs, 'kill_again', await sbx.commands.kill(handle.pid), false)
+})
+
+behaviour('stdin', async (b, obs) => {
+  const sbx = await b.shared()
+  const handle = await sbx.commands.run('while read -r line; do echo "got:$line"; done; echo eof', { background: true, stdin: true })
+  await sbx.commands.sendStdin(handle.pid, 'one\n')
+  await sbx.commands.sendStdin(handle.pid, 'two ✓\n')
+  await sbx.commands.closeStdin(handle.pid)
+  const result = await handle.wait()
+  same(obs, 'stdout', result.stdout, 'got:one\ngot:two ✓\neof\n')
+})
+
+behaviour('connect_command', async (b, obs) => {
+  const sbx = await b.shared()
+  const flag = '/tmp/bh-js-go'
+  const handle = await sbx.commands.run(`echo before; while [ ! -e ${flag} ]; do sleep 0.05; done; echo after`, { background: true })
+  await handle.disconnect()
+  same(obs, 'alive_after_disconnect', await b.sh(sbx, `kill -0 ${handle.pid} && echo alive`), 'alive\n')
+  const again = await sbx.commands.connect(handle.pid)
+  await b.sh(sbx, `touch ${flag}`) // the later output is written only once connected again
+  const result = await again.wait()
+  same(obs, 'exit_code', result.exitCode, 0)
+  expect(result.stdout.endsWith('after\n'), `connect() got stdout ${show(result.stdout)}, expected it to end 'after\\n'`)
+})
+
+behaviour('output_sizes', async (b, obs) => {
+  const sbx = await b.shared()
+  const wrong = {}
+  for (const size of BOUNDARY_SIZES) {
+    const result = await sbx.commands.run(`head -c ${size} /dev/zero | tr '\\0' 'y'`)
+    if (result.stdout !== 'y'.repeat(size)) wrong[size] = result.stdout.length
+  }
+  same(obs, 'wrong_lengths', wrong, {})
+})
+
+// --- files -------------------------------------------------------------------------------------
+
+behaviour('write_read_sizes', async (b, obs) => {
+  const sbx = await b.shared()
+  const wrong = {}
+  for (const size of BOUNDARY_SIZES) {
+    const data = randomBytes(size)
+    const path = `${b.dir('sizes')}/f${size}.bin`
+    await sbx.files.write(path, data.buffer.slice(data.byteOffset, data.byteOffset + size))
+    const inside = (await b.sh(sbx, `stat -c %s ${path}; sha256sum < ${path}`)).split(/\s+/)
+    const back = Buffer.from(await sbx.files.read(path, { format: 'bytes' }))
+    if (inside[0] !== String(size) || inside[1] !== sha256(data) || !back.equals(data)) {
+      wrong[size] = { stat_size: inside[0], sha_inside_ok: inside[1] === sha256(data), read_back: back.length }
+    }
+  }
+  same(obs, 'wrong_sizes', wrong, {})
+})
+
+behaviour('read_formats', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('formats')}.txt`
+  const text = 'línea 1\n\tzwei\r\n三\n'
+  await sbx.files.write(path, text)
+  same(obs, 'shell', await b.sh(sbx, `cat ${path}`), text)
+  same(obs, 'text', await sbx.files.read(path), text)
+  same(obs, 'bytes', Buffer.from(await sbx.files.read(path, { format: 'bytes' })).toString('utf8'), text)
+  same(obs, 'blob', await (await sbx.files.read(path, { format: 'blob' })).text(), text)
+  const chunks = []
+  for await (const chunk of await sbx.files.read(path, { format: 'stream' })) chunks.push(Buffer.from(chunk))
+  same(obs, 'stream', Buffer.concat(chunks).toString('utf8'), text)
+})
+
+behaviour('write_files', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('write-files')
+  const entries = [
+    { path: `${base}/a.txt`, data: 'A' },
+    { path: `${base}/new/deeper/b.bin`, data: new Uint8Array([0, 0x42, 0xff]).buffer },
+    { path: `${base}/c.txt`, data: '' },
+  ]
+  const infos = await sbx.files.writeFiles(entries)
+  same(obs, 'returned_paths', infos.map((i) => i.path), entries.map((e) => e.path))
+  const listing = await b.sh(sbx, `cd ${base} && find . -type f | sort && od -An -tx1 new/deeper/b.bin && cat a.txt`)
+  same(obs, 'in_shell', listing.split(/\s+/).filter(Boolean), ['./a.txt', './c.txt', './new/deeper/b.bin', '00', '42', 'ff', 'A'])
+})
+
+behaviour('list_depth', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('depth')
+  await b.sh(sbx, `mkdir -p ${base}/a/b/c && touch ${base}/top.txt ${base}/a/one.txt ${base}/a/b/two.txt`)
+  for (const depth of [1, 2, 3]) {
+    const listed = (await sbx.files.list(base, { depth })).map((e) => e.path).sort()
+    const found = (await b.sh(sbx, `find ${base} -mindepth 1 -maxdepth ${depth}`)).split('\n').filter(Boolean).sort()
+    same(obs, `depth_${depth}`, listed, found)
+  }
+  await rejects(obs, 'depth_0', () => sbx.files.list(base, { depth: 0 }), 'InvalidArgumentError')
+})
+
+behaviour('entry_info', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('info')
+  await b.sh(sbx, `mkdir -p ${base}/d && printf 12345 > ${base}/f && chmod 640 ${base}/f && ln -sfn f ${base}/link`)
+  const entry = await sbx.files.getInfo(`${base}/f`)
+  const stat = (await b.sh(sbx, `stat -c '%s %a %A %U %G %Y' ${base}/f`)).split(/\s+/)
+  same(obs, 'file', [entry.type, entry.size, entry.mode.toString(8), entry.permissions, entry.owner, entry.group],
+    ['file', Number(stat[0]), stat[1], stat[2], stat[3], stat[4]])
+  expect(Math.abs(entry.modifiedTime.getTime() / 1000 - Number(stat[5])) <= 1, `modifiedTime ${show(entry.modifiedTime)} vs ${stat[5]}`)
+  same(obs, 'symlink_target', (await sbx.files.getInfo(`${base}/link`)).symlinkTarget, `${base}/f`)
+  const directory = await sbx.files.getInfo(`${base}/d`)
+  const dstat = (await b.sh(sbx, `stat -c '%A %U' ${base}/d`)).split(/\s+/).filter(Boolean)
+  same(obs, 'dir', [directory.type, directory.permissions, directory.owner], ['dir', ...dstat])
+})
+
+behaviour('dir_mode', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = b.dir('dir-mode')
+  await b.sh(sbx, `mkdir -p ${path} && chmod 750 ${path}`)
+  const directory = await sbx.files.getInfo(path)
+  same(obs, 'mode', directory.mode.toString(8), (await b.sh(sbx, `stat -c %a ${path}`)).trim())
+})
+
+behaviour('make_dir', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('mkdir')}/x/y`
+  same(obs, 'first', await sbx.files.makeDir(path), true)
+  same(obs, 'in_shell', await b.sh(sbx, `test -d ${path} && stat -c %U ${path}`), 'user\n')
+  same(obs, 'again', await sbx.files.makeDir(path), false)
+})
+
+behaviour('rename', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('rename')
+  await sbx.files.write(`${base}/old.txt`, 'moved')
+  const entry = await sbx.files.rename(`${base}/old.txt`, `${base}/new.txt`)
+  same(obs, 'returned', [entry.path, entry.name], [`${base}/new.txt`, 'new.txt'])
+  same(obs, 'in_shell', await b.sh(sbx, `test -e ${base}/old.txt || cat ${base}/new.txt`), 'moved')
+  await rejects(obs, 'missing_source', () => sbx.files.rename(`${base}/nope`, `${base}/x`), 'FileNotFoundError')
+})
+
+behaviour('remove', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('remove')
+  await b.sh(sbx, `mkdir -p ${base}/tree/sub && touch ${base}/file ${base}/tree/sub/x`)
+  await sbx.files.remove(`${base}/file`)
+  await sbx.files.remove(`${base}/tree`)
+  same(obs, 'in_shell', await b.sh(sbx, `ls -A ${base}`), '')
+  same(obs, 'exists_after', await sbx.files.exists(`${base}/tree`), false)
+})
+
+behaviour('remove_missing', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('remove-missing')}/never-existed`
+  await sbx.files.remove(path) // envd removes with RemoveAll: a missing path is fine
+  same(obs, 'in_shell', await b.sh(sbx, `test -e ${path} || echo absent`), 'absent\n')
+})
+
+behaviour('file_metadata', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('metadata')}.txt`
+  const wanted = { 'bh-owner': 'suite', 'bh-n': '1' }
+  await sbx.files.write(path, 'm', { metadata: wanted })
+  same(obs, 'get_info', (await sbx.files.getInfo(path)).metadata, wanted)
+  same(obs, 'listed', (await sbx.files.list(HOME)).find((e) => e.path === path)?.metadata, wanted)
+  same(obs, 'xattrs', await b.sh(sbx, `${XATTRS} ${path}`), '[["user.e2b.bh-n", "1"], ["user.e2b.bh-owner", "suite"]]\n')
+})
+
+behaviour('file_metadata_replaced', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('metadata-replaced')}.txt`
+  await sbx.files.write(path, 'm', { metadata: { 'bh-owner': 'suite' } })
+  await sbx.files.write(path, 'm2') // an upload without metadata clears it
+  same(obs, 'cleared', (await sbx.files.getInfo(path)).metadata ?? {}, {})
+  same(obs, 'xattrs', await b.sh(sbx, `${XATTRS} ${path}`), '[]\n')
+  same(obs, 'content', await b.sh(sbx, `cat ${path}`), 'm2')
+})
+
+behaviour('exists', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('exists')
+  await b.sh(sbx, `mkdir -p ${base}/dir && touch ${base}/file`)
+  const seen = {}
+  for (const name of ['dir', 'file', 'missing']) seen[name] = await sbx.files.exists(`${base}/${name}`)
+  same(obs, 'exists', seen, { dir: true, file: true, missing: false })
+})
+
+behaviour('write_as_user', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('owner')
+  await sbx.files.write(`${base}/by-user.txt`, 'u')
+  await sbx.files.write('/tmp/bh-js-by-root.txt', 'r', { user: 'root' })
+  same(obs, 'owners', (await b.sh(sbx, `stat -c %U ${base}/by-user.txt /tmp/bh-js-by-root.txt`)).split(/\s+/).filter(Boolean), ['user', 'root'])
+  await rejects(obs, 'read_root_only', () => sbx.files.read('/root/.profile'), 'SandboxError', 'InvalidArgumentError', 'NotFoundError')
+})
+
+behaviour('watch_recursive', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('watch')
+  await b.sh(sbx, `mkdir -p ${base}/sub`)
+  const events = []
+  const handle = await sbx.files.watchDir(base, (event) => events.push(event), { recursive: true })
+  await b.sh(sbx, `echo x > ${base}/sub/deep.txt; echo y > ${base}/top.txt; rm ${base}/top.txt`)
+  const names = () => new Set(events.map((e) => `${e.type} ${e.name}`))
+  for (let i = 0; i < 50 && !(names().has('create sub/deep.txt') && names().has('remove top.txt')); i++) await sleep(100)
+  await handle.stop()
+  obs.events = [...names()].sort()
+  for (const wanted of ['create sub/deep.txt', 'create top.txt', 'remove top.txt']) {
+    expect(names().has(wanted), `no '${wanted}' event (recursive watch)`)
+  }
+})
+
+behaviour('signed_urls', async (b, obs) => {
+  const sbx = await b.fresh({ secure: true })
+  const path = `${HOME}/signed-js.bin`
+  const payload = randomBytes(3000)
+  const form = new FormData()
+  form.append('file', new Blob([payload]), 'x.bin')
+  const up = await fetch(await sbx.uploadUrl(path, { useSignatureExpiration: 120 }), { method: 'POST', body: form })
+  same(obs, 'upload_status', up.status, 200)
+  same(obs, 'sha_inside', (await b.sh(sbx, `sha256sum < ${path}`)).split(/\s+/)[0], sha256(payload))
+  const down = await fetch(await sbx.downloadUrl(path, { useSignatureExpiration: 120 }))
+  same(obs, 'download', [down.status, Buffer.from(await down.arrayBuffer()).equals(payload)], [200, true])
+  const unsigned = new URL(await sbx.downloadUrl(path))
+  for (const key of [...unsigned.searchParams.keys()]) if (key.startsWith('signature')) unsigned.searchParams.delete(key)
+  same(obs, 'unsigned_refused', (await fetch(unsigned)).status, 401)
+})
+
+behaviour('gzip', async (b, obs) => {
+  const sbx = await b.shared()
+  const path = `${b.dir('gzip')}.bin`
+  const data = Buffer.concat([randomBytes(70000), Buffer.alloc(70000, 'z')])
+  await sbx.files.write(path, data.buffer.slice(data.byteOffset, data.byteOffset + data.length), { gzip: true })
+  same(obs, 'sha_inside', (await b.sh(sbx, `sha256sum < ${path}`)).split(/\s+/)[0], sha256(data))
+  same(obs, 'read_back', Buffer.from(await sbx.files.read(path, { format: 'bytes', gzip: true })).equals(data), true)
+})
+
+behaviour('download_encoding', async (b, obs) => {
+  const sbx = await b.fresh()
+  const path = `${HOME}/encoding.txt`
+  await sbx.files.write(path, 'e2b '.repeat(1000))
+  const url = await sbx.downloadUrl(path, { useSignatureExpiration: 120 })
+  // fetch decodes gzip itself: the header says which encoding came.
+  const zipped = await fetch(url, { headers: { 'Accept-Encoding': 'gzip' } })
+  same(obs, 'gzip', [zipped.status, zipped.headers.get('content-encoding'), await zipped.text()], [200, 'gzip', 'e2b '.repeat(1000)])
+  const refused = await fetch(url, { headers: { 'Accept-Encoding': 'br;q=1, identity;q=0' } })
+  obs.refused_body = excerpt(await refused.text())
+  same(obs, 'none_acceptable', refused.status, 406)
+})
+
+// --- pty ---------------------------------------------------------------------------------------
+
+behaviour('pty_resize_kill', async (b, obs) => {
+  const sbx = await b.shared()
+  const chunks = []
+  const terminal = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => chunks.push(Buffer.from(d)) })
+  await sbx.pty.resize(terminal.pid, { rows: 33, cols: 111 })
+  await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode('stty size; exit 4\n'))
+  let exitCode = 0
+  try {
+    await terminal.wait()
+  } catch (err) {
+    exitCode = err?.exitCode
+  }
+  const text = Buffer.concat(chunks).toString('utf8')
+  obs.output = excerpt(text)
+  expect(text.includes('33 111'), 'stty size inside the pty does not show the resized 33 111')
+  same(obs, 'exit_code', exitCode, 4)
+  const second = await sbx.pty.create({ rows: 10, cols: 40, onData: () => {} })
+  same(obs, 'kill', await sbx.pty.kill(second.pid), true)
+  const killed = await rejects(obs, 'wait_after_kill', () => second.wait(), 'CommandExitError')
+  same(obs, 'killed_exit_code', killed.exitCode, -1)
+  same(obs, 'gone_in_shell', await b.sh(sbx, `kill -0 ${second.pid} 2>/dev/null || echo gone`), 'gone\n')
+})
+
+behaviour('pty_connect_input', async (b, obs) => {
+  const sbx = await b.shared()
+  const chunks = []
+  const first = await sbx.pty.create({ rows: 24, cols: 80, onData: () => {} })
+  await first.disconnect()
+  const again = await sbx.pty.connect(first.pid, { onData: (d) => chunks.push(Buffer.from(d)) })
+  await sbx.pty.sendInput(first.pid, new TextEncoder().encode('echo pty-$((6*7))\nexit 0\n'))
+  await again.wait()
+  obs.output = excerpt(Buffer.concat(chunks).toString('utf8'))
+  expect(obs.output.includes('pty-42'), 'the reconnected pty did not run the input sent to it')
+})
+
+// --- errors ------------------------------------------------------------------------------------
+
+behaviour('errors', async (b, obs) => {
+  const sbx = await b.shared()
+  await rejects(obs, 'unknown_sandbox', () => b.Sandbox.connect('bh-no-such-sandbox'), 'SandboxNotFoundError', 'NotFoundError')
+  await rejects(obs, 'wrong_key', () => b.Sandbox.list({ apiKey: `e2b_${'0'.repeat(40)}` }).nextItems(), 'AuthenticationError')
+  await rejects(obs, 'read_missing', () => sbx.files.read(`${HOME}/bh-missing`), 'FileNotFoundError')
+  await rejects(obs, 'list_a_file', () => sbx.files.list('/etc/hostname'), 'InvalidArgumentError')
+  await rejects(obs, 'info_missing', () => sbx.files.getInfo('/nope/nope'), 'FileNotFoundError')
+  const statuses = [
+    (await rest('/sandboxes/bh-no-such-sandbox')).status,
+    (await fetch(`${process.env.E2B_API_URL}/v2/sandboxes`, { headers: { 'X-API-KEY': `e2b_${'0'.repeat(40)}` } })).status,
+  ]
+  same(obs, 'rest_statuses', statuses, [404, 401])
+})
+
+process.exitCode = await main(SUITE)

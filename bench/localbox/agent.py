@@ -540,9 +540,10 @@ class Agent:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_IGN)
         self.send({"op": "ready", "pid": os.getpid()})
+        sources: list[socket.socket | int] = [self.sock, wake_r]
         while True:
             try:
-                readable, _, _ = select.select([self.sock, wake_r], [], [])
+                readable, _, _ = select.select(sources, [], [])
             except InterruptedError:
                 continue
             if wake_r in readable:
@@ -977,8 +978,9 @@ def zygote(control_fd: int) -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    sources: list[socket.socket | int] = [sock, wake_r]
     while True:
-        readable, _, _ = select.select([sock, wake_r], [], [])
+        readable, _, _ = select.select(sources, [], [])
         if wake_r in readable:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)

@@ -8,7 +8,7 @@ import itertools
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 MAX_MESSAGE = 1 << 20
@@ -44,7 +44,7 @@ class AgentLink:
     async def ready(self, timeout: float) -> dict:
         return await asyncio.wait_for(asyncio.shield(self._ready), timeout)
 
-    async def call(self, op: str, fds: list[int] = (), **fields: Any) -> tuple[Any, list[int]]:  # type: ignore[assignment]
+    async def call(self, op: str, fds: Sequence[int] = (), **fields: Any) -> tuple[Any, list[int]]:
         if self.closed:
             raise AgentGone("sandbox is not running")
         ident = next(self._ids)
@@ -65,7 +65,7 @@ class AgentLink:
                 raise AgentGone(f"sandbox is not running ({exc.strerror})") from exc
         return await future
 
-    async def result(self, op: str, fds: list[int] = (), **fields: Any) -> Any:  # type: ignore[assignment]
+    async def result(self, op: str, fds: Sequence[int] = (), **fields: Any) -> Any:
         value, received = await self.call(op, fds, **fields)
         for fd in received:
             os.close(fd)

@@ -10,7 +10,6 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -208,6 +207,7 @@ class LocalboxApp:
     async def _rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope["path"]
         app = next((a for prefix, a in self.rpc.items() if path.startswith(prefix)), None)
+        response: Response
         if path not in self.rpc_paths:
             response = connect_json_error(404, "unimplemented", f"no such method: {path}")
         elif self.registry.quirks.watch_dir_404 and path in WATCH_METHODS:
@@ -302,7 +302,7 @@ def _limited(receive: Receive, limit: int) -> Receive:
     """Stop reading a body that grows past the limit (chunked bodies have no Content-Length)."""
     seen = 0
 
-    async def wrapped() -> dict[str, Any]:
+    async def wrapped() -> Message:
         nonlocal seen
         message = await receive()
         if message["type"] == "http.request":

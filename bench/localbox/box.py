@@ -19,9 +19,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .agentlink import AgentError, AgentGone, AgentLink
 from .network import EgressRules
@@ -29,7 +30,7 @@ from .network import EgressRules
 log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SIGNAL_NAMES = {
+SIGNAL_NAMES: dict[int, str] = {
     signal.SIGKILL: "killed", signal.SIGTERM: "terminated", signal.SIGINT: "interrupt",
     signal.SIGHUP: "hangup", signal.SIGQUIT: "quit", signal.SIGABRT: "aborted",
     signal.SIGSEGV: "segmentation fault", signal.SIGPIPE: "broken pipe", signal.SIGBUS: "bus error",
@@ -609,7 +610,7 @@ class Box:
         """A connected, non-blocking TCP socket to `port` on the sandbox's loopback."""
         result, fds = await self._call("connect", port=port)
         sock = socket.socket(fileno=fds[0])
-        if result["pending"]:  # type: ignore[index]
+        if result["pending"]:
             loop = asyncio.get_running_loop()
             writable = loop.create_future()
             loop.add_writer(sock.fileno(), writable.set_result, None)
@@ -869,29 +870,36 @@ class Box:
     async def open_read(self, path: str, user: str) -> tuple[int, dict]:
         """A non-blocking fd of a file to download, opened with the user's rights; magic links refused."""
         result, fds = await self._call("read_open", path=path, user=user)
-        return fds[0], result  # type: ignore[return-value]
+        return fds[0], result
 
     async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> int:
         """A file opened for an upload as envd opens it: by root, then owned by the user."""
         _, fds = await self._call("write_open", path=path, user=user, metadata=metadata)
         return fds[0]
 
-    async def fs(self, op: str, **fields: object) -> object:
-        return await self._call_result(op, **fields)
+    async def fs(self, op: str, **fields: object) -> dict[str, Any]:
+        """A filesystem operation answered with one object (an entry, added watch paths or nothing)."""
+        return await self._call_result(op, (), **fields)
+
+    async def list_dir(self, path: str, depth: int, user: str) -> list[dict[str, Any]]:
+        """The entries under a directory down to `depth`, as the agent lists them."""
+        return await self._link().result("list", path=path, depth=depth, user=user)
 
     async def watch(self, path: str, recursive: bool, user: str) -> tuple[int, int, dict[int, str]]:
         result, fds = await self._call("watch", path=path, recursive=recursive, user=user)
         return result["watch"], fds[0], {int(k): v for k, v in result["paths"].items()}
 
-    async def _call(self, op: str, fds: list[int] = (), **fields: object) -> tuple[object, list[int]]:  # type: ignore[assignment]
-        if self.link is None:
-            raise AgentGone("sandbox is not running")
-        return await self.link.call(op, fds, **fields)
+    # Every operation but "list" is answered with a JSON object; the agent's reply is untyped JSON.
+    async def _call(self, op: str, fds: Sequence[int] = (), **fields: object) -> tuple[dict[str, Any], list[int]]:
+        return await self._link().call(op, fds, **fields)
 
-    async def _call_result(self, op: str, fds: list[int] = (), **fields: object):  # type: ignore[assignment]
+    async def _call_result(self, op: str, fds: Sequence[int] = (), **fields: object) -> dict[str, Any]:
+        return await self._link().result(op, fds, **fields)
+
+    def _link(self) -> AgentLink:
         if self.link is None:
             raise AgentGone("sandbox is not running")
-        return await self.link.result(op, fds, **fields)
+        return self.link
 
 
 class DiskUsage:

@@ -9,6 +9,7 @@ import errno
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any, Literal
 
 from connectrpc.code import Code
 from connectrpc.codec import Codec, proto_binary_codec, proto_json_codec
@@ -103,8 +104,10 @@ class ProcessService(EnvdBase, Process):
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
         user = request_user(ctx.request_headers)
         await self.home(sandbox, user)
-        size = request.pty.size if request.pty else None
-        pty = (size.cols or 80, size.rows or 24) if request.pty else None
+        pty = None
+        if request.pty:
+            size = request.pty.size  # a pty without a size gets envd's 0 x 0, so the defaults
+            pty = (size.cols or 80, size.rows or 24) if size is not None else (80, 24)
         try:
             record = await sandbox.box.spawn(
                 cmd=config.cmd,
@@ -158,12 +161,15 @@ class ProcessService(EnvdBase, Process):
                     remaining = ctx.timeout_ms
                     if remaining is not None and remaining <= 0:
                         raise ConnectError(Code.DEADLINE_EXCEEDED, "context deadline exceeded") from None
-                    yield pb.ProcessEvent(event=Oneof("keepalive", pb.ProcessEvent.KeepAlive()))
+                    keepalive: Oneof[Literal["keepalive"], pb.ProcessEvent.KeepAlive]
+                    keepalive = Oneof("keepalive", pb.ProcessEvent.KeepAlive())
+                    yield pb.ProcessEvent(event=keepalive)
                     continue
                 if event[0] == "data":
                     _, kind, data = event
                     output = pb.ProcessEvent.DataEvent(output=Oneof(kind, data))
-                    yield pb.ProcessEvent(event=Oneof("data", output))
+                    data_event: Oneof[Literal["data"], pb.ProcessEvent.DataEvent] = Oneof("data", output)
+                    yield pb.ProcessEvent(event=data_event)
                 else:
                     kind, status = event
                     if kind == "gone" and not sandbox.quirks.kill_stream_clean_end:
@@ -174,7 +180,8 @@ class ProcessService(EnvdBase, Process):
                         status=status.status,
                         error=status.error,
                     )
-                    yield pb.ProcessEvent(event=Oneof("end", end))
+                    end_event: Oneof[Literal["end"], pb.ProcessEvent.EndEvent] = Oneof("end", end)
+                    yield pb.ProcessEvent(event=end_event)
                     return
         finally:
             record.unsubscribe(queue)
@@ -251,7 +258,8 @@ def stream_cut(sandbox: Sandbox) -> ConnectError:
 
 
 def _start_event(pid: int) -> pb.ProcessEvent:
-    return pb.ProcessEvent(event=Oneof("start", pb.ProcessEvent.StartEvent(pid=pid)))
+    start: Oneof[Literal["start"], pb.ProcessEvent.StartEvent] = Oneof("start", pb.ProcessEvent.StartEvent(pid=pid))
+    return pb.ProcessEvent(event=start)
 
 
 def _keepalive_interval(ctx: RequestContext) -> float:
@@ -266,7 +274,7 @@ def entry(sandbox: Sandbox, info: dict) -> fs_pb.EntryInfo:
 
 
 class FilesystemService(EnvdBase, Filesystem):
-    async def _fs(self, sandbox: Sandbox, op: str, **fields: object) -> object:
+    async def _fs(self, sandbox: Sandbox, op: str, **fields: object) -> dict[str, Any]:
         try:
             return await sandbox.box.fs(op, **fields)
         except AgentError as exc:
@@ -294,7 +302,10 @@ class FilesystemService(EnvdBase, Filesystem):
     async def list_dir(self, request: fs_pb.ListDirRequest, ctx: RequestContext) -> fs_pb.ListDirResponse:
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
-        entries = await self._fs(sandbox, "list", path=path, depth=max(request.depth, 1), user=user)
+        try:
+            entries = await sandbox.box.list_dir(path, max(request.depth, 1), user)
+        except AgentError as exc:
+            raise connect_error(exc) from exc
         return fs_pb.ListDirResponse(entries=[entry(sandbox, e) for e in entries])
 
     async def remove(self, request: fs_pb.RemoveRequest, ctx: RequestContext) -> fs_pb.RemoveResponse:
@@ -318,7 +329,9 @@ class FilesystemService(EnvdBase, Filesystem):
         sandbox.watchers[stream_id] = watcher  # so killing the sandbox closes it, and this stream ends
         interval = _keepalive_interval(ctx)
         try:
-            yield fs_pb.WatchDirResponse(event=Oneof("start", fs_pb.WatchDirResponse.StartEvent()))
+            start: Oneof[Literal["start"], fs_pb.WatchDirResponse.StartEvent]
+            start = Oneof("start", fs_pb.WatchDirResponse.StartEvent())
+            yield fs_pb.WatchDirResponse(event=start)
             while True:
                 try:
                     events = await asyncio.wait_for(watcher.next_events(), interval)
@@ -327,10 +340,13 @@ class FilesystemService(EnvdBase, Filesystem):
                 except TimeoutError:
                     if not sandbox.box.running:
                         raise stream_cut(sandbox) from None
-                    yield fs_pb.WatchDirResponse(event=Oneof("keepalive", fs_pb.WatchDirResponse.KeepAlive()))
+                    keepalive: Oneof[Literal["keepalive"], fs_pb.WatchDirResponse.KeepAlive]
+                    keepalive = Oneof("keepalive", fs_pb.WatchDirResponse.KeepAlive())
+                    yield fs_pb.WatchDirResponse(event=keepalive)
                     continue
                 for event in events:
-                    yield fs_pb.WatchDirResponse(event=Oneof("filesystem", event))
+                    change: Oneof[Literal["filesystem"], fs_pb.FilesystemEvent] = Oneof("filesystem", event)
+                    yield fs_pb.WatchDirResponse(event=change)
         finally:
             sandbox.watchers.pop(stream_id, None)
             await watcher.close()

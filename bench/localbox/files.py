@@ -9,6 +9,7 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
+from typing import Literal
 from urllib.parse import quote
 
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -162,7 +163,7 @@ class Files:
         boundary: bytes,
         metadata: dict[str, str],
     ) -> list[str]:
-        events: list[tuple[str, object]] = []
+        events: list[PartEvent] = []
         header_name = bytearray()
         header_value = bytearray()
 
@@ -195,11 +196,11 @@ class Files:
             async for chunk in request.stream():
                 parser.write(chunk)
                 batch, events[:] = list(events), []
-                for kind, value in batch:
-                    if kind == "begin":
+                for event in batch:
+                    if event[0] == "begin":
                         headers = {}
-                    elif kind == "header":
-                        name, text = value  # type: ignore[misc]
+                    elif event[0] == "header":
+                        name, text = event[1]
                         headers[name.lower()] = text
                         if name.lower() == "content-disposition":
                             target = _part_filename(text)
@@ -208,9 +209,9 @@ class Files:
                             path = sandbox.box.resolve(checked_path(raw_path or target), home)
                             sink = FileSink(self._open(sandbox, path, user, metadata))
                             written.append(path)
-                    elif kind == "data" and sink is not None:
-                        await sink.write(value)  # type: ignore[arg-type]
-                    elif kind == "end" and sink is not None:
+                    elif event[0] == "data" and sink is not None:
+                        await sink.write(event[1])
+                    elif event[0] == "end" and sink is not None:
                         current, sink = sink, None
                         await current.close()
             parser.finalize()
@@ -224,6 +225,15 @@ class Files:
         if not written:
             raise ApiError(400, "multipart body has no file part")
         return written
+
+
+# What the multipart parser's callbacks saw, handled in order once a chunk is parsed.
+PartEvent = (
+    tuple[Literal["begin"], None]
+    | tuple[Literal["header"], tuple[str, str]]
+    | tuple[Literal["data"], bytes | memoryview]
+    | tuple[Literal["end"], None]
+)
 
 
 def _slice(data: bytes | bytearray, start: int, end: int) -> bytes | memoryview:

@@ -6,7 +6,9 @@ it detects each deviation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -127,7 +129,7 @@ B3OS_BETA = Quirks(
 PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA}
 
 
-def build(profile: str = "e2b", overrides: list[str] = ()) -> Quirks:  # type: ignore[assignment]
+def build(profile: str = "e2b", overrides: Sequence[str] = ()) -> Quirks:
     """A profile plus `NAME[=VALUE]` overrides, as given to `e2b-bench serve --quirk`."""
     if profile not in PROFILES:
         raise QuirkError(f"unknown profile {profile!r}; known: {', '.join(sorted(PROFILES))}")
@@ -139,11 +141,14 @@ def build(profile: str = "e2b", overrides: list[str] = ()) -> Quirks:  # type: i
         if name not in known:
             raise QuirkError(f"unknown quirk {name!r}; known: {', '.join(sorted(known))}")
         current = getattr(Quirks(), name)
+        parsed: bool | frozenset[str] | str | None
         if isinstance(current, bool):
-            parsed: object = value.lower() not in ("0", "false", "no", "off") if value else True
+            parsed = value.lower() not in ("0", "false", "no", "off") if value else True
         elif isinstance(current, frozenset):
             parsed = frozenset(v for v in value.split(",") if v)
         else:
             parsed = value or None
-        quirks = replace(quirks, **{name: parsed})
+        # The field is named at run time, so its type is the default's (checked above), not a static one.
+        change: dict[str, Any] = {name: parsed}
+        quirks = replace(quirks, **change)
     return quirks

@@ -103,7 +103,7 @@ class Watcher:
             if self.include_entry and kind != fs_pb.EventType.REMOVE and kind != fs_pb.EventType.RENAME:
                 with contextlib.suppress(AgentError):
                     info = await self.sandbox.box.fs("stat", path=full, user=self.user)
-                    entry = entry_message(info, go_dir_bit=self.sandbox.quirks.dir_mode_go_bit)  # type: ignore[arg-type]
+                    entry = entry_message(info, go_dir_bit=self.sandbox.quirks.dir_mode_go_bit)
             events.append(fs_pb.FilesystemEvent(name=name, type=kind, entry=entry))
         return events
 

@@ -31,6 +31,7 @@ from e2b import (
 )
 from js_sdk import run_js
 
+from bench.localbox.files import download_encoding
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 
 
@@ -604,3 +605,19 @@ def test_the_npm_sdk_gets_the_network_refusal(sandbox: Sandbox, tmp_path: Path) 
     )
 
     assert "egress rules are not enforced by this endpoint" in answer
+
+
+@pytest.mark.parametrize(
+    ("accept", "encoding"),
+    [
+        ("", "identity"),
+        ("gzip", "gzip"),  # what the SDKs send for gzip=True
+        ("gzip, deflate", "identity"),  # httpx's and undici's default: envd answers plain bytes
+        ("br;q=1, identity;q=0", None),  # neither identity nor gzip: 406
+        ("*;q=0", None),
+        ("gzip, identity;q=0", "gzip"),
+        ("br, *;q=0", None),
+    ],
+)
+def test_a_download_is_encoded_as_the_client_accepts_or_refused(accept: str, encoding: str | None) -> None:
+    assert download_encoding(accept) == encoding

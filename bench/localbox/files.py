@@ -80,6 +80,33 @@ def upload_metadata(request: Request) -> dict[str, str]:
     return metadata
 
 
+DOWNLOAD_ENCODINGS = ("identity", "gzip")
+
+
+def download_encoding(accept: str) -> str | None:
+    """The body encoding of a download, as envd picks it: gzip when asked for exactly (or when identity is
+    ruled out and gzip is not), identity otherwise; None when the client accepts neither (406)."""
+    weights: dict[str, float] = {}
+    for part in accept.split(","):
+        coding, *params = (piece.strip() for piece in part.split(";"))
+        if not coding:
+            continue
+        weight = 1.0
+        for param in params:
+            if param.startswith("q="):
+                try:
+                    weight = float(param[2:])
+                except ValueError:
+                    weight = 0.0
+        weights[coding.lower()] = weight
+    wildcard = weights.get("*")
+    gzip = weights.get("gzip", wildcard if wildcard is not None else 0.0) > 0
+    identity = weights.get("identity", wildcard if wildcard is not None else 1.0) > 0
+    if accept.strip() == "gzip" or (gzip and not identity):
+        return "gzip"
+    return "identity" if identity else None
+
+
 class Files:
     def __init__(self, sandbox_of) -> None:  # sandbox_of(request) -> Sandbox, already authenticated
         self.sandbox_of = sandbox_of
@@ -96,6 +123,8 @@ class Files:
         sandbox = self.sandbox_of(request)
         user, home = await self._user(sandbox, request)
         path = sandbox.box.resolve(checked_path(request.query_params.get("path")), home)
+        if download_encoding(request.headers.get("accept-encoding", "")) is None:
+            raise ApiError(406, f"no acceptable encoding found, supported: [{', '.join(DOWNLOAD_ENCODINGS)}]")
         try:
             fd, info = await sandbox.box.open_read(path, user)
         except AgentError as exc:
@@ -104,9 +133,7 @@ class Files:
         fallback = name.encode("ascii", "replace").decode().replace('"', "_").replace("\\", "_")
         disposition = f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
         headers = {"Content-Disposition": disposition}
-        compress = "gzip" in [e.strip() for e in request.headers.get("accept-encoding", "").split(",")] and (
-            request.headers.get("accept-encoding", "").strip() == "gzip"
-        )
+        compress = download_encoding(request.headers.get("accept-encoding", "")) == "gzip"
         if info["stat_size"] == 0 and sandbox.quirks.proc_size_zero:
             os.close(fd)
             return Response(b"", media_type="application/octet-stream", headers=headers)

@@ -34,6 +34,9 @@ LOOP = asyncio.new_event_loop()
 # Sizes on both sides of the buffer boundaries a transport may have (pages, stream chunks, 64 KiB frames).
 BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 << 20, (1 << 20) + 1)
 USER_HOME = "/home/user"
+PROC_FILE = "/proc/sys/kernel/random/boot_id"
+# Inside the sandbox: the boot id, pid 1's start time, how many `sleep 600` run, the kept file.
+BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
 WRONG_KEY = "e2b_" + "0" * 40
 DEADLINE_ENDS = ("TimeoutException", "CommandExitException")
 # Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
@@ -1020,6 +1023,78 @@ async def errors(fl: Flavour, obs: Observed) -> None:
     wrong_key = httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": WRONG_KEY}).status_code
     statuses = [missing, wrong_key]
     same(obs, "rest_statuses", statuses, [404, 401])
+
+
+# --- what envd does where compatibility layers differ ----------------------------------------------
+
+
+@behaviour("proc_file_read")
+async def proc_file_read(fl: Flavour, obs: Observed) -> None:
+    """A file whose stat size is 0 but has content (/proc) is read whole, and the next read still works."""
+    sbx = await fl.shared()
+    boot_id = await got(sbx.files.read(PROC_FILE))
+    hostname = await got(sbx.files.read("/proc/sys/kernel/hostname"))
+    size, shell_boot_id, shell_hostname = (
+        await fl.sh(sbx, f"stat -c %s {PROC_FILE}; cat {PROC_FILE}; hostname")
+    ).split()
+    same(obs, "stat_size", size, "0")
+    same(obs, "boot_id", boot_id, shell_boot_id + "\n")
+    same(obs, "next_read", hostname, shell_hostname + "\n")
+
+
+@behaviour("kill_cuts_stream")
+async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
+    """Killing a sandbox cuts a running command's stream without an end event: wait() raises the SDK's
+    'sandbox was killed' timeout error, never an exit code."""
+    sbx = await fl.new()
+    handle = await got(sbx.commands.run("echo started; sleep 60", background=True))
+    with rest() as client:
+        same(obs, "rest_kill", client.delete(f"/sandboxes/{sbx.sandbox_id}").status_code, 204)
+    try:
+        result = await got(handle.wait())
+    except Exception as exc:
+        obs["raised"] = exception_details(exc)
+        kinds = [cls.__name__ for cls in type(exc).__mro__]
+        expect("TimeoutException" in kinds, f"wait() raised {type(exc).__name__}: {exc}, expected a TimeoutException")
+        expect("killed or reached its end of life" in str(exc), f"wait() raised {exc!r}, not the SDK's 'killed' error")
+        return
+    raise Fail(f"wait() returned exit code {result.exit_code!r}: the stream of a killed sandbox ended cleanly")
+
+
+@behaviour("signed_url_refusals")
+async def signed_url_refusals(fl: Flavour, obs: Observed) -> None:
+    """A signed URL that expired, or whose signature is wrong, is refused with 401 and envd's message."""
+    sbx = await fl.new(secure=True)
+    path = f"{USER_HOME}/signed-refusal.txt"
+    await got(sbx.files.write(path, "s"))
+    expired = await got(sbx.download_url(path, use_signature_expiration=-10))
+    valid = await got(sbx.download_url(path, use_signature_expiration=120))
+    forged = valid.replace("signature=v1_", "signature=v1_x")
+    answers = [httpx.get(url) for url in (valid, expired, forged)]
+    same(obs, "valid", [answers[0].status_code, answers[0].text], [200, "s"])
+    same(
+        obs,
+        "refused",
+        [(a.status_code, a.json().get("message")) for a in answers[1:]],
+        [(401, "signature is already expired"), (401, "invalid signature")],
+    )
+
+
+@behaviour("pause_filesystem")
+async def pause_filesystem(fl: Flavour, obs: Observed) -> None:
+    """pause(mode="filesystem") keeps the files only: resume cold-boots (no process left, a new pid 1,
+    a new boot id)."""
+    sbx = await fl.new()
+    await fl.sh(sbx, f"echo on-disk > {USER_HOME}/kept; (sleep 600 >/dev/null 2>&1 &)")
+    before = (await fl.sh(sbx, BOOT_STATE)).split()
+    expect(await got(sbx.pause(mode="filesystem")) is True, "pause(mode='filesystem') did not return True")
+    same(obs, "rest_state_paused", rest_get(sbx.sandbox_id).json().get("state"), "paused")
+    resumed = await got(fl.Sandbox.connect(sbx.sandbox_id))
+    after = (await fl.sh(resumed, BOOT_STATE)).split()
+    obs["before"], obs["after"] = before, after
+    same(obs, "files_kept_processes_gone", [before[2:], after[2:]], [["1", "on-disk"], ["0", "on-disk"]])
+    expect(before[0] != after[0], "the boot id did not change: the resume restored memory instead of booting")
+    expect(before[1] != after[1], "pid 1 is the same process: the resume restored memory instead of booting")
 
 
 if __name__ == "__main__":

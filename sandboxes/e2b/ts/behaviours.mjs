@@ -651,4 +651,64 @@ behaviour('errors', async (b, obs) => {
   same(obs, 'rest_statuses', statuses, [404, 401])
 })
 
+// --- what envd does where compatibility layers differ --------------------------------------------
+
+const PROC_FILE = '/proc/sys/kernel/random/boot_id'
+// Inside the sandbox: the boot id, pid 1's start time, how many `sleep 600` run, the kept file.
+const BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
+
+behaviour('proc_file_read', async (b, obs) => {
+  const sbx = await b.shared()
+  const bootId = await sbx.files.read(PROC_FILE)
+  const hostname = await sbx.files.read('/proc/sys/kernel/hostname')
+  const [size, shellBootId, shellHostname] = (await b.sh(sbx, `stat -c %s ${PROC_FILE}; cat ${PROC_FILE}; hostname`)).split(/\s+/)
+  same(obs, 'stat_size', size, '0')
+  same(obs, 'boot_id', bootId, `${shellBootId}\n`)
+  same(obs, 'next_read', hostname, `${shellHostname}\n`)
+})
+
+behaviour('kill_cuts_stream', async (b, obs) => {
+  const sbx = await b.fresh()
+  const handle = await sbx.commands.run('echo started; sleep 60', { background: true })
+  same(obs, 'rest_kill', (await rest(`/sandboxes/${sbx.sandboxId}`, { method: 'DELETE' })).status, 204)
+  let result
+  try {
+    result = await handle.wait()
+  } catch (err) {
+    obs.raised = errorDetails(err)
+    expect(err?.name === 'TimeoutError', `wait() raised ${err?.name}: ${err?.message}, expected a TimeoutError`)
+    expect(String(err?.message).includes('killed or reached its end of life'), `wait() raised ${show(err?.message)}, not the SDK's 'killed' error`)
+    return
+  }
+  throw new Fail(`wait() returned exitCode ${show(result?.exitCode)}: the stream of a killed sandbox ended cleanly`)
+})
+
+behaviour('signed_url_refusals', async (b, obs) => {
+  const sbx = await b.fresh({ secure: true })
+  const path = `${HOME}/signed-refusal-js.txt`
+  await sbx.files.write(path, 's')
+  const expired = await sbx.downloadUrl(path, { useSignatureExpiration: -10 })
+  const valid = await sbx.downloadUrl(path, { useSignatureExpiration: 120 })
+  const forged = valid.replace('signature=v1_', 'signature=v1_x')
+  const answers = await Promise.all([valid, expired, forged].map((url) => fetch(url)))
+  same(obs, 'valid', [answers[0].status, await answers[0].text()], [200, 's'])
+  const refused = []
+  for (const answer of answers.slice(1)) refused.push([answer.status, (await answer.json()).message])
+  same(obs, 'refused', refused, [[401, 'signature is already expired'], [401, 'invalid signature']])
+})
+
+behaviour('pause_filesystem', async (b, obs) => {
+  const sbx = await b.fresh()
+  await b.sh(sbx, `echo on-disk > ${HOME}/kept; (sleep 600 >/dev/null 2>&1 &)`)
+  const before = (await b.sh(sbx, BOOT_STATE)).split(/\s+/).filter(Boolean)
+  same(obs, 'paused', await sbx.pause({ keepMemory: false }), true)
+  same(obs, 'rest_state_paused', (await restInfo(sbx.sandboxId)).body?.state, 'paused')
+  const resumed = await b.Sandbox.connect(sbx.sandboxId)
+  const after = (await b.sh(resumed, BOOT_STATE)).split(/\s+/).filter(Boolean)
+  Object.assign(obs, { before, after })
+  same(obs, 'files_kept_processes_gone', [before.slice(2), after.slice(2)], [['1', 'on-disk'], ['0', 'on-disk']])
+  expect(before[0] !== after[0], 'the boot id did not change: the resume restored memory instead of booting')
+  expect(before[1] !== after[1], 'pid 1 is the same process: the resume restored memory instead of booting')
+})
+
 process.exitCode = await main(SUITE)

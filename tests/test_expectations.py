@@ -76,17 +76,15 @@ def test_load_none_expects_every_case_to_pass() -> None:
     assert Expectations.load(None).for_case("quickstart/py-e2b-2.63.0/py01_create") == DEFAULT
 
 
-def test_shipped_local_declares_only_its_missing_template_builds() -> None:
+def test_shipped_local_declares_only_what_the_endpoint_lacks() -> None:
     local = Expectations.load(REPO / "expectations" / "local.toml")
 
-    # Behaviours the endpoint does not have yet (issue 13, and what the behaviours suite found), declared until it does.
-    pending = {case: d for case, d in local.cases.items() if case.startswith("behaviours/")}
-    shipped = {case: d for case, d in local.cases.items() if case not in pending}
-
     assert local.name == "local"
-    assert sorted(shipped) == ["probes/*/pr11_template_build", "refusals/*/rf13_template_build"]
-    assert {d.outcome for d in shipped.values()} == {"refused"}
-    assert {d.outcome for d in pending.values()} <= {"fail"}
+    assert {case: d.outcome for case, d in local.cases.items()} == {
+        "probes/*/pr11_template_build": "refused",  # only the `base` template exists
+        "refusals/*/rf13_template_build": "refused",
+        "behaviours/*_update_network": "fail",  # restrictive egress rules are refused until they are enforced
+    }
     assert local.for_case("quickstart/py-e2b-2.63.0/py01_create").outcome == "pass"
 
 

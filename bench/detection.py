@@ -37,6 +37,8 @@ PARALLEL = 2  # quirk runs at a time: each has its own embedded endpoint
 # the specification `detect` proves and tests/test_quirk_detection.py checks. Identity quirks (token and
 # id prefixes, the 401 text) change no behaviour a case asserts: the token probes record them instead.
 IDENTITY_QUIRKS = ("token_prefix", "sandbox_id_prefix", "token_error")
+# Quirks of the server's own resources that no client can observe (its self-tests check them instead).
+SERVER_ONLY_QUIRKS = ("streams_outlive_clients",)
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",
@@ -106,7 +108,19 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "upload_ignores_gzip": (*both("gzip"), "probes/pr07_gzip"),
 }  # fmt: skip
 # Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
-FIDELITY_CASES: dict[str, tuple[str, ...]] = {}
+FIDELITY_CASES: dict[str, tuple[str, ...]] = {
+    "dir_mode_go_bit": both("dir_mode"),
+    "remove_missing_404": both("remove_missing"),
+    "upload_no_metadata": both("file_metadata_replaced"),
+    "proc_size_zero": both("proc_file_read"),
+    "kill_stream_clean_end": both("kill_cuts_stream"),
+    "kill_returns_early": both("background_list_kill"),
+    "signed_url_generic_error": both("signed_url_refusals"),
+    "metrics_ignore_window": both("metrics_window"),
+    "pause_keeps_memory": both("pause_filesystem"),
+    "files_write_as_user": both("file_metadata_replaced"),
+    "unknown_route_404": both("rest_statuses"),
+}
 DETECTED_BY: dict[str, tuple[str, ...]] = {
     "cwd_override=/workspace": (
         "probes/pr01_default_cwd", "probes/pr02_login_profile", "probes/pr12_relative_paths", *both("run_envs_cwd_user")

@@ -30,6 +30,7 @@ from .watch import WatchClosed, Watcher
 DEFAULT_USER = "user"
 KEEPALIVE_DEFAULT_S = 50.0
 KILL_REAP_WAIT_S = 5.0
+KILL_LATE_S = 3.0  # with the kill_returns_early quirk: when the kill lands after the answer
 SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM}
 
 
@@ -192,11 +193,15 @@ class ProcessService(EnvdBase, Process):
         signum = SIGNALS.get(request.signal)
         if signum is None:
             raise ConnectError(Code.INVALID_ARGUMENT, f"unsupported signal {request.signal}")
+        if signum == signal.SIGKILL and sandbox.quirks.kill_returns_early:
+            # A layer that signals asynchronously: it answers at once and the kill lands a moment later.
+            asyncio.get_running_loop().call_later(KILL_LATE_S, _kill_later, sandbox, record.pid)
+            return pb.SendSignalResponse()
         try:
             await sandbox.box.signal(record.pid, signum)
         except AgentError as exc:
             raise connect_error(exc) from exc
-        if signum == signal.SIGKILL and not sandbox.quirks.kill_returns_early:
+        if signum == signal.SIGKILL:
             # envd answers once the process is gone: a list or wait right after never sees it alive.
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(record.reaped.wait(), KILL_REAP_WAIT_S)
@@ -417,3 +422,9 @@ def envd_apps(registry: Registry) -> list[ProcessASGIApplication | FilesystemASG
         ProcessASGIApplication(ProcessService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
         FilesystemASGIApplication(FilesystemService(registry), codecs=codecs, compressions=[]),  # type: ignore[arg-type]
     ]
+
+
+def _kill_later(sandbox: Sandbox, pid: int) -> None:
+    """The kill_returns_early quirk's late SIGKILL (its error, if the process is gone, is of no interest)."""
+    task = asyncio.ensure_future(sandbox.box.signal(pid, signal.SIGKILL))
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())

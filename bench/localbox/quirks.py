@@ -41,7 +41,7 @@ class Quirks:
     upload_no_metadata: bool = False  # POST /files answers without metadata and keeps the old metadata
     proc_size_zero: bool = False  # a file whose stat size is 0 (/proc) downloads empty
     kill_stream_clean_end: bool = False  # killing a sandbox ends its command streams with a clean end event
-    kill_returns_early: bool = False  # commands.kill returns before the process is reaped
+    kill_returns_early: bool = False  # commands.kill answers at once; the process is killed a moment later
     streams_outlive_clients: bool = False  # a stream whose client went away runs on until it ends
     signed_url_generic_error: bool = False  # a refused signed URL gets the generic token error
     metrics_ignore_window: bool = False  # metrics answer the current sample whatever start/end ask

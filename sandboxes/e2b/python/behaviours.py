@@ -541,6 +541,10 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         hit("resume wrong key", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60}, headers=bad)
         hit("connect bad body", "POST", f"/sandboxes/{sid}/connect", **not_json)
         hit("connect wrong key", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60}, headers=bad)
+        # A documented route on a live sandbox never answers 404, which the SDKs read as "sandbox not found".
+        logs = client.get(f"/sandboxes/{sid}/logs").status_code
+        obs["logs_status"] = logs
+        expect(logs != 404, f"GET /sandboxes/{{id}}/logs of a live sandbox answered {logs}, as if it did not exist")
         hit("pause", "POST", f"/sandboxes/{sid}/pause")
         hit("connect paused", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60})
         seen["state after connect"] = state()
@@ -636,6 +640,8 @@ async def background_list_kill(fl: Flavour, obs: Observed) -> None:
     same(obs, "listed_env", proc.envs.get("BH_TAG"), fl.name)
     same(obs, "alive_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} && echo alive"), "alive\n")
     same(obs, "kill", await got(sbx.commands.kill(handle.pid)), True)
+    listed_after = {p.pid for p in await got(sbx.commands.list())}
+    same(obs, "listed_right_after_kill", handle.pid in listed_after, False)  # kill answers once it is gone
     exc = await raises(obs, "wait_after_kill", handle.wait, "CommandExitException")
     same(obs, "killed_exit_code", getattr(exc, "exit_code", None), -1)
     same(obs, "gone_in_shell", await fl.sh(sbx, f"kill -0 {handle.pid} 2>/dev/null || echo gone"), "gone\n")
@@ -1047,7 +1053,7 @@ async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
     """Killing a sandbox cuts a running command's stream without an end event: wait() raises the SDK's
     timeout error ('killed or reached its end of life'), never an exit code."""
     sbx = await fl.new()
-    handle = await got(sbx.commands.run("echo started; sleep 60", background=True))
+    handle = await got(sbx.commands.run("echo started; sleep 20", background=True))
     with rest() as client:
         same(obs, "rest_kill", client.delete(f"/sandboxes/{sbx.sandbox_id}").status_code, 204)
     try:

@@ -350,6 +350,8 @@ behaviour('background_list_kill', async (b, obs) => {
   same(obs, 'listed_env', proc.envs?.BH_TAG, 'js')
   same(obs, 'alive_in_shell', await b.sh(sbx, `kill -0 ${handle.pid} && echo alive`), 'alive\n')
   same(obs, 'kill', await sbx.commands.kill(handle.pid), true)
+  // kill answers once the process is gone
+  same(obs, 'listed_right_after_kill', (await sbx.commands.list()).some((p) => p.pid === handle.pid), false)
   const err = await rejects(obs, 'wait_after_kill', () => handle.wait(), 'CommandExitError')
   same(obs, 'killed_exit_code', err.exitCode, -1)
   same(obs, 'gone_in_shell', await b.sh(sbx, `kill -0 ${handle.pid} 2>/dev/null || echo gone`), 'gone\n')
@@ -669,7 +671,7 @@ behaviour('proc_file_read', async (b, obs) => {
 
 behaviour('kill_cuts_stream', async (b, obs) => {
   const sbx = await b.fresh()
-  const handle = await sbx.commands.run('echo started; sleep 60', { background: true })
+  const handle = await sbx.commands.run('echo started; sleep 20', { background: true })
   same(obs, 'rest_kill', (await rest(`/sandboxes/${sbx.sandboxId}`, { method: 'DELETE' })).status, 204)
   let result
   try {

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -141,12 +142,16 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
 QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
 
 
-def run_one(results: Path, quirk: str | None) -> Path:
-    """One recorded run of the probes, refusals and behaviours; returns its run directory."""
+def run_one(results: Path, quirk: str | None, only: Collection[str] = ()) -> Path:
+    """One recorded run of the probes, refusals and behaviours (`only`: just these `suite/case` ids, and the
+    cases whose names contain theirs); returns its run directory."""
     results.mkdir(parents=True, exist_ok=True)
     before = {p for p in results.iterdir() if p.is_dir()}
     command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--results-dir", str(results)]
-    command += ["--no-report"] + ([f"--quirk={quirk}", "-k", HEAVY] if quirk else [])
+    selection = " or ".join(case.split("/", 1)[1] for case in sorted(only) if not case.startswith("housekeeping/"))
+    command += ["--no-report"] + ([f"--quirk={quirk}"] if quirk else [])
+    if selection or quirk:
+        command += ["-k", selection or HEAVY]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
         try:
             output = child.communicate(timeout=600)[0]

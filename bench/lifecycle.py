@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import platform
 import sys
 import time
@@ -24,7 +25,7 @@ from .exits import ExitCode
 from .housekeeping import Sweep, leak_record, sweep
 from .junit import write_junit
 from .redaction import Redactor
-from .results import CaseRecord, RunDir, Status, make_header
+from .results import CaseRecord, RunDir, Status, atomic_write, make_header
 
 if TYPE_CHECKING:
     from .localbox.quirks import Quirks
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from .report import ReportPaths
 
 PREFLIGHT_JSON = "preflight.json"
+LATEST_JSON = "latest.json"  # in the results directory: the run that finished last
 HARNESS_PACKAGES = ("e2b", "connectrpc", "protobuf-py", "uvicorn", "starlette", "httptools", "uvloop", "httpx")
 
 
@@ -151,4 +153,20 @@ class Lifecycle:
 
             with contextlib.suppress(Exception):  # a report that fails to render must not lose the run
                 self.report_paths = render([self.run_dir.path], self.run_dir.path, self.redactor)
+        self._point_latest(status, int(exit_code))
         return ExitCode(exit_code)
+
+    def _point_latest(self, status: Status, exit_code: int) -> None:
+        """`<results>/latest.json` names the run that finished last, so a script finds it without scraping."""
+        assert self.run_dir is not None
+        path = self.run_dir.path.resolve()
+        report = self.report_paths
+        pointer = {
+            "run_dir": str(path),
+            "status": status,
+            "exit_code": exit_code,
+            "junit": str(path / "junit.xml"),
+            "report": str(report.html.resolve()) if report else None,
+            "summary": str(report.markdown.resolve()) if report else None,
+        }
+        atomic_write(self.results_dir / LATEST_JSON, json.dumps(pointer, indent=2) + "\n")

@@ -48,6 +48,14 @@ def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_pa
     for line in wire:
         validate("wire", json.loads(line))
     assert "report: " in done.stdout and (run.path / "report.html").exists()
+    assert json.loads((tmp_path / "latest.json").read_text()) == {
+        "run_dir": str(run.path.resolve()),
+        "status": "completed",
+        "exit_code": 0,
+        "junit": str(run.path.resolve() / "junit.xml"),
+        "report": str(run.path.resolve() / "report.html"),
+        "summary": str(run.path.resolve() / "summary.md"),
+    }
 
 
 def test_an_unreachable_endpoint_exits_2_with_one_clear_message_and_a_valid_run_dir(tmp_path: Path) -> None:

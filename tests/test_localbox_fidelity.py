@@ -511,8 +511,9 @@ def test_bad_paths_are_client_errors_in_e2bs_shape(plain_envd: httpx.Client, pat
 
 def test_a_network_update_is_applied_or_refused_as_declared(sandbox: Sandbox, endpoint: LocalEndpoint) -> None:
     sandbox.update_network({"allow_out": ["8.8.8.8/32", "*.example.com"]})
-    with pytest.raises(SandboxException) as restricted:
-        sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
+    sandbox.update_network({"deny_out": ["10.0.0.0/8"]})
+    with pytest.raises(SandboxException) as proxied:
+        sandbox.update_network({"egress_proxy": {"address": "127.0.0.1:1080"}})
     bad = httpx.put(
         f"{endpoint.api_url}/sandboxes/{sandbox.sandbox_id}/network",
         json={"denyOut": ["example.com"]},
@@ -521,7 +522,7 @@ def test_a_network_update_is_applied_or_refused_as_declared(sandbox: Sandbox, en
     missing = httpx.put(f"{endpoint.api_url}/sandboxes/nope/network", json={}, headers={"X-API-KEY": endpoint.api_key})
     still_out = sandbox.commands.run("echo reachable").stdout
 
-    assert str(restricted.value).startswith("501: egress rules are not enforced by this endpoint")
+    assert str(proxied.value) == "501: this endpoint cannot enforce an egress proxy ('egressProxy')"
     assert (bad.status_code, bad.json()["message"]) == (
         400,
         "'denyOut' entry is not a CIDR block or an IP address: 'example.com'",
@@ -593,18 +594,20 @@ def test_metadata_envd_refuses_is_refused_and_nothing_is_written(
     assert sandbox.files.exists("/home/user/meta.txt") is False
 
 
-def test_the_npm_sdk_gets_the_network_refusal(sandbox: Sandbox, tmp_path: Path) -> None:
+def test_the_npm_sdk_applies_egress_rules_and_gets_the_refusal_of_a_proxy(sandbox: Sandbox, tmp_path: Path) -> None:
     answer = run_js(
         """
         const s = await Sandbox.connect(values.id);
-        await s.updateNetwork({ allowOut: ['1.1.1.1'] });
-        try { await s.updateNetwork({ denyOut: ['0.0.0.0/0'] }); return 'applied'; } catch (e) { return e.message; }
+        await s.updateNetwork({ denyOut: ['198.51.100.0/24'] });
+        try { await s.updateNetwork({ egressProxy: { address: '127.0.0.1:1080' } }); return 'applied'; }
+        catch (e) { return e.message; }
         """,
         tmp_path,
         id=sandbox.sandbox_id,
     )
 
-    assert "egress rules are not enforced by this endpoint" in answer
+    assert "this endpoint cannot enforce an egress proxy ('egressProxy')" in answer
+    assert sandbox.get_info().network == {"allow_out": [], "deny_out": ["198.51.100.0/24"]}
 
 
 @pytest.mark.parametrize(

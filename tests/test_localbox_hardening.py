@@ -14,7 +14,6 @@ import re
 import socket
 import stat
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 from e2b import CommandExitException, InvalidArgumentException, Sandbox
+from netns import listener_in_own_netns
 
 from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
@@ -398,49 +398,10 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(server: LocalSer
         assert slow.recv(1024) == b""
 
 
-TEST_NET = ("198.51.100.1", "198.51.100.2")  # TEST-NET-2: documentation addresses, routed here to our namespace
-SERVE = textwrap.dedent("""
-    import socket, sys
-    print("in its namespace", flush=True)
-    sys.stdin.readline()  # the namespace's interface is configured
-    s = socket.create_server((sys.argv[1], 0))
-    print(s.getsockname()[1], flush=True)
-    while True:
-        s.accept()[0].close()
-""")
-
-
 @pytest.fixture
 def test_host() -> Iterator[str]:
-    """host:port of a listener in a network namespace of this test's own, joined to the host by a veth pair
-    (the namespace, and both ends of the pair, go when the listener ends)."""
-    name = f"e2bb{os.getpid()}"
-    listener = subprocess.Popen(
-        ["unshare", "--net", "--", sys.executable, "-c", SERVE, TEST_NET[1]],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    inside = ["nsenter", "-t", str(listener.pid), "-n", "ip"]
-    steps = [
-        ["ip", "link", "add", f"{name}h", "type", "veth", "peer", "name", f"{name}n", "netns", str(listener.pid)],
-        ["ip", "addr", "add", f"{TEST_NET[0]}/30", "dev", f"{name}h"],
-        ["ip", "link", "set", f"{name}h", "up"],
-        [*inside, "addr", "add", f"{TEST_NET[1]}/30", "dev", f"{name}n"],
-        [*inside, "link", "set", f"{name}n", "up"],
-    ]
-    try:
-        assert listener.stdin is not None and listener.stdout is not None
-        assert listener.stdout.readline() == "in its namespace\n"  # unshare has run: the pid's netns is new
-        for step in steps:
-            subprocess.run(step, check=True, capture_output=True)
-        listener.stdin.write("configured\n")
-        listener.stdin.flush()
-        yield f"{TEST_NET[1]}:{listener.stdout.readline().strip()}"
-    finally:
-        listener.kill()
-        listener.wait()
-        subprocess.run(["ip", "link", "del", f"{name}h"], check=False, capture_output=True)
+    with listener_in_own_netns() as address:
+        yield address
 
 
 def test_internet_access_reaches_out_but_not_the_hosts_loopback_and_off_reaches_nothing(

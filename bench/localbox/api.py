@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .agentlink import AgentError
+from .box import EGRESS_FILTER
 from .network import EgressRules, NetworkError
 from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
@@ -100,6 +101,15 @@ def _string_map(body: dict, key: str) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+def _refuse_unenforced(rules: EgressRules) -> None:
+    """Rules this endpoint cannot enforce are refused (501), never accepted and ignored."""
+    missing = rules.unenforced()
+    if missing is None and not (rules.unrestricted or EGRESS_FILTER):
+        missing = "egress rules here: nftables is not installed"
+    if missing:
+        raise ApiError(501, f"this endpoint cannot enforce {missing}", "not_implemented")
+
+
 class Api:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
@@ -162,6 +172,7 @@ class Api:
                 "autoResume": sandbox.auto_resume,
                 "onTimeout": "pause" if sandbox.auto_pause else "kill",
             },
+            **({"network": network} if (network := sandbox.egress.wire()) else {}),
         }
 
     # --- create --------------------------------------------------------------------------------
@@ -181,6 +192,11 @@ class Api:
         if template_id is None and snapshot is None:
             raise ApiError(404, f"template '{template}' not found")
         self._refuse_options("create", body)
+        try:
+            egress = EgressRules.from_create(body)
+        except NetworkError as exc:
+            raise ApiError(400, str(exc)) from exc
+        _refuse_unenforced(egress)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:
@@ -194,6 +210,7 @@ class Api:
                 internet=internet is not False,
                 auto_pause=bool(body.get("autoPause")),
                 auto_resume=bool(isinstance(auto_resume, dict) and auto_resume.get("enabled")),
+                egress=egress,
             )
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
@@ -319,13 +336,11 @@ class Api:
             raise ApiError(400, str(exc)) from exc
         if sandbox.state != "running":
             raise ApiError(409, f"sandbox {sandbox.id} is not running")
-        if not rules.unrestricted:
-            try:
-                await sandbox.box.apply_egress(rules)
-            except AgentError as exc:
-                message = f"egress rules are not enforced by this endpoint: {exc}"
-                raise ApiError(501, message, "not_implemented") from exc
-        sandbox.egress = rules
+        _refuse_unenforced(rules)
+        try:
+            await self.registry.set_egress(sandbox, rules)
+        except AgentError as exc:
+            raise ApiError(500, f"the egress rules could not be applied: {exc}") from exc
         return Response(status_code=204)
 
     # --- snapshots and forks -------------------------------------------------------------------
@@ -394,6 +409,7 @@ class Api:
             auto_pause=source.auto_pause,
             auto_resume=source.auto_resume,
             layers=snapshot.layers,
+            egress=source.egress,
         )
         return {**sandbox.summary(), "envdAccessToken": token, "trafficAccessToken": None}
 

@@ -279,6 +279,9 @@ def _namespace_pids(root_pid: int) -> list[int]:
 
 
 SLIRP4NETNS = shutil.which("slirp4netns")
+NFT = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")  # root's tools
+NSENTER = shutil.which("nsenter")
+EGRESS_FILTER = NFT is not None and NSENTER is not None
 
 
 class Uplink:
@@ -626,9 +629,27 @@ class Box:
                 raise AgentError(os.strerror(err), err)
         return sock
 
-    async def apply_egress(self, rules: EgressRules) -> None:
-        """Enforce egress rules in the sandbox's network namespace (no packet filter there yet: refused)."""
-        raise AgentError("egress rules are not enforced yet: no packet filter in the sandbox's network", errno.ENOSYS)
+    async def apply_egress(self, rules: EgressRules, timeout: float = 10.0) -> None:
+        """Replace the packet filter of the sandbox's network namespace with `rules`, in one nftables
+        transaction run as host root in that namespace only (the sandbox's root has no CAP_NET_ADMIN)."""
+        if not EGRESS_FILTER:
+            raise AgentError("nftables is not installed, so egress rules cannot be enforced", errno.ENOSYS)
+        assert NFT is not None and NSENTER is not None
+        if self.holder is None or not self.holder.alive:
+            raise AgentError("the sandbox is not running")
+        process = await asyncio.create_subprocess_exec(
+            NSENTER, f"--net=/proc/{self.holder.pid}/ns/net", "--", NFT, "-f", "-",
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            _, error = await asyncio.wait_for(process.communicate(rules.nft_script().encode()), timeout)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+            raise
+        if process.returncode:
+            raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:

@@ -1,12 +1,16 @@
-"""Egress rules of a sandbox (`PUT /sandboxes/{id}/network`), read and checked as E2B's API reads them."""
+"""Egress rules of a sandbox (`PUT /sandboxes/{id}/network`, create's `network`), read and checked as E2B's
+API reads them, and written as the nftables ruleset that enforces them in the sandbox's network namespace."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+TABLE = "e2b_bench_egress"
+ALL_TRAFFIC = "0.0.0.0/0"
 DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 
 
@@ -49,6 +53,58 @@ class EgressRules:
             raise NetworkError("'allow_internet_access' must be a boolean")
         return cls(tuple(allow), tuple(deny), rules, proxy, internet)
 
+    @classmethod
+    def from_create(cls, body: dict[str, Any]) -> EgressRules:
+        """The rules of a create request's `network` (members that are not egress rules play no part here)."""
+        network = body.get("network") or {}
+        if not isinstance(network, dict):
+            raise NetworkError("'network' must be an object")
+        return cls.from_body({k: network[k] for k in ("allowOut", "denyOut", "rules", "egressProxy") if k in network})
+
+    @property
+    def denied(self) -> tuple[str, ...]:
+        """What is denied, `allow_internet_access: false` being a deny of all traffic as E2B documents it."""
+        return self.deny_out if self.internet or ALL_TRAFFIC in self.deny_out else (*self.deny_out, ALL_TRAFFIC)
+
+    def unenforced(self) -> str | None:
+        """What of these rules this endpoint cannot enforce (a packet filter sees addresses only), if anything."""
+        if self.rules:
+            return "per-domain transform rules ('rules')"
+        if self.egress_proxy is not None:
+            return "an egress proxy ('egressProxy')"
+        domains = [entry for entry in self.allow_out if not _is_network(entry)]
+        if domains and self.denied:
+            return f"domains allowed through denied addresses ('allowOut': '{domains[0]}')"
+        return None
+
+    def wire(self) -> dict[str, Any] | None:
+        """The `network` member of a sandbox's detail (E2B's `SandboxNetworkConfig`); None without rules."""
+        found: dict[str, Any] = {"allowOut": list(self.allow_out), "denyOut": list(self.denied)}
+        if self.rules:
+            found["rules"] = self.rules
+        if self.egress_proxy is not None:
+            found["egressProxy"] = self.egress_proxy
+        return found if self.allow_out or self.denied or len(found) > 2 else None
+
+    def nft_script(self) -> str:
+        """One nftables transaction replacing the sandbox's egress table: allowed blocks first (allow wins
+        over deny), then denied blocks dropped; the sandbox's own loopback is never filtered."""
+        lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]  # create-then-delete: empty either way
+        deny = _blocks(self.denied)
+        if deny:
+            allow = _blocks(entry for entry in self.allow_out if _is_network(entry))
+            lines += [
+                f"table inet {TABLE} {{",
+                "  chain output {",
+                "    type filter hook output priority filter; policy accept;",
+                '    oifname "lo" accept',
+                *(f"    {family} daddr {{ {', '.join(blocks)} }} accept" for family, blocks in allow.items()),
+                *(f"    {family} daddr {{ {', '.join(blocks)} }} drop" for family, blocks in deny.items()),
+                "  }",
+                "}",
+            ]
+        return "\n".join(lines) + "\n"
+
 
 def _strings(body: dict[str, Any], key: str) -> list[str]:
     value = body.get(key) or []
@@ -63,3 +119,14 @@ def _is_network(entry: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _blocks(entries: Iterable[str]) -> dict[str, list[str]]:
+    """CIDR blocks by nftables family (`ip`, `ip6`), overlaps merged (an nftables set refuses them)."""
+    networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+    found = {}
+    for family, version in (("ip", 4), ("ip6", 6)):
+        merged = ipaddress.collapse_addresses(n for n in networks if n.version == version)  # type: ignore[misc]
+        if blocks := [str(n) for n in merged]:
+            found[family] = blocks
+    return found

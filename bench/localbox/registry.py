@@ -58,7 +58,7 @@ class Sandbox:
     watchers: dict[str, Watcher] = field(default_factory=dict)
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
-    egress: EgressRules = field(default_factory=EgressRules)  # as last set by a network update
+    egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
@@ -210,8 +210,15 @@ class Registry:
         auto_resume: bool,
         sandbox_id: str | None = None,
         layers: str | None = None,
+        egress: EgressRules | None = None,
     ) -> tuple[Sandbox, str]:
         box = await self._take_box(internet, sandbox_id, layers)
+        if egress is not None and not egress.unrestricted:
+            try:
+                await box.apply_egress(egress)
+            except BaseException:
+                await box.kill()
+                raise
         sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(
@@ -227,6 +234,7 @@ class Registry:
             auto_resume=auto_resume,
             started_at=now,
             end_at=now + timeout_s,
+            egress=egress or EgressRules(),
         )
         box.on_exit = lambda: self._box_exited(sandbox)
         self.sandboxes[sandbox_id] = sandbox
@@ -277,11 +285,19 @@ class Registry:
             await box.power_on(sandbox.id, sandbox.kept_root)
             box.on_exit = lambda: self._box_exited(sandbox)
             sandbox.box, sandbox.kept_root = box, None
+            if not sandbox.egress.unrestricted:  # a cold boot is a new network namespace
+                await box.apply_egress(sandbox.egress)
         else:
             await sandbox.box.thaw()
         sandbox.state = "running"
         sandbox.paused_at = None
         sandbox.end_at = time.time() + timeout_s
+
+    async def set_egress(self, sandbox: Sandbox, rules: EgressRules) -> None:
+        """Replace a running sandbox's egress rules (rules that restrict nothing clear its filter)."""
+        if not (rules.unrestricted and sandbox.egress.unrestricted):
+            await sandbox.box.apply_egress(rules)
+        sandbox.egress = rules
 
     async def _reap_expired(self) -> None:
         while True:

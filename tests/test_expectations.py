@@ -83,7 +83,6 @@ def test_shipped_local_declares_only_what_the_endpoint_lacks() -> None:
     assert {case: d.outcome for case, d in local.cases.items()} == {
         "probes/*/pr11_template_build": "refused",  # only the `base` template exists
         "refusals/*/rf13_template_build": "refused",
-        "behaviours/*_update_network": "fail",  # restrictive egress rules are refused until they are enforced
     }
     assert local.for_case("quickstart/py-e2b-2.63.0/py01_create").outcome == "pass"
 

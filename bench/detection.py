@@ -64,13 +64,13 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "list_ignores_limit": both("list_filters_paging"),
     "list_ignores_next_token": both("list_filters_paging"),
     "get_drops_metadata": both("create_envs_metadata"),
-    "get_state_always_running": both("pause_connect", "rest_statuses"),
+    "get_state_always_running": both("pause_connect", "rest_statuses", "pause_filesystem"),
     "create_ignores_timeout": both("create_timeout_end_at"),
     "create_ignores_envs": both("create_envs_metadata"),
     "create_ignores_internet_access": both("create_internet_access"),
     "set_timeout_ignored": both("rest_statuses", "set_timeout"),
-    "pause_ignored": both("list_filters_paging", "pause_connect", "rest_statuses"),
-    "kill_ignored": (*both("kill", "rest_statuses"), "housekeeping/leak_check"),
+    "pause_ignored": both("list_filters_paging", "pause_connect", "rest_statuses", "pause_filesystem"),
+    "kill_ignored": (*both("kill", "rest_statuses", "kill_cuts_stream"), "housekeeping/leak_check"),
     "not_found_as_400": both("errors", "kill", "rest_statuses"),
     "bad_key_as_403": both("errors", "rest_statuses"),
     "metrics_empty": (*both("metrics"), "probes/pr10_metrics"),
@@ -83,7 +83,8 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "output_chunks_repeated": both("output_sizes"),
     "stderr_dropped": both("run_streams"),
     "exit_code_zeroed": (
-        *both("pty_resize_kill", "run_exit_code"), "probes/pr03_setsid", "probes/pr04_exit_codes", "probes/pr06_pty"
+        *both("pty_resize_kill", "run_exit_code", "update_network"),
+        "probes/pr03_setsid", "probes/pr04_exit_codes", "probes/pr06_pty",
     ),
     "connect_drops_end": both("connect_command", "pty_connect_input"),
     "process_list_empty": both("background_list_kill"),
@@ -92,7 +93,7 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "stat_owner_root": both("entry_info"),
     "stat_mtime_epoch": both("entry_info"),
     "stat_drops_symlink_target": both("entry_info"),
-    "remove_ignored": both("remove", "remove_missing"),
+    "remove_ignored": both("remove"),
     "watch_not_recursive": ("behaviours/async_watch_recursive",),
     "watcher_not_recursive": ("behaviours/sync_watch_recursive",),
     "watch_drops_removes": ("behaviours/async_watch_recursive",),
@@ -100,14 +101,16 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "download_truncated": both("gzip", "write_read_sizes"),
     "download_drops_last_byte": (
         *both("gzip", "host_and_mcp", "read_formats", "rest_statuses", "run_exit_code", "signed_urls"),
-        *both("write_read_sizes"),
+        *both("write_read_sizes", "proc_file_read", "signed_url_refusals"),
         "probes/pr07_gzip",
         "probes/pr08_signed_urls",
     ),
     "upload_ignores_user": both("write_as_user"),
-    "upload_drops_metadata": both("file_metadata", "file_metadata_replaced"),
+    "upload_drops_metadata": both("file_metadata"),
     "upload_ignores_gzip": (*both("gzip"), "probes/pr07_gzip"),
 }  # fmt: skip
+# Behaviours a refused create/pause/connect option also breaks.
+OPTION_BEHAVIOURS: dict[str, tuple[str, ...]] = {"pauseWithoutMemory": both("pause_filesystem")}
 # Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
 FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "dir_mode_go_bit": both("dir_mode"),
@@ -131,11 +134,16 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
     "refuse_stdin": ("probes/pr05_stdin", "refusals/rf10_envd_stdin", *both("stdin", "stream_input")),
     "refuse_pty": ("probes/pr06_pty", "refusals/rf11_envd_pty", *both("pty_resize_kill", "pty_connect_input")),
     "refuse_gzip_upload": ("probes/pr07_gzip", "refusals/rf12_gzip_upload", *both("gzip")),
-    "refuse_signed_urls": ("probes/pr08_signed_urls", *both("signed_urls")),
+    "refuse_signed_urls": ("probes/pr08_signed_urls", *both("signed_urls", "signed_url_refusals", "download_encoding")),
     "watch_dir_404": ("probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir", *both("watch_recursive")),
-    "metrics_404": ("probes/pr10_metrics", "refusals/rf15_get_metrics", *both("metrics", "rest_statuses")),
+    "metrics_404": (
+        "probes/pr10_metrics", "refusals/rf15_get_metrics", *both("metrics", "rest_statuses", "metrics_window")
+    ),
     "template_build_501": ("probes/pr11_template_build", "refusals/rf13_template_build"),
-    **{f"refuse_create_options={option}": (f"refusals/{OPTION_CASES[option]}",) for option in OPTION_FIELDS},
+    **{
+        f"refuse_create_options={option}": (f"refusals/{OPTION_CASES[option]}", *OPTION_BEHAVIOURS.get(option, ()))
+        for option in OPTION_FIELDS
+    },
     **{f"mutations={name}": cases for name, cases in MUTATION_CASES.items()},
     **FIDELITY_CASES,
 }  # fmt: skip

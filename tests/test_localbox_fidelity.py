@@ -312,14 +312,20 @@ def test_metrics_honour_the_window(sandbox: Sandbox, tmp_path: Path) -> None:
 
 # --- 10. a pause without memory cold-boots on resume -----------------------------------------------------
 
-BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
+BOOT_STATE = (
+    "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -f '^sleep 600$' | wc -l; cat ~/kept"
+)
+# A process that outlives its command, started only once it runs (a fork may exec after the command ends).
+KEEP_RUNNING = (
+    "sleep 600 >/dev/null 2>&1 & for i in $(seq 500); do pgrep -f '^sleep 600$' >/dev/null && break; sleep 0.01; done"
+)
 
 
 def test_a_filesystem_only_pause_cold_boots_on_resume(endpoint: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=60)
     other = Sandbox.create(timeout=60)
     try:
-        sbx.commands.run("echo on-disk > ~/kept; sleep 600 >/dev/null 2>&1 &")
+        sbx.commands.run(f"echo on-disk > ~/kept; {KEEP_RUNNING}")
         before = sbx.commands.run(BOOT_STATE).stdout.split()
         other_boot = other.files.read("/proc/sys/kernel/random/boot_id")
         sbx.pause(mode="filesystem")
@@ -340,13 +346,13 @@ def test_an_async_reboot_on_connect_drops_a_memory_pause(endpoint: LocalEndpoint
     async def scenario() -> tuple[str, str]:
         sbx = await AsyncSandbox.create(timeout=60)
         try:
-            await sbx.commands.run("sleep 600 >/dev/null 2>&1 &")
+            await sbx.commands.run(KEEP_RUNNING)
             await sbx.pause()
             kept = await AsyncSandbox.connect(sbx.sandbox_id)
-            running = (await kept.commands.run("pgrep -x sleep | wc -l")).stdout
+            running = (await kept.commands.run("pgrep -f '^sleep 600$' | wc -l")).stdout
             await kept.pause()
             rebooted = await AsyncSandbox.connect(sbx.sandbox_id, on_resume="reboot")
-            return running, (await rebooted.commands.run("pgrep -x sleep | wc -l")).stdout
+            return running, (await rebooted.commands.run("pgrep -f '^sleep 600$' | wc -l")).stdout
         finally:
             await sbx.kill()
 

@@ -36,7 +36,13 @@ BOUNDARY_SIZES = (0, 1, 4095, 4096, 4097, 65535, 65536, 65537, (1 << 20) - 1, 1 
 USER_HOME = "/home/user"
 PROC_FILE = "/proc/sys/kernel/hostname"  # stat says 0 bytes; reading it gives the sandbox id
 # Inside the sandbox: the boot id, pid 1's start time, how many `sleep 600` run, the kept file.
-BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
+BOOT_STATE = (
+    "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -f '^sleep 600$' | wc -l; cat ~/kept"
+)
+# A process that outlives its command, started only once it runs (a fork may exec after the command ends).
+KEEP_RUNNING = (
+    "sleep 600 >/dev/null 2>&1 & for i in $(seq 500); do pgrep -f '^sleep 600$' >/dev/null && break; sleep 0.01; done"
+)
 WRONG_KEY = "e2b_" + "0" * 40
 DEADLINE_ENDS = ("TimeoutException", "CommandExitException")
 # Inside the sandbox: wait (at most 5 s) until no process matches, then say so.
@@ -1091,7 +1097,7 @@ async def pause_filesystem(fl: Flavour, obs: Observed) -> None:
     """pause(mode="filesystem") keeps the files only: resume cold-boots (no process left, a new pid 1,
     a new boot id)."""
     sbx = await fl.new()
-    await fl.sh(sbx, f"echo on-disk > {USER_HOME}/kept; (sleep 600 >/dev/null 2>&1 &)")
+    await fl.sh(sbx, f"echo on-disk > {USER_HOME}/kept; {KEEP_RUNNING}")
     before = (await fl.sh(sbx, BOOT_STATE)).split()
     expect(await got(sbx.pause(mode="filesystem")) is True, "pause(mode='filesystem') did not return True")
     same(obs, "rest_state_paused", rest_get(sbx.sandbox_id).json().get("state"), "paused")

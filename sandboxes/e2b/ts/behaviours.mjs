@@ -657,7 +657,9 @@ behaviour('errors', async (b, obs) => {
 
 const PROC_FILE = '/proc/sys/kernel/hostname' // stat says 0 bytes; reading it gives the sandbox id
 // Inside the sandbox: the boot id, pid 1's start time, how many `sleep 600` run, the kept file.
-const BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -x sleep | wc -l; cat ~/kept"
+const BOOT_STATE = "cat /proc/sys/kernel/random/boot_id; cut -d' ' -f22 /proc/1/stat; pgrep -f '^sleep 600$' | wc -l; cat ~/kept"
+// A process that outlives its command, started only once it runs (a fork may exec after the command ends).
+const KEEP_RUNNING = "sleep 600 >/dev/null 2>&1 & for i in $(seq 500); do pgrep -f '^sleep 600$' >/dev/null && break; sleep 0.01; done"
 
 behaviour('proc_file_read', async (b, obs) => {
   const sbx = await b.shared()
@@ -701,7 +703,7 @@ behaviour('signed_url_refusals', async (b, obs) => {
 
 behaviour('pause_filesystem', async (b, obs) => {
   const sbx = await b.fresh()
-  await b.sh(sbx, `echo on-disk > ${HOME}/kept; (sleep 600 >/dev/null 2>&1 &)`)
+  await b.sh(sbx, `echo on-disk > ${HOME}/kept; ${KEEP_RUNNING}`)
   const before = (await b.sh(sbx, BOOT_STATE)).split(/\s+/).filter(Boolean)
   same(obs, 'paused', await sbx.pause({ keepMemory: false }), true)
   same(obs, 'rest_state_paused', (await restInfo(sbx.sandboxId)).body?.state, 'paused')

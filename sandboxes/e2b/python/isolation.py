@@ -145,9 +145,9 @@ def keyrings(ctx: Context, obs: Observed) -> None:
 @step("is07_memory_limit_enforced")
 def memory_limit(ctx: Context, obs: Observed) -> None:
     first, _ = pair(ctx)
-    total = first.get_metrics()[-1].mem_total if first.get_metrics() else 0
+    total = first.get_info().memory_mb * 1024 * 1024  # the size the endpoint advertises for the sandbox
     obs["mem_total"] = total
-    expect(total > 0, "the endpoint advertises no memory size (metrics memTotal)")
+    expect(total > 0, "the endpoint advertises no memory size (get_info memoryMB)")
     out = shell(first, f'python3 -c \'b = b"x" * {total * 2}; print("allocated")\'')
     obs["seen"] = out.strip()[-200:]
     expect("allocated" not in out.splitlines(), f"a process allocated twice the advertised {total} bytes of memory")

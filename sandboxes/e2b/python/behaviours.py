@@ -547,6 +547,11 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         hit("resume wrong key", "POST", f"/sandboxes/{sid}/resume", json={"timeout": 60}, headers=bad)
         hit("connect bad body", "POST", f"/sandboxes/{sid}/connect", **not_json)
         hit("connect wrong key", "POST", f"/sandboxes/{sid}/connect", json={"timeout": 60}, headers=bad)
+        hit("fork unknown", "POST", f"/sandboxes/{unknown}/fork", json={})
+        hit("snapshot unknown", "POST", f"/sandboxes/{unknown}/snapshots", json={})
+        hit("snapshot bad body", "POST", f"/sandboxes/{sid}/snapshots", **not_json)
+        hit("network unknown", "PUT", f"/sandboxes/{unknown}/network", json={})
+        hit("network unrestricted", "PUT", f"/sandboxes/{sid}/network", json={})
         # A documented route on a live sandbox never answers 404, which the SDKs read as "sandbox not found".
         logs = client.get(f"/sandboxes/{sid}/logs").status_code
         obs["logs_status"] = logs
@@ -572,6 +577,8 @@ async def rest_statuses(fl: Flavour, obs: Observed) -> None:
         "connect unknown": 404, "pause wrong key": 401, "connect paused": 201, "state after connect": "running",
         "DELETE wrong key": 401, "DELETE": 204, "DELETE again": 404, "GET after DELETE": 404,
         "fork wrong key": 401, "snapshot wrong key": 401, "GET /snapshots wrong key": 401, "network wrong key": 401,
+        "fork unknown": 404, "snapshot unknown": 404, "snapshot bad body": 400, "network unknown": 404,
+        "network unrestricted": 204,
         "resume bad body": 400, "resume wrong key": 401, "connect bad body": 400, "connect wrong key": 401,
         "POST /files": 200, "POST /files no token": 401, "POST /files no path": 400, "GET /files": 200,
         "GET /files no token": 401, "GET /files missing": 404, "GET /files of a directory": 400,

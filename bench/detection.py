@@ -83,7 +83,7 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "output_chunks_repeated": both("output_sizes"),
     "stderr_dropped": both("run_streams"),
     "exit_code_zeroed": (
-        *both("pty_resize_kill", "run_exit_code", "update_network"),
+        *both("pty_resize_kill", "run_exit_code"),
         "probes/pr03_setsid", "probes/pr04_exit_codes", "probes/pr06_pty",
     ),
     "connect_drops_end": both("connect_command", "pty_connect_input"),

@@ -159,7 +159,7 @@ def test_the_wall_clock_limit_stops_cleanly_and_leaves_no_sandbox(endpoint: Loca
     started = time.monotonic()
     assert run_bench(options, out=open(os.devnull, "w")) == 0  # noqa: SIM115
     assert time.monotonic() - started < 30
-    (run_dir,) = list(tmp_path.iterdir())
+    (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]  # and latest.json beside it
     document = read_bench(run_dir)
     assert document is not None
     measures = document["runners"]["py-e2b-2.63.0"]["measures"]
@@ -227,7 +227,7 @@ def test_full_benchmark_of_the_embedded_endpoint(tmp_path: Path) -> None:
     done = e2b_bench("bench", "--results-dir", str(tmp_path), timeout=600)
     print(done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
-    (run_dir,) = list(tmp_path.iterdir())
+    (run_dir,) = [path for path in tmp_path.iterdir() if path.is_dir()]  # and latest.json beside it
     document = read_bench(run_dir)
     assert document is not None and document["cleanup"]["survivors"] == []
 

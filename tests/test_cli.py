@@ -18,7 +18,7 @@ ENV = {"E2B_API_KEY": "e2b_" + "0" * 40, "E2B_API_URL": "http://127.0.0.1:9", "E
 MISTAKES = {
     "unknown endpoint": (["run", "--endpoint", "nowhere"], "unknown endpoint 'nowhere'", "define [endpoints.nowhere]"),
     "unknown runner": (["run", "--runner", "py-e2b-0.0.1"], "unknown runner 'py-e2b-0.0.1'", "e2b-bench runners"),
-    "unknown suite": (["run", "quickstrat"], "unknown suite 'quickstrat'", "give one of frameworks, "),
+    "unknown suite": (["run", "quickstrat"], "unknown suite 'quickstrat'", "or a path to a suite module"),
     "unknown profile": (["run", "--profile", "b4os"], "unknown profile 'b4os'", "known: b3os-beta, e2b"),
     "unknown quirk": (["run", "--quirk", "no_such_quirk"], "unknown quirk 'no_such_quirk'", "known: cwd_override"),
     "missing expectations": (["run", "--expectations", "absent.toml"], "No such file", "--expectations"),

@@ -146,8 +146,8 @@ class Lifecycle:
         """JUnit, footer and report; returns the exit code."""
         assert self.run_dir is not None
         self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
-        write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, when the run has them
-        self.run_dir.finish(status, int(exit_code))
+        coverage = write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, if any
+        self.run_dir.finish(status, int(exit_code), coverage)
         if self.report:
             from .report import render
 

@@ -48,6 +48,9 @@ def test_run_against_the_embedded_endpoint_passes_all_eleven_python_steps(tmp_pa
     for line in wire:
         validate("wire", json.loads(line))
     assert "report: " in done.stdout and (run.path / "report.html").exists()
+    coverage = json.loads((run.path / "coverage.json").read_text())
+    assert run.footer["coverage"] == {"spec_percent": coverage["spec"]["percent"], "sdk_percent": {}}
+    assert 0 < coverage["spec"]["percent"] < 100  # the quickstart reaches some of the spec's operations
     assert json.loads((tmp_path / "latest.json").read_text()) == {
         "run_dir": str(run.path.resolve()),
         "status": "completed",

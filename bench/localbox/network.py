@@ -124,9 +124,10 @@ def _is_network(entry: str) -> bool:
 def _blocks(entries: Iterable[str]) -> dict[str, list[str]]:
     """CIDR blocks by nftables family (`ip`, `ip6`), overlaps merged (an nftables set refuses them)."""
     networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
-    found = {}
-    for family, version in (("ip", 4), ("ip6", 6)):
-        merged = ipaddress.collapse_addresses(n for n in networks if n.version == version)  # type: ignore[misc]
-        if blocks := [str(n) for n in merged]:
-            found[family] = blocks
-    return found
+    v4 = [n for n in networks if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in networks if isinstance(n, ipaddress.IPv6Network)]
+    merged = {
+        "ip": [str(n) for n in ipaddress.collapse_addresses(v4)],
+        "ip6": [str(n) for n in ipaddress.collapse_addresses(v6)],
+    }
+    return {family: blocks for family, blocks in merged.items() if blocks}

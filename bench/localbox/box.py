@@ -451,6 +451,7 @@ class Box:
         self.ids: IdRange | None = None
         self.kept_ids: IdRange | None = None  # the id range of files kept by `power_off`
         self.kept_upper: Path | None = None  # files a cold boot starts on (`power_on`)
+        self.ending = False  # kill() has begun: the sandbox's streams are cut, not ended
         self.uplink: Uplink | None = None
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
@@ -557,6 +558,7 @@ class Box:
 
         With `wait_for_files=False` the files are removed in the background; the returned future ends then.
         """
+        self.ending = True  # from now on a process that ends was cut by the sandbox's end, not by itself
         if self.holder and self.holder.alive:
             with contextlib.suppress(OSError):
                 await self.cgroup.freeze(False, self._root_pid())
@@ -822,7 +824,7 @@ class Box:
             record.stdin_fd = None
         record.exit = status
         # The sandbox itself is gone: its streams are cut, without an end event, as when E2B's VM stops.
-        record.publish(("end" if self.running else "gone", status))
+        record.publish(("end" if self.running and not self.ending else "gone", status))
         record.done.set()
         record.reaped.set()
         for callback in record.done_callbacks:

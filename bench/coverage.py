@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .paths import SANDBOXES_DIR
+from .results import atomic_write
 
 SPEC_OPERATIONS = Path(__file__).with_name("spec_operations.toml")
 SURFACE = {
@@ -191,5 +192,5 @@ def write_coverage(run_dir: Path) -> dict | None:
     if not requests and not cases:
         return None
     coverage = {"spec": spec_coverage(requests, load_operations()), "sdk": sdk_coverage(cases)}
-    (run_dir / "coverage.json").write_text(json.dumps(coverage, indent=2) + "\n", encoding="utf-8")
+    atomic_write(run_dir / "coverage.json", json.dumps(coverage, indent=2) + "\n")  # as every artifact
     return coverage

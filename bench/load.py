@@ -42,9 +42,6 @@ from .stats import summarize
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USERS_FILE = Path(__file__).resolve().parent / "loadusers.py"
 SCHEMA = "e2b-bench/load/1"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = (
-    int(code) for code in (ExitCode.OK, ExitCode.NONCONFORMANT, ExitCode.USAGE, ExitCode.INTERRUPTED)
-)
 LOCAL_USERS, LOCAL_DURATION_S = 5, 30.0
 TIMELINE_POINTS = 60  # at most this many buckets in the timeline
 LOG_TAIL = 2000
@@ -389,7 +386,7 @@ def run_load(options: LoadOptions) -> int:
             raise LoadError("--local-workers runs workers on loopback: keep --master-bind-host 127.0.0.1")
     except (LoadError, EndpointError) as exc:
         print(f"e2b-bench load: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     if options.worker:
         return _run_worker(options, endpoint)
     try:
@@ -398,7 +395,7 @@ def run_load(options: LoadOptions) -> int:
             return LoadRun(options, bound, key, _endpoint_name(endpoint, options)).run()
     except (PreflightError, ValueError) as exc:
         print(f"e2b-bench load: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
 
 def _sdk_env(endpoint: Endpoint, key: str | None) -> dict[str, str]:
@@ -409,7 +406,7 @@ def _run_worker(options: LoadOptions, endpoint: Endpoint) -> int:
     """A worker of a master elsewhere: its users run against this endpoint (from the environment)."""
     if endpoint.provider.embedded:
         print("e2b-bench load: a --worker needs a reachable endpoint (--endpoint env or a name)", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     argv = _locust("--worker", "--master-host", options.master_host, "--master-port", str(options.master_port))
     return subprocess.call([*argv, "AgentUser"], env={**os.environ, **_sdk_env(endpoint, endpoint.api_key())})
 
@@ -457,9 +454,15 @@ class LoadRun:
         records = self.records(document, load, found, sweep_error)
         for record in records:
             run_dir.record(record)
-        exit_code = EXIT_INTERRUPTED if interrupted else EXIT_OK if all(r.conformant for r in records) else EXIT_FAILED
+        exit_code = (
+            ExitCode.INTERRUPTED
+            if interrupted
+            else ExitCode.OK
+            if all(r.conformant for r in records)
+            else ExitCode.NONCONFORMANT
+        )
         run_dir.write_text("junit.xml", write_junit(run_dir.path))
-        run_dir.finish(status, exit_code)  # type: ignore[arg-type]
+        run_dir.finish(status, int(exit_code))  # type: ignore[arg-type]
         print_summary(document, sys.stdout)
         print(f"run directory: {run_dir.path}")
         if self.options.report:

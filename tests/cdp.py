@@ -17,6 +17,22 @@ from types import TracebackType
 from typing import Any
 
 CHROMIUM = Path("/usr/bin/chromium")
+
+
+def chromium_command(profile: Path, *arguments: str) -> list[str]:
+    """Headless Chromium with a fresh profile and no background traffic (this machine reaches no network)."""
+    quiet = ("--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run")
+    return [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        *quiet,
+        f"--user-data-dir={profile}",
+        *arguments,
+    ]
+
+
 REPLY_TIMEOUT_S = 60.0
 
 
@@ -33,20 +49,7 @@ class Page:
         # Chromium wants its ends on fds 3 and 4 exactly: moved above 10 first so that neither dup2 clobbers the other.
         low = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser_r, from_browser_w)]
         self._process = subprocess.Popen(
-            [
-                str(CHROMIUM),
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                f"--user-data-dir={profile}",
-                f"--window-size={width},{height}",
-                "--remote-debugging-pipe",
-                "about:blank",
-            ],
+            chromium_command(profile, f"--window-size={width},{height}", "--remote-debugging-pipe", "about:blank"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -12,9 +12,8 @@ import pytest
 from bench.redaction import Redactor
 from bench.report import ReportPaths, render
 from bench.results import CaseRecord, RunDir, make_header
-from tests.cdp import Page
+from tests.cdp import CHROMIUM, Page, chromium_command
 
-CHROMIUM = Path("/usr/bin/chromium")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = [
@@ -25,18 +24,7 @@ pytestmark = [
 
 def chromium(profile: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            str(CHROMIUM),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            f"--user-data-dir={profile}",
-            *arguments,
-        ],
+        chromium_command(profile, *arguments),
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,4 @@
-"""The framework suite end to end: AG2, Google ADK, Pydantic AI Harness and TanStack AI on the embedded endpoint.
+"""The framework suite end to end for the first wave: AG2, Google ADK, Pydantic AI Harness and TanStack AI.
 
 Each framework runs its proof task through its own E2B backend with the scripted model, once against the
 faithful profile and once against `b3os-beta`; the tests read what each run recorded (cases, the
@@ -22,8 +22,9 @@ from bench.results import Run, read_run
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps
 
-RUNNERS = {runner.spec.family: name for name, runner in available_runners().items() if runner.spec.family}
-AG2, ADK, HARNESS, TANSTACK = (RUNNERS[f] for f in ("ag2", "adk", "pydantic-ai-harness", "tanstack-ai"))
+FIRST_WAVE = ("ag2", "adk", "pydantic-ai-harness", "tanstack-ai")  # later frameworks have their own modules
+RUNNERS = {r.spec.family: name for name, r in available_runners().items() if r.spec.family in FIRST_WAVE}
+AG2, ADK, HARNESS, TANSTACK = (RUNNERS[f] for f in FIRST_WAVE)
 PROOF = "/home/user/proof.txt"
 STDIN_REFUSED = "stdin is not supported: pass input in the command instead"
 
@@ -42,7 +43,8 @@ class FrameworkRun:
 
 
 def bench_run(results: Path, *args: str) -> FrameworkRun:
-    done = e2b_bench("run", "frameworks", "--results-dir", str(results), *args, timeout=1800)
+    runners = [arg for name in RUNNERS.values() for arg in ("--runner", name)]
+    done = e2b_bench("run", "frameworks", "--results-dir", str(results), *runners, *args, timeout=1800)
     return FrameworkRun(done, read_run(only_run_dir(results)))
 
 

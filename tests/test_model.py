@@ -302,3 +302,59 @@ def test_e2b_bench_model_serves_until_sigterm_and_prints_each_exchange() -> None
     assert arguments(reply.json()["choices"][0]["message"]) == {"command": "uname -a"}
     assert printed["decision"] == {"tool": "run_shell_command", "arguments": {"command": "uname -a"}}
     assert code == 0
+
+
+# --- second-wave tool sets: OpenAI Agents SDK sandbox tools, Deep Agents file tools -------------------
+
+AGENTS_EXEC_RESULT = f"Chunk ID: 1a2b3c\nWall time: 0.0117 seconds\nProcess exited with code 0\nOutput:\n{UNAME}\n"
+SECOND_WAVE_TOOLS = {
+    "openai-agents": tools(("exec_command", ("cmd", "workdir")), ("write_stdin", ()), ("view_image", ("path",))),
+    "deepagents": tools(("write_todos", ()), ("ls", ("path",)), ("read_file", ("file_path",)), ("write_file", ("file_path", "content")), ("edit_file", ("file_path", "old_string", "new_string")), ("execute", ("command",)), ("task", ("description", "subagent_type"))),  # noqa: E501
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("framework", "roles"),
+    [("openai-agents", ("exec_command", None, None)), ("deepagents", ("execute", "write_file", "read_file"))],
+)
+def test_the_policy_finds_the_roles_among_second_wave_tools(framework: str, roles: tuple) -> None:
+    box = Toolbox.of(SECOND_WAVE_TOOLS[framework])
+
+    assert tuple(t.name if t else None for t in (box.shell, box.writer, box.reader)) == roles
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        (AGENTS_EXEC_RESULT, UNAME),  # OpenAI Agents SDK exec_command: a header, then `Output:`
+        ("Chunk ID: 1a2b3c\nWall time: 0.0100 seconds\nProcess exited with code 0\nOutput:\n", ""),
+        (f"{UNAME}\n\n[Command succeeded with exit code 0]", UNAME),  # Deep Agents execute
+        (f"     1\t{UNAME}", UNAME),  # Deep Agents read_file
+    ],
+)
+def test_second_wave_tool_results_are_read_as_a_model_reads_them(result: str, text: str) -> None:
+    assert tool_text(result) == text
+
+
+def test_a_file_tool_whose_path_parameter_is_file_path_is_called_with_file_path() -> None:
+    offered = SECOND_WAVE_TOOLS["deepagents"]
+    calls = [Call("execute", {"command": "uname -a"}, f"{UNAME}\n\n[Command succeeded with exit code 0]")]
+
+    assert decide(offered, []) == ToolCall("execute", {"command": "uname -a"})
+    assert decide(offered, calls) == ToolCall("write_file", {"file_path": PROOF_PATH, "content": UNAME + "\n"})
+    calls.append(Call("write_file", {"file_path": PROOF_PATH, "content": UNAME + "\n"}, "Updated file"))
+    assert decide(offered, calls) == ToolCall("read_file", {"file_path": PROOF_PATH})
+    calls.append(Call("read_file", {"file_path": PROOF_PATH}, f"     1\t{UNAME}"))
+    assert decide(offered, calls) == Answer("Linux")
+
+
+def test_a_cmd_shell_writes_and_reads_through_the_shell_from_its_output_section() -> None:
+    offered = SECOND_WAVE_TOOLS["openai-agents"]
+    calls = [Call("exec_command", {"cmd": "uname -a"}, AGENTS_EXEC_RESULT)]
+
+    write = f"printf '%s\\n' '{UNAME}' > {PROOF_PATH}"
+    assert decide(offered, calls) == ToolCall("exec_command", {"cmd": write})
+    calls.append(Call("exec_command", {"cmd": write}, AGENTS_EXEC_RESULT.replace(UNAME + "\n", "")))
+    assert decide(offered, calls) == ToolCall("exec_command", {"cmd": f"cat {PROOF_PATH}"})
+    calls.append(Call("exec_command", {"cmd": f"cat {PROOF_PATH}"}, AGENTS_EXEC_RESULT))
+    assert decide(offered, calls) == Answer("Linux")

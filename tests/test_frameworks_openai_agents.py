@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from framework_runs import SingleRun, run_framework
+from framework_runs import SingleRun, files_holding, run_framework, run_with_real_model
 
 from bench.report import render
 
@@ -147,3 +147,20 @@ def test_the_report_puts_both_profiles_side_by_side_with_the_refusal(
 
     assert f"local · {faithful.runner}" in summary and f"local-b3os-beta · {b3os.runner}" in summary
     assert "lifecycle.autoResume" in summary
+
+
+# --- the real-model switch ----------------------------------------------------------------------------
+
+
+def test_the_real_model_switch_reaches_the_agents_responses_client_with_url_name_and_key(tmp_path: Path) -> None:
+    real = run_with_real_model(FAMILY, tmp_path)
+    proof = real.run.own_case("fw01_proof_task")
+    transcript = real.run.own_transcript()
+
+    assert real.run.done.returncode == 0, real.run.done.stdout[-3000:]
+    assert proof.outcome == "pass" and transcript["attempts"][0]["answer"] == "Linux"
+    assert transcript["model"] == {"base_url": real.base_url, "name": real.model, "scripted": False}
+    # The harness's reachability check asks for /models without a key; the agent's every turn has the key.
+    assert real.check.requests == [("GET", "/v1/models", False)] + [("POST", "/v1/responses", True)] * 4
+    assert {(e["api"], e["request"]["model"]) for e in real.transcript.exchanges()} == {("responses", real.model)}
+    assert files_holding(real.run.run.path, real.key) == []

@@ -6,6 +6,7 @@ the wire log (`--wire-bodies`), so what the framework's E2B backend really sent 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from dataclasses import dataclass
@@ -50,6 +51,15 @@ class SingleRun(FrameworkRun):
     def wire(self) -> list[dict[str, Any]]:
         lines = (self.run.path / "wire" / f"{self.runner}.jsonl").read_text().splitlines()
         return [json.loads(line) for line in lines]
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The `process` member of each process Start the SDK sent, in order (bodies cut short are left out)."""
+        found = []
+        for e in self.wire():
+            if e["url"].endswith("process.Process/Start"):
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(e["request_body"])["process"])
+        return found
 
     def creates(self) -> list[dict[str, Any]]:
         """The sandbox creations the runner's SDK sent, bodies decoded."""

@@ -8,7 +8,6 @@ endpoint and once against `b3os-beta`, with request bodies in the wire log.
 from __future__ import annotations
 
 import base64
-import json
 import re
 from pathlib import Path
 
@@ -30,12 +29,6 @@ def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
 @pytest.fixture(scope="module")
 def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
     return run_framework(FAMILY, tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
-
-
-def started_commands(run: SingleRun) -> list[str]:
-    """The shell command of each process the backend started, in order."""
-    starts = [e for e in run.wire() if e["url"].endswith("process.Process/Start")]
-    return [json.loads(e["request_body"])["process"]["args"][-1] for e in starts]
 
 
 def assert_the_proof_task_passed(run: SingleRun) -> str:
@@ -101,7 +94,7 @@ def test_the_wire_shows_tagged_creation_python_file_helpers_an_upload_and_the_ki
     transcript = faithful.own_transcript()
     wire = faithful.wire()
     creates = faithful.creates()
-    commands = started_commands(faithful)
+    commands = [process["args"][-1] for process in faithful.processes()]
     helpers = [re.search(r"b64decode\('([^']+)'\)", c) for c in commands if c.startswith('python3 -c "')]
 
     assert len(creates) == 2 == len(transcript["sandboxes"])
@@ -148,7 +141,7 @@ def test_on_b3os_beta_foreground_commands_with_absolute_paths_are_unharmed(b3os:
     assert all(sandbox_id.startswith("sbx-") for sandbox_id in b3os.own_transcript()["sandboxes"])
     # Every command names /home/user as its cwd; the login profile's cd to /workspace does not matter
     # because every path the backend passes is absolute.
-    starts = [json.loads(e["request_body"])["process"] for e in b3os.wire() if e["url"].endswith("Process/Start")]
+    starts = b3os.processes()
     assert {p["cwd"] for p in starts} == {"/home/user"} and {p["cmd"] for p in starts} == {"/bin/bash"}
 
 

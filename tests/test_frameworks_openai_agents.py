@@ -100,6 +100,27 @@ def test_each_sandbox_is_created_tagged_on_base_by_e2b_2_31_and_deleted(faithful
         assert deletes[0] == 204, deletes
 
 
+def test_exec_command_runs_each_model_command_through_sh_lc_in_the_workspace_root(faithful: SingleRun) -> None:
+    uname = faithful.own_transcript()["attempts"][0]["verdict"]["uname_output"]
+    processes = faithful.processes()
+    commands = [p["args"] for p in processes]
+    write = "printf '\"'\"'%s\\n'\"'\"' '\"'\"'" + uname + "'\"'\"' > " + PROOF
+
+    # Starting the session: the workspace root is checked, made through a command run from /, then used as cwd.
+    assert commands[:2] == [["-l", "-c", "test -d /home/user"], ["-l", "-c", "mkdir -p -- /home/user"]]
+    assert processes[1]["cwd"] == "/"
+    # The model's commands: exec_command's default login shell, `sh -lc`, inside bash -l, in the workspace root.
+    model_commands = [p for p in processes if p["args"][-1].startswith("sh -lc ")]
+    assert [p["args"][-1] for p in model_commands] == [
+        "sh -lc 'uname -a'",
+        f"sh -lc '{write}'",
+        f"sh -lc 'cat {PROOF}'",
+        "sh -lc 'exit 5'",
+        "sh -lc 'sleep 1; echo late'",
+    ]
+    assert {(p["cmd"], p["cwd"]) for p in model_commands} == {("/bin/bash", "/home/user")}
+
+
 def test_the_probes_see_exit_code_5_and_the_late_output(faithful: SingleRun) -> None:
     probes = faithful.own_transcript()["probes"]
 

@@ -116,8 +116,15 @@ class OpenAIAgents(proof.Framework):
             sandbox_type=E2BSandboxType.E2B, template="base", timeout=300, metadata=dict(metadata)
         )
         session = await E2BSandboxClient().create(manifest=Manifest(root=WORKSPACE), options=options)
-        async with session:  # start() prepares the workspace; leaving it shuts the session down (kills)
+        try:
+            await session.start()  # what `async with session` does, which would leave a failed start's sandbox
+        except BaseException:
+            await session.shutdown()
+            raise
+        try:
             yield AgentsSession(model, session)
+        finally:
+            await session.aclose()  # persists nothing (no snapshot given), then kills the sandbox
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "adk-2.13.0",
         "ag2-1.2.1",
         "pydantic-ai-harness-0.62.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 
@@ -33,6 +34,7 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "adk-2.13.0",
         "ag2-1.2.1",
         "pydantic-ai-harness-0.62.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 

@@ -1,0 +1,90 @@
+"""Running one framework runner through `e2b-bench run frameworks` and reading what the run recorded.
+
+Shared by the framework modules of the second wave (tests/test_frameworks_<family>.py): the run, its
+cases, the `<runner>.json` transcript and wire log, and a scripted model served as a *real* one (through
+`--model-base-url`) that also records the Authorization header each request carried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from run_cli import e2b_bench, only_run_dir
+
+from bench.model import ModelServer
+from bench.model.server import serving_model
+from bench.results import CaseRecord, Run, read_run
+from bench.runners.catalog import available_runners
+
+PROOF = "/home/user/proof.txt"
+
+
+def runner_of(family: str) -> str:
+    """The name of the (only) runner of a framework family."""
+    (name,) = [name for name, r in available_runners().items() if r.spec.family == family]
+    return name
+
+
+@dataclass(frozen=True)
+class FrameworkRun:
+    done: subprocess.CompletedProcess[str]
+    run: Run
+
+    def case(self, runner: str, step: str) -> CaseRecord:
+        (found,) = [c for c in self.run.cases if c.runner == runner and c.case == step]
+        return found
+
+    def transcript(self, runner: str) -> dict[str, Any]:
+        return dict(json.loads((self.run.path / f"{runner}.json").read_text()))
+
+    def wire(self, runner: str) -> list[dict[str, Any]]:
+        lines = (self.run.path / "wire" / f"{runner}.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def output(self) -> str:
+        return self.done.stdout[-3000:] + self.done.stderr[-3000:]
+
+
+def bench_run(results: Path, runner: str, *args: str, env: dict[str, str] | None = None) -> FrameworkRun:
+    done = e2b_bench(
+        "run", "frameworks", "--results-dir", str(results), "--runner", runner, *args, env=env, timeout=1800
+    )
+    return FrameworkRun(done, read_run(only_run_dir(results)))
+
+
+@dataclass
+class RecordingModel:
+    """The scripted model on loopback, given to a run as a real model; `requests`: (method, path,
+    Authorization header) as received."""
+
+    server: ModelServer
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def authorizations(self, method: str = "POST") -> list[str | None]:
+        return [auth for m, _, auth in self.requests if m == method]
+
+    def base_url(self, tag: str) -> str:
+        return self.server.endpoint.base_url(tag)
+
+
+@contextlib.contextmanager
+def recording_model() -> Iterator[RecordingModel]:
+    with serving_model() as server:
+        recording = RecordingModel(server)
+        app = server.app.app
+
+        async def record(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                value = dict(scope["headers"]).get(b"authorization")
+                auth = value.decode() if value is not None else None
+                recording.requests.append((scope["method"], scope["path"], auth))
+            await app(scope, receive, send)
+
+        server.app.app = record  # type: ignore[assignment]
+        yield recording

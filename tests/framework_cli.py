@@ -88,3 +88,26 @@ def recording_model() -> Iterator[RecordingModel]:
 
         server.app.app = record  # type: ignore[assignment]
         yield recording
+
+
+MODEL_NAME = "named-model"
+MODEL_KEY_ENV = "E2B_BENCH_TEST_MODEL_KEY"
+MODEL_KEY = "sk-e2b-bench-test-3f9c1d"
+
+
+def check_the_real_model_switch(results: Path, runner: str, requests: int) -> None:
+    """Run `runner` with `--model-base-url/--model/--model-key-env` naming the scripted model served on its
+    own: the proof task passes, every one of the `requests` the framework sent named the model and
+    carried the key, the transcript says which model ran, and the key is nowhere in the run directory."""
+    with recording_model() as model:
+        base_url = model.base_url("real")
+        flags = ("--model-base-url", base_url, "--model", MODEL_NAME, "--model-key-env", MODEL_KEY_ENV)
+        done = bench_run(results, runner, *flags, env={MODEL_KEY_ENV: MODEL_KEY})
+        exchanges = model.server.transcript.exchanges("real")
+
+    assert done.done.returncode == 0, done.output()
+    assert done.case(runner, "fw01_proof_task").outcome == "pass"
+    assert [e["request"]["model"] for e in exchanges] == [MODEL_NAME] * requests
+    assert model.authorizations() == [f"Bearer {MODEL_KEY}"] * requests  # the harness's own check is a GET
+    assert done.transcript(runner)["model"] == {"base_url": base_url, "name": MODEL_NAME, "scripted": False}
+    assert not any(MODEL_KEY in p.read_text(errors="replace") for p in done.run.path.rglob("*") if p.is_file())

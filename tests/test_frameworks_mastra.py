@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from framework_cli import PROOF, FrameworkRun, bench_run, recording_model, runner_of
+from framework_cli import PROOF, FrameworkRun, bench_run, check_the_real_model_switch, runner_of
 
 from bench.runners.manifest import load_steps
 
@@ -146,25 +146,4 @@ def test_on_b3os_beta_the_agent_gets_the_refusal_as_tool_output_and_the_proof_fa
 
 
 def test_the_real_model_switch_reaches_the_model_named_with_its_key(tmp_path: Path) -> None:
-    key = "sk-e2b-bench-test-3f9c1d"
-    with recording_model() as model:
-        done = bench_run(
-            tmp_path,
-            MASTRA,
-            "--model-base-url",
-            model.base_url("real"),
-            "--model",
-            "named-model",
-            "--model-key-env",
-            "E2B_BENCH_TEST_MODEL_KEY",
-            env={"E2B_BENCH_TEST_MODEL_KEY": key},
-        )
-        exchanges = model.server.transcript.exchanges("real")
-
-    assert done.done.returncode == 0, done.output()
-    assert done.case(MASTRA, "fw01_proof_task").outcome == "pass"
-    assert {e["request"]["model"] for e in exchanges} == {"named-model"} and len(exchanges) == 4
-    assert model.authorizations() == [f"Bearer {key}"] * 4  # the harness's own reachability check is a GET
-    transcript = done.transcript(MASTRA)
-    assert transcript["model"] == {"base_url": model.base_url("real"), "name": "named-model", "scripted": False}
-    assert not any(key in p.read_text() for p in done.run.path.rglob("*") if p.is_file())
+    check_the_real_model_switch(tmp_path, MASTRA, requests=4)

@@ -302,3 +302,52 @@ def test_e2b_bench_model_serves_until_sigterm_and_prints_each_exchange() -> None
     assert arguments(reply.json()["choices"][0]["message"]) == {"command": "uname -a"}
     assert printed["decision"] == {"tool": "run_shell_command", "arguments": {"command": "uname -a"}}
     assert code == 0
+
+
+# --- file tools naming their path `file_path`, results as sections (Agno's E2BTools) ------------------
+
+AGNO_TOOLS = tools(
+    ("read_file_content", ("file_path", "encoding")),
+    ("run_background_command", ("command",)),
+    ("run_command", ("command",)),
+    ("run_python_code", ("code",)),
+    ("run_server", ("command",)),
+    ("upload_file", ("file_path", "sandbox_path")),
+    ("write_file_content", ("file_path", "content")),
+)
+
+
+def test_file_tools_taking_a_file_path_are_the_writer_and_reader() -> None:
+    box = Toolbox.of(AGNO_TOOLS)
+
+    assert tuple(t.name if t else None for t in (box.shell, box.writer, box.reader)) == (
+        "run_command",
+        "write_file_content",
+        "read_file_content",
+    )
+
+
+def test_the_proof_task_passes_the_path_in_the_parameter_the_file_tools_name() -> None:
+    uname_result = json.dumps([f"STDOUT:\n{UNAME}\n"])
+    calls = [Call("run_command", {"command": "uname -a"}, uname_result)]
+
+    assert decide(AGNO_TOOLS, calls) == ToolCall(
+        "write_file_content", {"file_path": PROOF_PATH, "content": UNAME + "\n"}
+    )
+    calls.append(Call("write_file_content", {"file_path": PROOF_PATH, "content": UNAME + "\n"}, PROOF_PATH))
+    assert decide(AGNO_TOOLS, calls) == ToolCall("read_file_content", {"file_path": PROOF_PATH})
+    calls.append(Call("read_file_content", {"file_path": PROOF_PATH}, UNAME + "\n"))
+    assert decide(AGNO_TOOLS, calls) == Answer("Linux")
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        (json.dumps([f"STDOUT:\n{UNAME}\n"]), UNAME),
+        (json.dumps([f"STDOUT:\n{UNAME}\n", "STDERR:\nwarning: late\n"]), UNAME),
+        (json.dumps(["first", "second"]), "first\nsecond"),
+        (f"STDOUT:\n{UNAME}\n\nSTDERR:\noops\n", UNAME),
+    ],
+)
+def test_a_result_in_labelled_sections_is_read_as_its_stdout(result: str, text: str) -> None:
+    assert tool_text(result) == text

@@ -31,10 +31,10 @@ _SHELL_NAMES = re.compile(r"shell|exec|command|bash|run|terminal", re.IGNORECASE
 _FRAME_LINE = re.compile(r"^\s*\[[^\]]*\]\s*$", re.MULTILINE)
 _NUMBERED = re.compile(r"^\s*\d+\s*(?:\t|\||:|→)\s?(?P<text>.*)$")
 _RESULT_MEMBERS = ("stdout", "content", "output", "result", "text")
-# Names a file tool gives its path parameter, most usual first.
-_PATH_PARAMS = ("path", "file_path", "filepath", "filename")
-# A `STDOUT:` label line opens the output section of a result (`STDOUT:\n...\nSTDERR:\n...`).
-_STDOUT_LABEL = re.compile(r"^STDOUT:\n(?P<out>.*?)(?:\n+STDERR:\n.*)?$", re.DOTALL)
+# Names a file tool gives its path parameter.
+_PATH_PARAMS = ("path", "file_path")
+# A result in labelled sections (`STDOUT:\n...`, then maybe `STDERR:\n...`): its output is the first.
+_STDOUT_SECTION = re.compile(r"^STDOUT:\n(?P<out>.*?)(?:\n+STDERR:\n.*)?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,19 @@ class Toolbox:
         shells.sort(key=lambda t: (not _SHELL_NAMES.search(t.name), tools.index(t)))
         shell = shells[0] if shells else None
         param = None if shell is None else ("command" if "command" in shell.string_params() else "cmd")
-        writers = [t for t in tools if _path_param(t) and "content" in t.string_params()]
+        writers = [t for t in tools if "content" in t.string_params() and t.string_params() & set(_PATH_PARAMS)]
         writers.sort(key=lambda t: ("write" not in t.name.lower(), tools.index(t)))
-        readers = [t for t in tools if _path_param(t) and "content" not in t.string_params() and _reads(t.name)]
+        readers = [
+            t
+            for t in tools
+            if t.string_params() & set(_PATH_PARAMS) and "content" not in t.string_params() and _reads(t.name)
+        ]
         return cls(shell, param, writers[0] if writers else None, readers[0] if readers else None)
 
-    def path_param(self, tool: Tool) -> str:
-        return _path_param(tool) or "path"
 
-
-def _path_param(tool: Tool) -> str | None:
-    """The parameter a file tool takes its path in (`path`, or a synonym such as `file_path`)."""
-    params = tool.string_params()
-    return next((name for name in _PATH_PARAMS if name in params), None)
+def path_param(tool: Tool) -> str:
+    """The name of a file tool's path parameter (`path`, else a synonym it has)."""
+    return next((name for name in _PATH_PARAMS if name in tool.string_params()), _PATH_PARAMS[0])
 
 
 def _reads(name: str) -> bool:
@@ -129,8 +129,8 @@ def tool_text(result: str | None) -> str:
         text = parsed
     elif isinstance(parsed, list) and parsed and all(isinstance(part, str) for part in parsed):
         text = "\n".join(parsed)  # sections of a result, e.g. ["STDOUT:\n...", "STDERR:\n..."]
-    if labelled := _STDOUT_LABEL.match(text):
-        text = labelled["out"]
+    if (section := _STDOUT_SECTION.match(text)) is not None:
+        text = section["out"]
     if "[stdout]\n" in text:
         text = text.split("[stdout]\n", 1)[1].split("\n\n[", 1)[0]
     text = _FRAME_LINE.sub("", text)
@@ -158,14 +158,14 @@ def _is_uname(call: Call, box: Toolbox) -> bool:
 
 def _is_write(call: Call, box: Toolbox) -> bool:
     if box.writer is not None and call.name == box.writer.name:
-        return call.arguments.get(box.path_param(box.writer)) == PROOF_PATH
+        return call.arguments.get(path_param(box.writer)) == PROOF_PATH
     command = str(call.arguments.get(box.shell_param or "command", ""))
     return box.shell is not None and call.name == box.shell.name and f"> {PROOF_PATH}" in command
 
 
 def _is_read(call: Call, box: Toolbox) -> bool:
     if box.reader is not None and call.name == box.reader.name:
-        return call.arguments.get(box.path_param(box.reader)) == PROOF_PATH
+        return call.arguments.get(path_param(box.reader)) == PROOF_PATH
     command = str(call.arguments.get(box.shell_param or "command", ""))
     return box.shell is not None and call.name == box.shell.name and command == f"cat {PROOF_PATH}"
 
@@ -182,11 +182,11 @@ def decide(tools: Sequence[Tool], calls: Sequence[Call]) -> Decision:
     if not any(_is_write(c, box) for c in calls):
         content = first_line(tool_text(uname.result))
         if box.writer is not None:
-            return ToolCall(box.writer.name, {box.path_param(box.writer): PROOF_PATH, "content": content + "\n"})
+            return ToolCall(box.writer.name, {path_param(box.writer): PROOF_PATH, "content": content + "\n"})
         return ToolCall(box.shell.name, {box.shell_param: f"printf '%s\\n' {shlex.quote(content)} > {PROOF_PATH}"})
     read = next((c for c in calls if _is_read(c, box)), None)
     if read is None:
         if box.reader is not None:
-            return ToolCall(box.reader.name, {box.path_param(box.reader): PROOF_PATH})
+            return ToolCall(box.reader.name, {path_param(box.reader): PROOF_PATH})
         return ToolCall(box.shell.name, {box.shell_param: f"cat {PROOF_PATH}"})
     return Answer(first_word(tool_text(read.result)) or NO_ANSWER)

@@ -15,14 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from run_cli import e2b_bench, only_run_dir
 
 from bench.model import ModelServer
 from bench.model.server import serving_model
 from bench.results import CaseRecord, Run, read_run
 from bench.runners.catalog import available_runners
+from bench.runners.manifest import load_steps
 
 PROOF = "/home/user/proof.txt"
+# fw03 through a backend that reports the command's output and its end faithfully
+LATE_OUTPUT = {"command": "sleep 1; echo late", "exit_code": 0, "stdout": "late\n", "stderr": ""}
 
 
 def runner_of(family: str) -> str:
@@ -56,6 +60,33 @@ def bench_run(results: Path, runner: str, *args: str, env: dict[str, str] | None
         "run", "frameworks", "--results-dir", str(results), "--runner", runner, *args, env=env, timeout=1800
     )
     return FrameworkRun(done, read_run(only_run_dir(results)))
+
+
+def run_fixture(name: str, runner: str, *args: str) -> Any:
+    """A module-scoped fixture `name`: one `e2b-bench run frameworks --runner RUNNER ARGS...`."""
+
+    def run(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
+        return bench_run(tmp_path_factory.mktemp(name), runner, *args)
+
+    return pytest.fixture(scope="module", name=name)(run)
+
+
+def check_every_case_passes(done: FrameworkRun, runner: str) -> None:
+    """Every step of the runner's family ran, in manifest order, and passed; no sandbox was left behind."""
+    family = available_runners()[runner].spec.family
+    cases = [c for c in done.run.cases if c.suite == "frameworks"]
+    assert done.done.returncode == 0, done.output()
+    assert [c.case for c in cases] == [s.id for s in load_steps("frameworks", str(family))]
+    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
+    assert [c.outcome for c in done.run.cases if c.case == "leak_check"] == ["pass"]
+
+
+def check_judged_by_b3os_declarations(done: FrameworkRun) -> None:
+    """The run was against the b3os-beta profile, judged by its declarations, and every case conforms."""
+    assert done.run.header["endpoint"]["name"] == "local-b3os-beta"
+    assert str(done.run.header["expectations"]).endswith("expectations/b3os-beta.toml")
+    assert done.done.returncode == 0, done.output()
+    assert all(c.conformant for c in done.run.cases)
 
 
 @dataclass

@@ -11,24 +11,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from framework_cli import PROOF, FrameworkRun, bench_run, check_the_real_model_switch, runner_of
-
-from bench.runners.manifest import load_steps
+from framework_cli import (
+    LATE_OUTPUT,
+    PROOF,
+    FrameworkRun,
+    check_every_case_passes,
+    check_judged_by_b3os_declarations,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 AGNO = runner_of("agno")
 CELLS = {"cells": ["x = 6 * 7", "print(x)"], "stdout": ["42\n"]}
 ANSWERS = ['["Logs:\\nLogs(stdout: [], stderr: [])"]', "[\"Logs:\\nLogs(stdout: ['42\\\\n'], stderr: [])\"]"]
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"), AGNO)
-
-
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("b3os"), AGNO, "--profile", "b3os-beta")
+faithful = run_fixture("faithful", AGNO)
+b3os = run_fixture("b3os", AGNO, "--profile", "b3os-beta")
 
 
 def proof_calls(uname: str) -> list[tuple[str, dict[str, str], str]]:
@@ -56,12 +56,7 @@ def check_proof_attempt(run: FrameworkRun) -> str:
 
 
 def test_agno_passes_every_case_against_the_faithful_endpoint(faithful: FrameworkRun) -> None:
-    cases = [c for c in faithful.run.cases if c.suite == "frameworks"]
-
-    assert faithful.done.returncode == 0, faithful.output()
-    assert [c.case for c in cases] == [s.id for s in load_steps("frameworks", "agno")]
-    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, AGNO)
 
 
 def test_the_agent_runs_uname_with_run_command_and_writes_and_reads_with_e2btools_file_tools(
@@ -92,12 +87,7 @@ def test_the_probes_see_exit_code_5_late_output_and_state_kept_across_code_inter
     probes = faithful.transcript(AGNO)["probes"]
 
     assert probes["fw02_exit_code"] == {"command": "exit 5", "exit_code": 5, "stdout": "", "stderr": ""}
-    assert probes["fw03_late_output"] == {
-        "command": "sleep 1; echo late",
-        "exit_code": 0,
-        "stdout": "late\n",
-        "stderr": "",
-    }
+    assert probes["fw03_late_output"] == LATE_OUTPUT
     assert probes["fw04_python_cells"] == {**CELLS, "answers": ANSWERS}
 
 
@@ -136,9 +126,7 @@ def test_the_wire_log_has_envd_traffic_and_the_code_interpreter_s_execute_on_por
 def test_agno_passes_every_case_on_b3os_beta_with_the_same_calls(b3os: FrameworkRun) -> None:
     # Foreground commands without stdin, absolute paths, the file API and the code interpreter: nothing
     # E2BTools uses is among the profile's deviations.
-    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta"
-    assert str(b3os.run.header["expectations"]).endswith("expectations/b3os-beta.toml")
-    assert b3os.done.returncode == 0, b3os.output()
+    check_judged_by_b3os_declarations(b3os)
     assert {(c.outcome, c.conformant) for c in b3os.run.cases if c.runner == AGNO} == {("pass", True)}
     uname = check_proof_attempt(b3os)
     assert uname.split()[1] in b3os.transcript(AGNO)["sandboxes"]  # the hostname is the sandbox id

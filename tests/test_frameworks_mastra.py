@@ -10,36 +10,31 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from framework_cli import PROOF, FrameworkRun, bench_run, check_the_real_model_switch, runner_of
-
-from bench.runners.manifest import load_steps
+from framework_cli import (
+    LATE_OUTPUT,
+    PROOF,
+    FrameworkRun,
+    check_every_case_passes,
+    check_judged_by_b3os_declarations,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 MASTRA = runner_of("mastra")
 EXECUTE = "mastra_workspace_execute_command"
 STDIN_REFUSED = "[invalid_argument] stdin is not supported: pass input in the command instead"
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"), MASTRA)
-
-
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("b3os"), MASTRA, "--profile", "b3os-beta")
+faithful = run_fixture("faithful", MASTRA)
+b3os = run_fixture("b3os", MASTRA, "--profile", "b3os-beta")
 
 
 # --- the faithful endpoint ----------------------------------------------------------------------------
 
 
 def test_mastra_passes_every_case_against_the_faithful_endpoint(faithful: FrameworkRun) -> None:
-    cases = [c for c in faithful.run.cases if c.suite == "frameworks"]
-
-    assert faithful.done.returncode == 0, faithful.output()
-    assert [c.case for c in cases] == [s.id for s in load_steps("frameworks", "mastra")]
-    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, MASTRA)
 
 
 def test_the_agent_runs_uname_writes_and_reads_through_mastra_s_execute_command_tool(faithful: FrameworkRun) -> None:
@@ -74,12 +69,7 @@ def test_the_probes_see_exit_code_5_and_late_output_through_e2b_sandbox_execute_
     probes = faithful.transcript(MASTRA)["probes"]
 
     assert probes["fw02_exit_code"] == {"command": "exit 5", "exit_code": 5, "stdout": "", "stderr": "exit status 5"}
-    assert probes["fw03_late_output"] == {
-        "command": "sleep 1; echo late",
-        "exit_code": 0,
-        "stdout": "late\n",
-        "stderr": "",
-    }
+    assert probes["fw03_late_output"] == LATE_OUTPUT
 
 
 def test_the_transcript_names_the_upstream_backend_and_the_header_pins_what_mastra_brought(
@@ -111,10 +101,7 @@ def test_the_wire_log_has_the_sandbox_lookup_creation_commands_and_the_verify_re
 
 
 def test_b3os_beta_refuses_every_mastra_command_and_the_run_conforms_by_its_declarations(b3os: FrameworkRun) -> None:
-    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta"
-    assert str(b3os.run.header["expectations"]).endswith("expectations/b3os-beta.toml")
-    assert b3os.done.returncode == 0, b3os.output()
-    assert all(c.conformant for c in b3os.run.cases)
+    check_judged_by_b3os_declarations(b3os)
     for step, command in (("fw02_exit_code", "exit 5"), ("fw03_late_output", "sleep 1; echo late")):
         case = b3os.case(MASTRA, step)
         # E2BProcessManager.spawn runs every command with stdin: true, which the profile refuses.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import OutputMessage, Sandbox
@@ -219,3 +220,19 @@ def test_a_sandbox_made_from_a_snapshot_runs_its_own_server(ci: Sandbox) -> None
         Sandbox.delete_snapshot(snapshot.snapshot_id)
 
     assert [r.text for r in execution.results] == ["('in the snapshot', False)"]
+
+
+def test_the_api_lists_both_built_in_templates_and_still_refuses_unknown_ones(
+    ci: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    headers = {"X-API-KEY": endpoint.api_key}
+
+    listed = httpx.get(f"{endpoint.api_url}/templates", headers=headers)
+    unknown = httpx.post(f"{endpoint.api_url}/sandboxes", json={"templateID": "code-interpreter-v9"}, headers=headers)
+
+    assert listed.status_code == 200
+    templates = {t["templateID"]: t for t in listed.json()}
+    assert set(templates) == {"base", "code-interpreter-v1"}
+    assert templates["code-interpreter-v1"]["spawnCount"] >= 1
+    assert templates["code-interpreter-v1"]["buildStatus"] == "ready"
+    assert (unknown.status_code, unknown.json()["message"]) == (404, "template 'code-interpreter-v9' not found")

@@ -45,6 +45,7 @@ class AgnoSession(proof.Session):
     async def ask(self, prompt: str, run: proof.Run) -> None:
         from agno.agent import Agent
         from agno.models.openai.like import OpenAILike
+        from agno.run.base import RunStatus
 
         model = OpenAILike(id=self.model.name, base_url=self.model.base_url, api_key=self.model.key or "none")
         agent = Agent(model=model, tools=[self.tools], instructions=INSTRUCTIONS, telemetry=False)
@@ -58,7 +59,7 @@ class AgnoSession(proof.Session):
                     error=bool(execution.tool_call_error),
                 )
             )
-        if getattr(output, "status", None) is not None and str(output.status.value) == "ERROR":
+        if output.status == RunStatus.error:  # Agno returns a failed run (the model unreachable, ...)
             raise RuntimeError(f"the agent run ended in error: {output.content}")
         run.answer = None if output.content is None else str(output.content)
 

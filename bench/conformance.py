@@ -7,7 +7,9 @@ into a case record. The pytest plugin (bench/plugin.py) drives it from its hooks
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +22,7 @@ from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
 from .results import CaseRecord, case_id
-from .runners.catalog import Runner
-from .runners.envs import RunnerEnvError
+from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
 from .shards import Shard
@@ -60,6 +61,7 @@ class BenchSession:
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
+    progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
 
     @property
     def endpoint(self) -> Endpoint:
@@ -106,15 +108,7 @@ class BenchSession:
 
     def _prepare(self, runners: list[Runner]) -> None:
         """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
-
-        def prepare(runner: Runner) -> Path | str:
-            try:
-                return runner.prepare()
-            except RunnerEnvError as exc:
-                return f"runner environment {runner.name} could not be built: {exc}"
-
-        with ThreadPoolExecutor(max_workers=max(len(runners), 1), thread_name_prefix="prepare") as pool:
-            self.prepared = dict(zip([r.name for r in runners], pool.map(prepare, runners), strict=True))
+        self.prepared = prepare_all(runners, self.progress)
 
     def _pins(self, runner: Runner) -> dict[str, str]:
         executable = self.prepared.get(runner.name)

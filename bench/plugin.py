@@ -8,7 +8,10 @@ item judged as it runs, ended (leak sweep, JUnit, footer, report) at session fin
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +115,23 @@ def pytest_configure(config: pytest.Config) -> None:
     session = BenchSession(
         options=options, lifecycle=lifecycle, runners=chosen.runners, expectations=chosen.expectations, shard=shard
     )
+    session.progress = _progress(config)
     config.stash[STASH] = session
+
+
+def _progress(config: pytest.Config) -> Callable[[str], None]:
+    """A line on the terminal while the run prepares (output capture suspended, so it shows at once)."""
+
+    def say(line: str) -> None:
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        capture = config.pluginmanager.get_plugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            if reporter is not None:
+                reporter.write_line(f"e2b-bench: {line}")
+            else:
+                print(f"e2b-bench: {line}", file=sys.stderr)
+
+    return say
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

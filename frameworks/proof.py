@@ -23,10 +23,10 @@ import sys
 import time
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sandboxes" / "e2b" / "python"))
 
@@ -106,6 +106,9 @@ class Framework(ABC):
 
     name: str
     packages: tuple[str, ...]
+    # The framework's own steps beyond the shared ones: step id -> name of a Session method
+    # `async (details) -> error | None`, run on the probes' session.
+    extra_steps: ClassVar[Mapping[str, str]] = {}
 
     @property
     @abstractmethod
@@ -134,7 +137,8 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 def output_text(result: str) -> str:
-    """A tool result's output: `stdout` (or `content`/`output`) when the result is a JSON object."""
+    """A tool result's output: `stdout` (or `content`/`output`) when the result is a JSON object, the
+    sections joined when it is a JSON array of strings."""
     try:
         parsed = json.loads(result)
     except ValueError:
@@ -143,6 +147,8 @@ def output_text(result: str) -> str:
         for key in ("stdout", "content", "output", "result"):
             if isinstance(parsed.get(key), str):
                 return str(parsed[key])
+    if isinstance(parsed, list) and all(isinstance(part, str) for part in parsed):
+        return "\n".join(parsed)  # sections of a result, e.g. ["STDOUT:\n...", "STDERR:\n..."]
     return result
 
 
@@ -291,10 +297,13 @@ class Runner:
         try:
             if step == "fw01_proof_task":
                 error = await self.proof_task(details)
-            elif step in PROBES:
+            elif step in PROBES or step in self.framework.extra_steps:
                 if self._probe_session is None:  # the probes share one session
                     self._probe_session = await self._stack.enter_async_context(self._session())
-                error = await self.probe(step, self._probe_session, details)
+                if step in PROBES:
+                    error = await self.probe(step, self._probe_session, details)
+                else:
+                    error = await getattr(self._probe_session, self.framework.extra_steps[step])(details)
                 self.transcript["probes"][step] = details
             else:
                 return "error", f"runner has no implementation of step {step}", {}

@@ -323,6 +323,42 @@ def test_the_policy_finds_the_roles_among_second_wave_tools(framework: str, role
     assert tuple(t.name if t else None for t in (box.shell, box.writer, box.reader)) == roles
 
 
+# --- file tools naming their path `file_path`, results as sections (Agno's E2BTools) ------------------
+
+AGNO_TOOLS = tools(
+    ("read_file_content", ("file_path", "encoding")),
+    ("run_background_command", ("command",)),
+    ("run_command", ("command",)),
+    ("run_python_code", ("code",)),
+    ("run_server", ("command",)),
+    ("upload_file", ("file_path", "sandbox_path")),
+    ("write_file_content", ("file_path", "content")),
+)
+
+
+def test_file_tools_taking_a_file_path_are_the_writer_and_reader() -> None:
+    box = Toolbox.of(AGNO_TOOLS)
+
+    assert tuple(t.name if t else None for t in (box.shell, box.writer, box.reader)) == (
+        "run_command",
+        "write_file_content",
+        "read_file_content",
+    )
+
+
+def test_the_proof_task_passes_the_path_in_the_parameter_the_file_tools_name() -> None:
+    uname_result = json.dumps([f"STDOUT:\n{UNAME}\n"])
+    calls = [Call("run_command", {"command": "uname -a"}, uname_result)]
+
+    assert decide(AGNO_TOOLS, calls) == ToolCall(
+        "write_file_content", {"file_path": PROOF_PATH, "content": UNAME + "\n"}
+    )
+    calls.append(Call("write_file_content", {"file_path": PROOF_PATH, "content": UNAME + "\n"}, PROOF_PATH))
+    assert decide(AGNO_TOOLS, calls) == ToolCall("read_file_content", {"file_path": PROOF_PATH})
+    calls.append(Call("read_file_content", {"file_path": PROOF_PATH}, UNAME + "\n"))
+    assert decide(AGNO_TOOLS, calls) == Answer("Linux")
+
+
 @pytest.mark.parametrize(
     ("result", "text"),
     [
@@ -358,3 +394,16 @@ def test_a_cmd_shell_writes_and_reads_through_the_shell_from_its_output_section(
     assert decide(offered, calls) == ToolCall("exec_command", {"cmd": f"cat {PROOF_PATH}"})
     calls.append(Call("exec_command", {"cmd": f"cat {PROOF_PATH}"}, AGENTS_EXEC_RESULT))
     assert decide(offered, calls) == Answer("Linux")
+
+
+@pytest.mark.parametrize(
+    ("result", "text"),
+    [
+        (json.dumps([f"STDOUT:\n{UNAME}\n"]), UNAME),
+        (json.dumps([f"STDOUT:\n{UNAME}\n", "STDERR:\nwarning: late\n"]), UNAME),
+        (json.dumps(["first", "second"]), "first\nsecond"),
+        (f"STDOUT:\n{UNAME}\n\nSTDERR:\noops\n", UNAME),
+    ],
+)
+def test_a_result_in_labelled_sections_is_read_as_its_stdout(result: str, text: str) -> None:
+    assert tool_text(result) == text

@@ -7,6 +7,7 @@ meets an endpoint that refuses connections, which exercises its planning, depend
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from loopback import closed_port
 from bench.localbox.server import LocalEndpoint
 from bench.redaction import Redactor
 from bench.runners import RUNNERS, RunnerEnvError, RunnerSpec, ensure_python_env, run_runner
+from bench.runners.catalog import Runner, prepare_all
 from bench.runners.envs import env_dir
 from bench.runners.manifest import load_steps, task_steps, with_dependencies
 from bench.runners.protocol import make_task
@@ -112,3 +114,23 @@ def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(
     calls = [json.loads(line) for line in text.splitlines()]
     assert calls[0]["method"] == "POST" and calls[0]["url"].endswith("/v2/sandboxes")
     assert {call["request_headers"].get("x-access-token") for call in calls} <= {None, "[REDACTED]"}
+
+
+def test_environments_not_built_yet_are_announced_and_each_again_when_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("E2B_BENCH_CACHE", str(tmp_path))  # an empty cache: every environment is built
+    broken = Runner(RunnerSpec("broken", "python", {"e2b": "not a version"}, SPEC.entry))
+    lines: list[str] = []
+
+    prepared = prepare_all([Runner(SPEC), broken], lines.append)
+
+    assert lines[0] == f"building 2 runner environment(s), cached for later runs: {SPEC.name}, broken"
+    assert sorted(re.sub(r"after \d+ s$", "after N s", line) for line in lines[1:]) == [
+        "broken FAILED after N s",
+        f"{SPEC.name} ready after N s",
+    ]
+    assert prepared[SPEC.name] == env_dir(SPEC, tmp_path) / "bin" / "python"
+    assert str(prepared["broken"]).startswith("runner environment broken could not be built: building the broken")
+    again: list[str] = []
+    assert prepare_all([Runner(SPEC)], again.append) == {SPEC.name: prepared[SPEC.name]} and again == []

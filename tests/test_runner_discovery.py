@@ -23,7 +23,9 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "ag2-1.2.1",
         "deepagents-0.6.12",
         "openai-agents-0.24.0",
+        "agno-3.1.10",
         "pydantic-ai-harness-0.62.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 
@@ -36,7 +38,9 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "ag2-1.2.1",
         "deepagents-0.6.12",
         "openai-agents-0.24.0",
+        "agno-3.1.10",
         "pydantic-ai-harness-0.62.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 

@@ -35,6 +35,8 @@ _RESULT_MEMBERS = ("stdout", "content", "output", "result", "text")
 _PATH_PARAMS = ("path", "file_path")
 # A shell result whose header (chunk id, wall time, exit code) ends in a line `Output:`.
 _OUTPUT_HEADER = re.compile(r"^Output:\n", re.MULTILINE)
+# A result in labelled sections (`STDOUT:\n...`, then maybe `STDERR:\n...`): its output is the first.
+_STDOUT_SECTION = re.compile(r"^STDOUT:\n(?P<out>.*?)(?:\n+STDERR:\n.*)?$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,12 @@ def tool_text(result: str | None) -> str:
         text = member if member is not None else text
     elif isinstance(parsed, str):
         text = parsed
+    elif isinstance(parsed, list) and parsed and all(isinstance(part, str) for part in parsed):
+        text = "\n".join(parsed)  # sections of a result, e.g. ["STDOUT:\n...", "STDERR:\n..."]
     if (header := _OUTPUT_HEADER.search(text)) is not None:
         text = text[header.end() :]
+    if (section := _STDOUT_SECTION.match(text)) is not None:
+        text = section["out"]
     if "[stdout]\n" in text:
         text = text.split("[stdout]\n", 1)[1].split("\n\n[", 1)[0]
     text = _FRAME_LINE.sub("", text)

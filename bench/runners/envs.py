@@ -97,6 +97,12 @@ def ensure_python_env(spec: RunnerSpec, cache_dir: Path | None = None) -> Path:
     return python
 
 
+def python_env_ready(spec: RunnerSpec, cache_dir: Path | None = None) -> bool:
+    """Whether the spec's venv is built already (else `ensure_python_env` installs it)."""
+    directory = env_dir(spec, cache_dir if cache_dir is not None else default_cache_dir())
+    return _is_ready(directory, directory / "bin" / "python")
+
+
 def _is_ready(directory: Path, python: Path) -> bool:
     return (directory / _READY_MARKER).is_file() and python.exists()
 

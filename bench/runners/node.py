@@ -90,6 +90,11 @@ def runner_env(env_directory: Path, base: Mapping[str, str] = os.environ) -> dic
     return {**base, "NODE_PATH": str(env_directory / "node_modules")}
 
 
+def node_env_ready(project_dir: Path, cache_dir: Path | None = None) -> bool:
+    """Whether the project's `node_modules` is built already (else `ensure_node_env` installs it)."""
+    return _is_ready(env_dir(project_dir, cache_dir))
+
+
 def _is_ready(directory: Path) -> bool:
     return (directory / _READY_MARKER).is_file() and (directory / "node_modules").is_dir()
 

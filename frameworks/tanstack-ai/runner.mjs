@@ -1,102 +1,14 @@
 // TanStack AI runner: chat() from @tanstack/ai with an OpenAI adapter and three tools (exec, write_file,
 // read_file) over an E2B SandboxHandle for @tanstack/ai-sandbox (./e2b-sandbox.mjs, the project's own
 // provider: TanStack's is not published). The same task, steps, pass rule and transcript as the Python
-// framework runners (../proof.py). The protocol (version 1: one task on stdin, `hello`, `step`,
-// `transcript` and `footer` events out) is the Node runner kit's (sandboxes/e2b/ts/runkit.mjs).
-// Packages load from the Node project first on NODE_PATH.
+// framework runners (../proof.py), by ../proof.mjs; fw04 is this runner's own. Packages load from the
+// Node project first on NODE_PATH.
 
-import { existsSync, readFileSync } from 'node:fs'
-import { delimiter, dirname, join } from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
-
-import { emit, footer, hello, readTask, runSteps } from '../../sandboxes/e2b/ts/runkit.mjs'
+import { errorText, runFramework, start } from '../proof.mjs'
 import { e2bSandbox } from './e2b-sandbox.mjs'
 
-const PROOF_PATH = '/home/user/proof.txt'
-const EXPECTED_WORD = 'Linux'
-const EXCERPT_CHARS = 2000
 const PACKAGES = ['@tanstack/ai', '@tanstack/ai-openai', '@tanstack/ai-sandbox', 'e2b']
-const PROBES = { fw02_exit_code: 'exit 5', fw03_late_output: 'sleep 1; echo late' }
 const SPAWN_WAIT_MS = 15_000
-
-
-function projectRoots() {
-  const fromPath = (process.env.NODE_PATH || '').split(delimiter).filter(Boolean)
-  const projects = fromPath.map((entry) => (entry.endsWith('node_modules') ? dirname(entry) : entry))
-  return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
-}
-
-/** The ESM entry file of a package, from its `exports` (import condition), `module` or `main`. */
-function entryOf(manifest) {
-  let target = manifest.exports?.['.'] ?? manifest.exports
-  while (target && typeof target === 'object') target = target.import ?? target.default ?? target.node
-  return target ?? manifest.module ?? manifest.main ?? 'index.js'
-}
-
-async function loadPackages() {
-  const roots = projectRoots()
-  const modules = {}
-  const versions = {}
-  for (const name of PACKAGES) {
-    const directory = roots.map((root) => join(root, 'node_modules', name)).find((dir) => existsSync(join(dir, 'package.json')))
-    if (!directory) throw new Error(`${name} is not installed in ${roots.join(', ')}`)
-    const manifest = JSON.parse(readFileSync(join(directory, 'package.json'), 'utf8'))
-    versions[name] = manifest.version
-    modules[name] = await import(pathToFileURL(join(directory, entryOf(manifest))).href)
-  }
-  return { modules, versions }
-}
-
-// --- the pass rule (as in ../proof.py) -------------------------------------------------------------
-
-const oneLine = (text, limit = 300) => {
-  const flat = String(text ?? '').split(/\s+/).filter(Boolean).join(' ')
-  return flat.length <= limit ? flat : `${flat.slice(0, limit - 1)}…`
-}
-const excerpt = (text) =>
-  typeof text === 'string' && text.length > EXCERPT_CHARS
-    ? `${text.slice(0, EXCERPT_CHARS)}... [${text.length - EXCERPT_CHARS} more chars]`
-    : text
-const errorText = (err) => oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`, 600)
-
-function outputText(result) {
-  try {
-    const parsed = JSON.parse(result)
-    if (parsed && typeof parsed === 'object') {
-      for (const key of ['stdout', 'content', 'output', 'result']) if (typeof parsed[key] === 'string') return parsed[key]
-    }
-  } catch {
-    // Not JSON: the result is the text itself.
-  }
-  return result
-}
-
-const unameLine = (text) =>
-  String(text ?? '')
-    .split('\n')
-    .find((line) => line.includes(EXPECTED_WORD))
-    ?.trim() ?? null
-
-function judge(run, verify) {
-  const problems = run.calls.filter((c) => c.error).map((c) => `${c.name} failed: ${oneLine(c.result)}`)
-  const unameCalls = run.calls.filter((c) => JSON.stringify(c.arguments).includes('uname'))
-  const line = unameCalls.map((c) => unameLine(outputText(c.result))).find((found) => found) ?? null
-  if ('error' in verify) problems.push(`verify read of ${PROOF_PATH} failed: ${verify.error}`)
-  else if (line !== null && !String(verify.content ?? '').includes(line)) {
-    problems.push(`verify read of ${PROOF_PATH} lacks the uname output: ${JSON.stringify(oneLine(verify.content))}`)
-  }
-  if (unameCalls.length === 0) problems.push('the agent never ran uname')
-  else if (line === null) {
-    const shown = unameCalls.map((c) => JSON.stringify(oneLine(c.result, 120))).join('; ')
-    problems.push(`no uname result shows '${EXPECTED_WORD}': ${shown}`)
-  }
-  const words = (run.answer ?? '').split(/\s+/).filter(Boolean)
-  const answerWord = words.length > 0 ? words[0].replace(/^[.,:;!`'"]+|[.,:;!`'"]+$/g, '') : ''
-  if (answerWord !== EXPECTED_WORD) {
-    problems.push(`answer ${JSON.stringify(oneLine(run.answer ?? '', 120))} does not start with '${EXPECTED_WORD}'`)
-  }
-  return { passed: problems.length === 0, uname_output: line, answer_word: answerWord, problems }
-}
 
 // --- the framework -------------------------------------------------------------------------------
 
@@ -156,6 +68,18 @@ class TanStack {
     ]
   }
 
+  read(handle, path) {
+    return handle.fs.read(path)
+  }
+
+  exec(handle, command) {
+    return handle.process.exec(command)
+  }
+
+  close(handle) {
+    return handle.destroy()
+  }
+
   async ask(handle, run) {
     const { chat, maxIterations, streamToText } = this.ai
     const key = process.env[this.model.key_env ?? ''] ?? ''
@@ -172,76 +96,9 @@ class TanStack {
   }
 }
 
-// --- steps ---------------------------------------------------------------------------------------
+// --- the spawn probe ---------------------------------------------------------------------------
 
-async function proofTask(framework, transcript, details) {
-  let error = null
-  for (let number = 1; number <= framework.attempts; number += 1) {
-    const run = { calls: [], answer: null }
-    const record = { attempt: number }
-    let verify = {}
-    const started = performance.now()
-    let handle = null
-    try {
-      handle = await framework.open()
-      record.sandbox_id = handle.id
-      try {
-        await framework.ask(handle, run)
-      } catch (err) {
-        record.error = errorText(err)
-      }
-      try {
-        verify = { content: excerpt(await handle.fs.read(PROOF_PATH)) }
-      } catch (err) {
-        verify = { error: errorText(err) }
-      }
-    } catch (err) {
-      record.error ??= errorText(err)
-      if (!('content' in verify) && !('error' in verify)) verify = { error: 'not read: the session failed' }
-    } finally {
-      if (handle) await handle.destroy().catch(() => {})
-    }
-    const verdict = judge(run, verify)
-    if (record.error) {
-      verdict.problems.unshift(`the agent run raised ${oneLine(record.error)}`)
-      verdict.passed = false
-    }
-    transcript.attempts.push({
-      ...record,
-      tool_calls: run.calls.map((c) => ({ ...c, result: excerpt(c.result) })),
-      answer: run.answer,
-      verify_read: verify,
-      verdict,
-      duration_ms: Math.round((performance.now() - started) * 10) / 10,
-    })
-    emit({ type: 'transcript', transcript })
-    Object.assign(details, { attempt: number, answer: run.answer, verify_read: verify, problems: verdict.problems })
-    if (verdict.passed) return null
-    error = `attempt ${number}/${framework.attempts}: ${verdict.problems.join('; ')}`
-  }
-  return error
-}
-
-async function probe(step, handle, details) {
-  const command = PROBES[step]
-  let result
-  try {
-    result = await handle.process.exec(command)
-  } catch (err) {
-    details.raised = errorText(err)
-    return `\`${command}\` raised ${errorText(err)}`
-  }
-  Object.assign(details, { command, exit_code: result.exitCode, stdout: result.stdout, stderr: result.stderr })
-  if (step === 'fw02_exit_code' && result.exitCode !== 5) {
-    return `\`${command}\` reported as exit code ${result.exitCode} (expected 5)`
-  }
-  if (step === 'fw03_late_output' && result.stdout.trim() !== 'late') {
-    return `no output from \`${command}\`: stdout ${JSON.stringify(result.stdout)} (expected 'late'), exit code ${result.exitCode}`
-  }
-  return null
-}
-
-async function spawnStdin(handle, details) {
+async function spawnStdin(framework, handle, details) {
   let spawned
   try {
     spawned = await handle.process.spawn('cat')
@@ -275,61 +132,15 @@ async function spawnStdin(handle, details) {
   return null
 }
 
-async function main() {
-  process.on('SIGTERM', () => process.exit(143))
-  const task = await readTask()
-  const { modules, versions } = await loadPackages()
-  const framework = new TanStack(modules, task)
-  const backend = 'own: frameworks/tanstack-ai/e2b-sandbox.mjs (a SandboxHandle for @tanstack/ai-sandbox; @tanstack/ai-sandbox-e2b is not published)'
-  hello(task.runner, versions, { framework: 'tanstack-ai', backend })
-  const transcript = {
-    framework: 'tanstack-ai',
-    runner: task.runner,
-    backend,
-    sandbox_tagging: `metadata {'${Object.keys(task.metadata)[0]}': <run id>}`,
-    model: { base_url: framework.model.base_url, name: framework.model.name, scripted: Boolean(framework.model.scripted) },
-    task: framework.prompt,
-    attempts: [],
-    probes: {},
-    sandboxes: framework.sandboxes,
-  }
-  let probeHandle = null
-  const run = async (step) => {
-    const details = {}
-    let error
-    try {
-      if (step === 'fw01_proof_task') error = await proofTask(framework, transcript, details)
-      else if (step in PROBES || step === 'fw04_spawn_stdin') {
-        probeHandle ??= await framework.open()
-        error = step in PROBES ? await probe(step, probeHandle, details) : await spawnStdin(probeHandle, details)
-        transcript.probes[step] = details
-      } else {
-        return { outcome: 'error', error: `runner has no implementation of step ${step}`, details: {} }
-      }
-    } catch (err) {
-      error = errorText(err)
-    }
-    return { outcome: error ? 'fail' : 'pass', error: error ?? null, details }
-  }
-  try {
-    await runSteps(task, run, { after: () => emit({ type: 'transcript', transcript }) })
-  } finally {
-    if (probeHandle) await probeHandle.destroy().catch(() => {})
-  }
-  const cleanup = {}
-  for (const id of framework.sandboxes) {
-    try {
-      cleanup[id] = (await modules.e2b.Sandbox.kill(id)) ? 'killed' : 'already gone'
-    } catch (err) {
-      cleanup[id] = errorText(err)
-    }
-  }
-  transcript.cleanup = cleanup
-  emit({ type: 'transcript', transcript })
-  footer(true, { cleanup })
-}
-
-main().catch((err) => {
-  console.error(err?.stack ?? String(err))
-  process.exit(1)
-})
+start(() =>
+  runFramework({
+    name: 'tanstack-ai',
+    packages: PACKAGES,
+    runnerUrl: import.meta.url,
+    backend:
+      'own: frameworks/tanstack-ai/e2b-sandbox.mjs (a SandboxHandle for @tanstack/ai-sandbox; @tanstack/ai-sandbox-e2b is not published)',
+    make: (modules, task) => new TanStack(modules, task),
+    killSandbox: (modules, id) => modules.e2b.Sandbox.kill(id),
+    extraSteps: { fw04_spawn_stdin: spawnStdin },
+  }),
+)

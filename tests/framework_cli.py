@@ -1,0 +1,144 @@
+"""Running one framework runner through `e2b-bench run frameworks` and reading what the run recorded.
+
+Shared by the framework modules of the second wave (tests/test_frameworks_<family>.py): the run, its
+cases, the `<runner>.json` transcript and wire log, and a scripted model served as a *real* one (through
+`--model-base-url`) that also records the Authorization header each request carried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from run_cli import e2b_bench, only_run_dir
+
+from bench.model import ModelServer
+from bench.model.server import serving_model
+from bench.results import CaseRecord, Run, read_run
+from bench.runners.catalog import available_runners
+from bench.runners.manifest import load_steps
+
+PROOF = "/home/user/proof.txt"
+# fw03 through a backend that reports the command's output and its end faithfully
+LATE_OUTPUT = {"command": "sleep 1; echo late", "exit_code": 0, "stdout": "late\n", "stderr": ""}
+
+
+def runner_of(family: str) -> str:
+    """The name of the (only) runner of a framework family."""
+    (name,) = [name for name, r in available_runners().items() if r.spec.family == family]
+    return name
+
+
+@dataclass(frozen=True)
+class FrameworkRun:
+    done: subprocess.CompletedProcess[str]
+    run: Run
+
+    def case(self, runner: str, step: str) -> CaseRecord:
+        (found,) = [c for c in self.run.cases if c.runner == runner and c.case == step]
+        return found
+
+    def transcript(self, runner: str) -> dict[str, Any]:
+        return dict(json.loads((self.run.path / f"{runner}.json").read_text()))
+
+    def wire(self, runner: str) -> list[dict[str, Any]]:
+        lines = (self.run.path / "wire" / f"{runner}.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def output(self) -> str:
+        return self.done.stdout[-3000:] + self.done.stderr[-3000:]
+
+
+def bench_run(results: Path, runner: str, *args: str, env: dict[str, str] | None = None) -> FrameworkRun:
+    done = e2b_bench(
+        "run", "frameworks", "--results-dir", str(results), "--runner", runner, *args, env=env, timeout=1800
+    )
+    return FrameworkRun(done, read_run(only_run_dir(results)))
+
+
+def run_fixture(name: str, runner: str, *args: str) -> Any:
+    """A module-scoped fixture `name`: one `e2b-bench run frameworks --runner RUNNER ARGS...`."""
+
+    def run(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
+        return bench_run(tmp_path_factory.mktemp(name), runner, *args)
+
+    return pytest.fixture(scope="module", name=name)(run)
+
+
+def check_every_case_passes(done: FrameworkRun, runner: str) -> None:
+    """Every step of the runner's family ran, in manifest order, and passed; no sandbox was left behind."""
+    family = available_runners()[runner].spec.family
+    cases = [c for c in done.run.cases if c.suite == "frameworks"]
+    assert done.done.returncode == 0, done.output()
+    assert [c.case for c in cases] == [s.id for s in load_steps("frameworks", str(family))]
+    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
+    assert [c.outcome for c in done.run.cases if c.case == "leak_check"] == ["pass"]
+
+
+def check_judged_by_b3os_declarations(done: FrameworkRun) -> None:
+    """The run was against the b3os-beta profile, judged by its declarations, and every case conforms."""
+    assert done.run.header["endpoint"]["name"] == "local-b3os-beta"
+    assert str(done.run.header["expectations"]).endswith("expectations/b3os-beta.toml")
+    assert done.done.returncode == 0, done.output()
+    assert all(c.conformant for c in done.run.cases)
+
+
+@dataclass
+class RecordingModel:
+    """The scripted model on loopback, given to a run as a real model; `requests`: (method, path,
+    Authorization header) as received."""
+
+    server: ModelServer
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def authorizations(self, method: str = "POST") -> list[str | None]:
+        return [auth for m, _, auth in self.requests if m == method]
+
+    def base_url(self, tag: str) -> str:
+        return self.server.endpoint.base_url(tag)
+
+
+@contextlib.contextmanager
+def recording_model() -> Iterator[RecordingModel]:
+    with serving_model() as server:
+        recording = RecordingModel(server)
+        app = server.app.app
+
+        async def record(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                value = dict(scope["headers"]).get(b"authorization")
+                auth = value.decode() if value is not None else None
+                recording.requests.append((scope["method"], scope["path"], auth))
+            await app(scope, receive, send)
+
+        server.app.app = record  # type: ignore[assignment]
+        yield recording
+
+
+MODEL_NAME = "named-model"
+MODEL_KEY_ENV = "E2B_BENCH_TEST_MODEL_KEY"
+MODEL_KEY = "sk-e2b-bench-test-3f9c1d"
+
+
+def check_the_real_model_switch(results: Path, runner: str, requests: int) -> None:
+    """Run `runner` with `--model-base-url/--model/--model-key-env` naming the scripted model served on its
+    own: the proof task passes, every one of the `requests` the framework sent named the model and
+    carried the key, the transcript says which model ran, and the key is nowhere in the run directory."""
+    with recording_model() as model:
+        base_url = model.base_url("real")
+        flags = ("--model-base-url", base_url, "--model", MODEL_NAME, "--model-key-env", MODEL_KEY_ENV)
+        done = bench_run(results, runner, *flags, env={MODEL_KEY_ENV: MODEL_KEY})
+        exchanges = model.server.transcript.exchanges("real")
+
+    assert done.done.returncode == 0, done.output()
+    assert done.case(runner, "fw01_proof_task").outcome == "pass"
+    assert [e["request"]["model"] for e in exchanges] == [MODEL_NAME] * requests
+    assert model.authorizations() == [f"Bearer {MODEL_KEY}"] * requests  # the harness's own check is a GET
+    assert done.transcript(runner)["model"] == {"base_url": base_url, "name": MODEL_NAME, "scripted": False}
+    assert not any(MODEL_KEY in p.read_text(errors="replace") for p in done.run.path.rglob("*") if p.is_file())

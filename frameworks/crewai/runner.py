@@ -69,7 +69,7 @@ class CrewAISession(proof.Session):
         from e2b_code_interpreter import Sandbox
 
         self.model = model
-        self.sandbox = Sandbox.create(template="base", metadata=metadata, timeout=SANDBOX_TIMEOUT)  # TRIAL
+        self.sandbox = Sandbox.create(metadata=metadata, timeout=SANDBOX_TIMEOUT)
         self.sandbox_id = self.sandbox.sandbox_id
         attach = {"sandbox_id": self.sandbox_id, "sandbox_timeout": SANDBOX_TIMEOUT}
         self.exec_tool = E2BExecTool(**attach)

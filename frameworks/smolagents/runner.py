@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import proof  # noqa: E402
+import proof
 
 MAX_STEPS = 8  # the proof task takes four code steps
 SANDBOX_TIMEOUT = 300

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from framework_runs import FrameworkRun, bench_run, runner_of
+from framework_single_run import FrameworkRun, bench_run, runner_of
 
 from bench.model import PROOF_PATH, serving_model
 from bench.runners.manifest import load_steps

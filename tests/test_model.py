@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.model import PROOF_PATH, ModelServer, serving_model
+from bench.model import PROOF_PATH, ModelServer, actions, serving_model
 from bench.model.dialects import Message, Reply, reply
 from bench.model.policy import Answer, Call, Tool, Toolbox, ToolCall, decide, tool_text
 from bench.redaction import REDACTED
@@ -392,21 +392,17 @@ def test_react_calls_the_described_tools_and_reads_observations_in_either_messag
 
 
 def test_a_file_tool_with_an_action_enum_writes_and_reads_by_choosing_the_action() -> None:
-    files = Tool(
-        "files",
-        {
-            "properties": {
-                "action": {"type": "string", "enum": ["read", "write"]},
-                **schema("path", "content")["properties"],
-            }
-        },
-    )
-    offered = [Tool("exec", schema("command")), files]
+    properties = {"action": {"type": "string", "enum": ["read", "write", "list"]}, "path": STRING, "content": STRING}
+    offered = [Tool("exec", schema("command")), Tool("files", {"type": "object", "properties": properties})]
     calls = [Call("exec", {"command": "uname -a"}, UNAME)]
     written = [*calls, Call("files", {"action": "write", "path": PROOF_PATH, "content": UNAME}, "ok")]
+    read = [*written, Call("files", {"action": "read", "path": PROOF_PATH}, str({"content": UNAME}))]
 
-    assert decide(offered, calls) == ToolCall("files", {"action": "write", "path": PROOF_PATH, "content": UNAME + "\n"})
-    assert decide(offered, written) == ToolCall("files", {"action": "read", "path": PROOF_PATH})
+    assert actions.decide(offered, calls) == ToolCall(
+        "files", {"action": "write", "path": PROOF_PATH, "content": UNAME + "\n"}
+    )
+    assert actions.decide(offered, written) == ToolCall("files", {"action": "read", "path": PROOF_PATH})
+    assert actions.decide(offered, read) == Answer("Linux")  # the result is Python's repr of a dict
 
 
 def test_over_http_a_code_prompt_is_answered_in_text_and_recorded_with_its_dialect(model: ModelServer) -> None:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import api
-from .policy import PROOF_PATH, UNAME_COMMAND, Answer, Call, Tool, ToolCall, decide, first_line, first_word, tool_text
+from .actions import decide
+from .policy import PROOF_PATH, UNAME_COMMAND, Answer, Call, Tool, ToolCall, first_line, first_word, tool_text
 
 CODE_TOOL = "python"  # how a code step is named in records, like a tool call
 _FENCE = re.compile(r"opened with '(?P<open>[^']+)',? and closed with '(?P<close>[^']+)'")

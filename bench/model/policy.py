@@ -49,14 +49,6 @@ class Tool:
             if isinstance(schema, Mapping) and schema.get("type") in ("string", None)
         }
 
-    def choice(self, value: str) -> dict[str, str]:
-        """The argument selecting `value` of an enum parameter (a file tool's `action`), if it has one."""
-        properties = self.parameters.get("properties") or {}
-        for name, schema in properties.items():
-            if isinstance(schema, Mapping) and value in (schema.get("enum") or ()):
-                return {name: value}
-        return {}
-
 
 @dataclass(frozen=True)
 class Call:
@@ -103,10 +95,7 @@ class Toolbox:
         writers = [t for t in tools if {"path", "content"} <= t.string_params()]
         writers.sort(key=lambda t: ("write" not in t.name.lower(), tools.index(t)))
         readers = [
-            t
-            for t in tools
-            if "path" in t.string_params()
-            and (("content" not in t.string_params() and _reads(t.name)) or t.choice("read"))
+            t for t in tools if "path" in t.string_params() and "content" not in t.string_params() and _reads(t.name)
         ]
         return cls(shell, param, writers[0] if writers else None, readers[0] if readers else None)
 
@@ -165,14 +154,14 @@ def _is_uname(call: Call, box: Toolbox) -> bool:
 
 def _is_write(call: Call, box: Toolbox) -> bool:
     if box.writer is not None and call.name == box.writer.name:
-        return call.arguments.get("path") == PROOF_PATH and box.writer.choice("write").items() <= call.arguments.items()
+        return call.arguments.get("path") == PROOF_PATH
     command = str(call.arguments.get(box.shell_param or "command", ""))
     return box.shell is not None and call.name == box.shell.name and f"> {PROOF_PATH}" in command
 
 
 def _is_read(call: Call, box: Toolbox) -> bool:
     if box.reader is not None and call.name == box.reader.name:
-        return call.arguments.get("path") == PROOF_PATH and box.reader.choice("read").items() <= call.arguments.items()
+        return call.arguments.get("path") == PROOF_PATH
     command = str(call.arguments.get(box.shell_param or "command", ""))
     return box.shell is not None and call.name == box.shell.name and command == f"cat {PROOF_PATH}"
 
@@ -189,12 +178,11 @@ def decide(tools: Sequence[Tool], calls: Sequence[Call]) -> Decision:
     if not any(_is_write(c, box) for c in calls):
         content = first_line(tool_text(uname.result))
         if box.writer is not None:
-            arguments = {**box.writer.choice("write"), "path": PROOF_PATH, "content": content + "\n"}
-            return ToolCall(box.writer.name, arguments)
+            return ToolCall(box.writer.name, {"path": PROOF_PATH, "content": content + "\n"})
         return ToolCall(box.shell.name, {box.shell_param: f"printf '%s\\n' {shlex.quote(content)} > {PROOF_PATH}"})
     read = next((c for c in calls if _is_read(c, box)), None)
     if read is None:
         if box.reader is not None:
-            return ToolCall(box.reader.name, {**box.reader.choice("read"), "path": PROOF_PATH})
+            return ToolCall(box.reader.name, {"path": PROOF_PATH})
         return ToolCall(box.shell.name, {box.shell_param: f"cat {PROOF_PATH}"})
     return Answer(first_word(tool_text(read.result)) or NO_ANSWER)

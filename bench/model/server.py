@@ -26,7 +26,8 @@ from bench import asgi
 from bench.redaction import Redactor
 
 from . import api, dialects
-from .policy import Answer, Call, Decision, Tool, decide
+from .actions import decide
+from .policy import Answer, Call, Decision, Tool
 
 DEFAULT_MODEL = "e2b-bench-scripted"
 DEFAULT_TAG = "default"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import OutputMessage, Sandbox
@@ -159,3 +161,145 @@ def test_a_context_this_template_cannot_give_is_refused_with_the_reason(
 
     assert "400" in str(refused.value) and message in str(refused.value)
     assert {c.id for c in ci.list_code_contexts()} == before
+
+
+def test_a_cell_that_ends_its_kernel_gets_an_error_and_the_context_a_new_kernel(ci: Sandbox) -> None:
+    context = ci.create_code_context()
+    ci.run_code("kept = 1", context=context)
+
+    died = ci.run_code("import os\nos._exit(3)", context=context)
+    after = ci.run_code("'kept' in globals()", context=context)
+    ci.remove_code_context(context)
+
+    assert died.error is not None and died.error.name == "DeadKernelError"
+    assert "exit code 3" in died.error.value
+    assert [r.text for r in after.results] == ["False"]
+
+
+def test_a_cell_reaches_neither_the_endpoint_nor_the_host(ci: Sandbox, endpoint: LocalEndpoint) -> None:
+    port = int(endpoint.api_url.rsplit(":", 1)[1])
+    probe = (
+        "import socket\nrefused = []\n"
+        f"for host in ('127.0.0.1', '10.0.2.2'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=3).close()\n"
+        "    except OSError as exc:\n"
+        "        refused.append(type(exc).__name__)\n"
+        "len(refused)"
+    )
+
+    execution = ci.run_code(probe)
+
+    assert execution.error is None
+    assert [r.text for r in execution.results] == ["2"]
+
+
+def test_a_cold_boot_restarts_the_server_with_fresh_kernels_and_kept_files(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.run_code("lost = 'memory'\nopen('kept.txt', 'w').write('on disk')")
+        sbx.pause()
+        sbx.connect(on_resume="reboot")
+
+        after = sbx.run_code("('lost' in globals(), open('kept.txt').read())")
+        servers = sbx.commands.run("pgrep -c -u user -f 'e2b-bench-code-interprete[r]'")
+    finally:
+        sbx.kill()
+
+    assert [r.text for r in after.results] == ["(False, 'on disk')"]
+    assert servers.stdout == "1\n"  # one server, as the sandbox's user
+
+
+def test_a_sandbox_made_from_a_snapshot_runs_its_own_server(ci: Sandbox) -> None:
+    ci.run_code("open('/home/user/snapped.txt', 'w').write('in the snapshot')\nsnapped_in_memory = True")
+    snapshot = ci.create_snapshot()
+    child = Sandbox.create(template=snapshot.snapshot_id, timeout=120)
+    try:
+        execution = child.run_code("(open('/home/user/snapped.txt').read(), 'snapped_in_memory' in globals())")
+    finally:
+        child.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+    assert [r.text for r in execution.results] == ["('in the snapshot', False)"]
+
+
+def test_the_api_lists_both_built_in_templates_and_still_refuses_unknown_ones(
+    ci: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    headers = {"X-API-KEY": endpoint.api_key}
+
+    listed = httpx.get(f"{endpoint.api_url}/templates", headers=headers)
+    unknown = httpx.post(f"{endpoint.api_url}/sandboxes", json={"templateID": "code-interpreter-v9"}, headers=headers)
+
+    assert listed.status_code == 200
+    templates = {t["templateID"]: t for t in listed.json()}
+    assert set(templates) == {"base", "code-interpreter-v1"}
+    assert templates["code-interpreter-v1"]["spawnCount"] >= 1
+    assert templates["code-interpreter-v1"]["buildStatus"] == "ready"
+    assert (unknown.status_code, unknown.json()["message"]) == (404, "template 'code-interpreter-v9' not found")
+
+
+def _jupyter(ci: Sandbox, endpoint: LocalEndpoint, method: str, path: str, body: object = None) -> httpx.Response:
+    headers = {"E2b-Sandbox-Id": ci.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    return httpx.request(method, f"{endpoint.sandbox_url}{path}", json=body, headers=headers, timeout=60)
+
+
+def test_execute_streams_one_json_line_per_event_and_ends_with_end_of_execution(
+    ci: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    answer = _jupyter(
+        ci,
+        endpoint,
+        "POST",
+        "/execute",
+        {"code": "print('out')\nfrom IPython.display import display, JSON\ndisplay(JSON({'k': 1}))\n6 * 7"},
+    )
+
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-ndjson"
+    assert [line["type"] for line in lines] == [
+        "number_of_executions",
+        "stdout",
+        "result",
+        "result",
+        "end_of_execution",
+    ]
+    assert isinstance(lines[0]["execution_count"], int)
+    assert lines[1]["text"] == "out\n" and isinstance(lines[1]["timestamp"], int)
+    assert lines[2] == {
+        "type": "result",
+        "text": "<IPython.core.display.JSON object>",
+        "json": {"k": 1},
+        "is_main_result": False,
+    }
+    assert lines[3] == {"type": "result", "text": "42", "is_main_result": True}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        (
+            "POST",
+            "/execute",
+            {"code": "1", "context_id": "no-such-context"},
+            404,
+            "context 'no-such-context' not found",
+        ),
+        ("POST", "/execute", {"code": 1}, 400, "'code' must be a string"),
+        ("POST", "/execute", {"code": "1", "env_vars": {"A": 1}}, 400, "'env_vars' must be an object of strings"),
+        ("DELETE", "/contexts/no-such-context", None, 404, "context 'no-such-context' not found"),
+        ("GET", "/nowhere", None, 404, "no route GET /nowhere"),
+    ],
+)
+def test_the_server_answers_bad_requests_with_a_status_and_the_reason(
+    ci: Sandbox, endpoint: LocalEndpoint, method: str, path: str, body: object, status: int, message: str
+) -> None:
+    answer = _jupyter(ci, endpoint, method, path, body)
+
+    assert (answer.status_code, answer.json()) == (status, {"error": message})
+
+
+def test_health_answers_ok(ci: Sandbox, endpoint: LocalEndpoint) -> None:
+    answer = _jupyter(ci, endpoint, "GET", "/health")
+
+    assert (answer.status_code, answer.json()) == (200, "OK")

@@ -41,6 +41,7 @@ FORMATS = {
     "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
     "application/json": "json", "application/javascript": "javascript",
 }  # fmt: skip
+DIED = {"type": "error", "name": "DeadKernelError", "value": "", "traceback": ""}
 ENV_SET = """\
 import os as _e2b_os
 _e2b_saved_env = {{k: _e2b_os.environ.get(k) for k in {keys!r}}}
@@ -80,6 +81,7 @@ class Context:
         self.failure: str | None = None
         self.manager = KernelManager(kernel_name=KERNELS[language])
         self.client: Any = None
+        self.removed = False
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -140,6 +142,9 @@ class Context:
                 msg = self.client.get_iopub_msg(timeout=POLL_S)
             except queue.Empty:
                 msg = None
+            if msg is None and not self.manager.is_alive():
+                yield self._revive() if not self.removed else {**DIED, "value": "the context was removed"}
+                return
             if interrupted_at is None and gone():
                 interrupted_at = 0.0
             if interrupted_at is not None and time.monotonic() - interrupted_at >= INTERRUPT_EVERY_S:
@@ -153,6 +158,18 @@ class Context:
             event = to_event(kind, content)
             if event is not None and interrupted_at is None:
                 yield event
+
+    def _revive(self) -> dict:
+        """The kernel died mid-cell (the code ended its process): a new one takes its place."""
+        process = getattr(self.manager.provisioner, "process", None)
+        code = process.poll() if process is not None else None
+        self.client.stop_channels()
+        self.manager.restart_kernel(now=True)
+        self._connect()
+        return {
+            **DIED,
+            "value": f"the kernel died while running the cell (exit code {code}); the context has a new kernel",
+        }
 
     def _drain(self, msg_id: str) -> None:
         while True:
@@ -207,6 +224,7 @@ class Interpreter:
         self.contexts: dict[str, Context] = {}
         self.defaults: dict[str, Context] = {}
         self.lock = threading.Lock()
+        self.default_lock = threading.Lock()
 
     def create(self, language: str | None, cwd: str | None, default: bool = False) -> Context:
         language = language or "python"
@@ -225,9 +243,9 @@ class Interpreter:
 
     def default(self, language: str | None) -> Context:
         language = language or "python"
-        with self.lock:
+        with self.default_lock:  # two first cells at once still make one default context
             context = self.defaults.get(language)
-        return context or self.create(language, None, default=True)
+            return context or self.create(language, None, default=True)
 
     def get(self, context_id: str) -> Context:
         context = self.contexts.get(context_id)
@@ -241,6 +259,7 @@ class Interpreter:
             self.contexts.pop(context_id, None)
             if self.defaults.get(context.language) is context:
                 del self.defaults[context.language]
+        context.removed = True
         context.ready.wait(KERNEL_START_S)
         context.shutdown()
 

@@ -5,7 +5,8 @@ The agent writes code, not tool calls: each code step it executed is recorded as
 (its keyword arguments carry the run's metadata) and runs every cell through the sandbox's code
 interpreter server. It pip-installs the agent's `additional_authorized_imports` there, which would
 need the internet: the agent gets none (the list only guards smolagents' local interpreter; the
-remote kernel imports what the code imports). The probes and the verify read run Python through the
+remote kernel imports what the code imports). It still runs `!pip install numpy pillow` first (what its
+final_answer tool's source imports); smolagents ignores that cell's output, and the template ships both. The probes and the verify read run Python through the
 same executor (`subprocess.run(command, shell=True)`, `open(path)`). Protocol and steps: ../proof.py.
 """
 

@@ -6,8 +6,9 @@ The agent writes code, not tool calls: each code step it executed is recorded as
 interpreter server. It pip-installs the agent's `additional_authorized_imports` there, which would
 need the internet: the agent gets none (the list only guards smolagents' local interpreter; the
 remote kernel imports what the code imports). It still runs `!pip install numpy pillow` first (what its
-final_answer tool's source imports); smolagents ignores that cell's output, and the template ships both. The probes and the verify read run Python through the
-same executor (`subprocess.run(command, shell=True)`, `open(path)`). Protocol and steps: ../proof.py.
+final_answer tool's source imports); smolagents ignores that cell's output, and the template ships
+both. The probes and the verify read run Python through the same executor (`subprocess.run(command,
+shell=True)`, `open(path)`). Protocol and steps: ../proof.py.
 """
 
 from __future__ import annotations

@@ -209,3 +209,32 @@ def test_any_file_name_and_content_round_trips(sandbox: Sandbox, parts: list[str
     assert (info.name, info.path, info.size) == (parts[-1], path, len(content))
     assert parts[-1] in listed
     sandbox.files.remove("/home/user/h")
+
+
+def test_an_envd_request_without_a_sandbox_id_reaches_only_the_sandbox_its_token_names(endpoint: LocalEndpoint) -> None:
+    # An old SDK's `Sandbox.connect` (e2b 2.20, crewai-tools' pin) sends no E2b-Sandbox-Id behind one sandbox URL.
+    first, second = Sandbox.create(timeout=60), Sandbox.create(timeout=60)
+    try:
+        for sbx in (first, second):
+            sbx.files.write("/tmp/who", sbx.sandbox_id)
+        url = endpoint.sandbox_url
+
+        def read(token: str) -> httpx.Response:
+            return httpx.get(f"{url}/files", params={"path": "/tmp/who"}, headers={"X-Access-Token": token}, timeout=10)
+
+        def stat(token: str) -> httpx.Response:
+            headers = {"X-Access-Token": token, "Content-Type": "application/json"}
+            body = b'{"path": "/tmp/who"}'
+            return httpx.post(f"{url}/filesystem.Filesystem/Stat", content=body, headers=headers, timeout=10)
+
+        reads = [read(sbx._envd_access_token).text for sbx in (first, second)]
+        stats = [stat(sbx._envd_access_token) for sbx in (first, second)]
+        unknown = [read("x" * 43), stat("x" * 43)]
+    finally:
+        first.kill()
+        second.kill()
+
+    assert reads == [first.sandbox_id, second.sandbox_id]
+    sizes = [str(len(sbx.sandbox_id)) for sbx in (first, second)]  # int64 is a string in Connect's JSON
+    assert [(r.status_code, r.json()["entry"]["size"]) for r in stats] == [(200, size) for size in sizes]
+    assert [r.status_code for r in unknown] == [401, 401]

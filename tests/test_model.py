@@ -14,7 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.model import PROOF_PATH, ModelServer, serving_model
+from bench.model import PROOF_PATH, ModelServer, actions, serving_model
+from bench.model.dialects import Message, Reply, reply
 from bench.model.policy import Answer, Call, Tool, Toolbox, ToolCall, decide, tool_text
 from bench.redaction import REDACTED
 
@@ -407,3 +408,116 @@ def test_a_cmd_shell_writes_and_reads_through_the_shell_from_its_output_section(
 )
 def test_a_result_in_labelled_sections_is_read_as_its_stdout(result: str, text: str) -> None:
     assert tool_text(result) == text
+# --- the text dialects (no function tools offered) ----------------------------------------------------
+
+
+CODE_PROMPT = (
+    "Solve the task in a cycle of Thought, Code, and Observation sequences. The code sequence must be opened "
+    "with '<code>', and closed with '</code>'. In the end return a final answer using the `final_answer` tool."
+)
+OBSERVED = f"Observation:\nExecution logs:\n{UNAME}\n\nLast output from code snippet:\nNone"
+REACT_TOOLS = "\n".join(
+    f"Tool Name: {name}\nTool Arguments: {json.dumps(parameters, indent=2)}\nTool Description: {name}."
+    for name, parameters in (
+        ("Sandbox Exec", schema("command", "cwd")),
+        ("Sandbox Files", {**schema("path", "content"), "properties": {
+            "action": {"type": "string", "enum": ["read", "write", "list"]}, "path": STRING, "content": STRING}}),
+    )
+)  # fmt: skip
+REACT_PROMPT = (
+    f"You ONLY have access to the following tools:\n\n{REACT_TOOLS}\n\nUse the following format:\n\n"
+    "Thought: ...\nAction: the action to take\nAction Input: the input to the action, a JSON object\n"
+    "Observation: the result of the action\n\nThought: I now know the final answer\nFinal Answer: ..."
+)
+
+
+def said(*messages: tuple[str, str], stop: Any = None) -> Reply:
+    found = reply([Message(role, text) for role, text in messages], stop)
+    assert found is not None
+    return found
+
+
+def test_a_code_writing_agent_gets_one_code_block_a_step_and_final_answer_last() -> None:
+    conversation: list[tuple[str, str]] = [("system", CODE_PROMPT), ("user", "New task: the proof task")]
+    observations = iter([OBSERVED, "Observation:\nExecution logs:\nwritten\n", OBSERVED])
+
+    steps = []
+    for _ in range(4):
+        step = said(*conversation)
+        steps.append(step.record())
+        conversation += [("assistant", step.text), ("user", next(observations, ""))]
+
+    assert [s.get("arguments", {}).get("code") for s in steps[:3]] == [
+        'import subprocess\nprint(subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout)',
+        f"with open('{PROOF_PATH}', \"w\") as f:\n    f.write('{UNAME}\\n')\nprint('written')",
+        f"with open('{PROOF_PATH}') as f:\n    print(f.read())",
+    ]
+    assert {s["tool"] for s in steps[:3]} == {"python"}
+    assert steps[3] == {"dialect": "code", "answer": "Linux"}
+    assert (
+        conversation[-2][1]
+        == "Thought: The file starts with that word: it is my answer.\n<code>\nfinal_answer('Linux')\n</code>"
+    )
+
+
+def test_a_code_reply_uses_the_prompt_s_fence_and_ends_at_the_first_stop_sequence() -> None:
+    markdown = CODE_PROMPT.replace("opened with '<code>', and closed with '</code>'", "written in ```py blocks")
+
+    fenced = said(("system", markdown), ("user", "go"))
+    cut = said(("system", CODE_PROMPT), ("user", "go"), stop=["Observation:", "</code>"])
+
+    assert fenced.text.splitlines()[1] == "```py" and fenced.text.endswith("\n```")
+    assert cut.text.endswith("stdout)\n") and "</code>" not in cut.text
+
+
+def test_a_prompt_asking_for_no_dialect_gets_none_and_the_policy_decides() -> None:
+    assert reply([Message("system", "You are helpful."), Message("user", "hi")]) is None
+    assert reply([Message("system", "Use ```py blocks."), Message("user", "no final answer asked")]) is None
+
+
+def test_react_calls_the_described_tools_and_reads_observations_in_either_message() -> None:
+    start = [("system", REACT_PROMPT), ("user", "the proof task")]
+    first = said(*start)
+    inline = f"{first.text}\nObservation: {json.dumps({'exit_code': 0, 'stdout': UNAME + chr(10)})}"
+    second = said(*start, ("assistant", inline))
+    third = said(*start, ("assistant", inline), ("assistant", second.text), ("user", "Observation: written"))
+    read = said(*start, ("assistant", inline), ("assistant", second.text), ("user", "ok"), ("assistant", third.text),
+                ("user", f"Observation: {json.dumps({'path': PROOF_PATH, 'content': UNAME})}"))  # fmt: skip
+
+    assert first.text == 'Thought: I use Sandbox Exec.\nAction: Sandbox Exec\nAction Input: {"command": "uname -a"}'
+    assert second.record() == {
+        "dialect": "react",
+        "tool": "Sandbox Files",
+        "arguments": {"action": "write", "path": PROOF_PATH, "content": UNAME + "\n"},
+    }
+    assert third.record()["arguments"] == {"action": "read", "path": PROOF_PATH}
+    assert read.text == "Thought: I now know the final answer\nFinal Answer: Linux"
+
+
+def test_a_file_tool_with_an_action_enum_writes_and_reads_by_choosing_the_action() -> None:
+    properties = {"action": {"type": "string", "enum": ["read", "write", "list"]}, "path": STRING, "content": STRING}
+    offered = [Tool("exec", schema("command")), Tool("files", {"type": "object", "properties": properties})]
+    calls = [Call("exec", {"command": "uname -a"}, UNAME)]
+    written = [*calls, Call("files", {"action": "write", "path": PROOF_PATH, "content": UNAME}, "ok")]
+    read = [*written, Call("files", {"action": "read", "path": PROOF_PATH}, str({"content": UNAME}))]
+
+    assert actions.decide(offered, calls) == ToolCall(
+        "files", {"action": "write", "path": PROOF_PATH, "content": UNAME + "\n"}
+    )
+    assert actions.decide(offered, written) == ToolCall("files", {"action": "read", "path": PROOF_PATH})
+    assert actions.decide(offered, read) == Answer("Linux")  # the result is Python's repr of a dict
+
+
+def test_over_http_a_code_prompt_is_answered_in_text_and_recorded_with_its_dialect(model: ModelServer) -> None:
+    messages = [{"role": "system", "content": CODE_PROMPT}, {"role": "user", "content": "go"}]
+
+    reply_ = httpx.post(
+        f"{model.endpoint.base_url('dialect')}/chat/completions",
+        json={"model": "m", "messages": messages, "stop": ["</code>"]},
+    ).json()
+
+    message = reply_["choices"][0]["message"]
+    assert message["content"].startswith("Thought: I run `uname -a`") and message["content"].endswith("stdout)\n")
+    assert "tool_calls" not in message
+    (exchange,) = model.transcript.exchanges("dialect")
+    assert exchange["decision"]["dialect"] == "code" and exchange["decision"]["tool"] == "python"

@@ -26,6 +26,9 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "agno-3.1.10",
         "pydantic-ai-harness-0.62.0",
         "mastra-0.8.0",
+        "crewai-1.15.30",
+        "pydantic-ai-harness-0.62.0",
+        "smolagents-1.26.0",
         "tanstack-ai-0.58.0",
     ]
 
@@ -41,6 +44,9 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "agno-3.1.10",
         "pydantic-ai-harness-0.62.0",
         "mastra-0.8.0",
+        "crewai-1.15.30",
+        "pydantic-ai-harness-0.62.0",
+        "smolagents-1.26.0",
         "tanstack-ai-0.58.0",
     ]
 

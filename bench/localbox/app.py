@@ -157,6 +157,10 @@ class LocalboxApp:
             return await self._debug_sandbox()
         if not sandbox_id and (match := HOST_ROUTE.match(_header(scope, b"host"))):
             sandbox_id = match.group(1)
+        if not sandbox_id and (token := _header(scope, b"x-access-token")):
+            # Behind one sandbox URL an old SDK's `Sandbox.connect` (e2b < 2.2x) loses the id header that the
+            # host name carries on E2B: its access token names the sandbox instead.
+            sandbox_id = next((s.id for s in self.registry.sandboxes.values() if s.token_valid(token)), "")
         signed = bool(query and query.get("signature"))
         if not sandbox_id and signed:
             # A signed URL made with E2B_SANDBOX_URL carries no sandbox id: its signature names the sandbox.
@@ -166,6 +170,8 @@ class LocalboxApp:
         sandbox = self.registry.get(sandbox_id)
         if sandbox is None:
             return refused
+        if not _header(scope, b"e2b-sandbox-id"):  # envd's handlers find the sandbox by this header
+            scope["headers"] = [*scope["headers"], (b"e2b-sandbox-id", sandbox.id.encode())]
         if sandbox.token_valid(_header(scope, b"x-access-token")):
             return sandbox
         if not signed or sandbox.quirks.refuse_signed_urls:

@@ -29,6 +29,9 @@ def _text_of(content: Any) -> str:
     return "" if content is None else json.dumps(content)
 
 
+text_of = _text_of  # the text dialects read messages too
+
+
 def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, Mapping):
         return dict(raw)

@@ -9,6 +9,7 @@ next call or the final answer. It reads tool results as a model would (JSON memb
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -123,7 +124,7 @@ def tool_text(result: str | None) -> str:
     try:
         parsed = json.loads(text)
     except ValueError:
-        parsed = None
+        parsed = _python_literal(text)
     if isinstance(parsed, Mapping):
         member = next((parsed[k] for k in _RESULT_MEMBERS if isinstance(parsed.get(k), str)), None)
         text = member if member is not None else text
@@ -143,6 +144,16 @@ def tool_text(result: str | None) -> str:
     if numbered and all(numbered):
         lines = [m["text"] for m in numbered if m]
     return "\n".join(lines).strip()
+
+
+def _python_literal(text: str) -> Any:
+    """A result some frameworks send as Python's repr of a dict (`{'content': ...}`), read as the dict."""
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
 
 
 def first_line(text: str) -> str:

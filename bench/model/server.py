@@ -25,8 +25,9 @@ from starlette.routing import Route
 from bench import asgi
 from bench.redaction import Redactor
 
-from . import api
-from .policy import decide
+from . import api, dialects
+from .actions import decide
+from .policy import Answer, Call, Decision, Tool
 
 DEFAULT_MODEL = "e2b-bench-scripted"
 DEFAULT_TAG = "default"
@@ -72,6 +73,16 @@ def _error(status: int, message: str, kind: str = "invalid_request_error") -> JS
 
 def _sse(events: Iterator[str]) -> StreamingResponse:
     return StreamingResponse(events, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _decide(
+    tools: list[Tool], calls: list[Call], conversation: list[dialects.Message], stop: Any = None
+) -> tuple[Decision, api.Json]:
+    """The policy's decision on the offered tools; without any, the text dialect the prompt asks for."""
+    if not tools and (said := dialects.reply(conversation, stop)) is not None:
+        return Answer(said.text), said.record()
+    decision = decide(tools, calls)
+    return decision, api.decision_record(decision)
 
 
 class ScriptedModel:
@@ -125,14 +136,15 @@ class ScriptedModel:
         body = await self._body(request)
         if body is None or not isinstance(body.get("messages"), list):
             return _error(400, "the body must be a JSON object with a `messages` array")
-        decision = decide(api.chat_tools(body), api.chat_calls(body))
+        tools = api.chat_tools(body)
+        decision, record = _decide(tools, api.chat_calls(body), dialects.chat_conversation(body), body.get("stop"))
         model = str(body.get("model") or self.model)
         if not body.get("stream"):
             reply = api.chat_completion(body, decision, model)
-            self._record(request, "chat.completions", body, api.decision_record(decision), reply)
+            self._record(request, "chat.completions", body, record, reply)
             return JSONResponse(reply)
         chunks = list(api.chat_chunks(body, decision, model))
-        self._record(request, "chat.completions", body, api.decision_record(decision), chunks)
+        self._record(request, "chat.completions", body, record, chunks)
         return _sse(iter([*(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks), "data: [DONE]\n\n"]))
 
     async def responses(self, request: Request) -> Response:
@@ -147,15 +159,16 @@ class ScriptedModel:
             if earlier is None:
                 return _error(404, f"Previous response with id '{previous}' not found.")
             items = earlier + items
-        decision = decide(api.responses_tools(body), api.responses_calls(items))
+        conversation = dialects.responses_conversation(body, items)
+        decision, record = _decide(api.responses_tools(body), api.responses_calls(items), conversation)
         completed = api.response(body, items, decision, str(body.get("model") or self.model))
         with self._lock:
             self._conversations[completed["id"]] = items + completed["output"]
         if not body.get("stream"):
-            self._record(request, "responses", body, api.decision_record(decision), completed)
+            self._record(request, "responses", body, record, completed)
             return JSONResponse(completed)
         events = [{**event, "sequence_number": n} for n, event in enumerate(api.response_events(completed))]
-        self._record(request, "responses", body, api.decision_record(decision), events)
+        self._record(request, "responses", body, record, events)
         return _sse(iter(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events))
 
 

@@ -21,7 +21,9 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "js-e2b-2.50.0",
         "adk-2.13.0",
         "ag2-1.2.1",
+        "py-code-interpreter-2.11.5",
         "pydantic-ai-harness-0.62.0",
+        "js-code-interpreter-2.8.0",
         "tanstack-ai-0.58.0",
     ]
 
@@ -32,7 +34,9 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "js-e2b-2.51.0",
         "adk-2.13.0",
         "ag2-1.2.1",
+        "py-code-interpreter-2.11.5",
         "pydantic-ai-harness-0.62.0",
+        "js-code-interpreter-2.8.0",
         "tanstack-ai-0.58.0",
     ]
 

@@ -192,13 +192,14 @@ def cleanup(ctx: Context) -> dict[str, str]:
     return kill_sandboxes(ctx.created, ctx.killed)
 
 
-def main(suites: set[str]) -> int:
-    """Run the task's suite (one of `suites`) with the steps registered by the calling script."""
+def main(suites: set[str], packages: tuple[str, ...] = ("e2b",)) -> int:
+    """Run the task's suite (one of `suites`) with the steps registered by the calling script; the hello
+    event names the installed version of each of `packages` (the SDKs the script drives)."""
     exit_on_sigterm()
     protocol = Protocol()
     task = read_task(protocol)
-    version = importlib.metadata.version("e2b")
-    protocol.hello(task.get("runner") or f"py-e2b-{version}", {"e2b": version}, LANGUAGE)
+    pins = {package: importlib.metadata.version(package) for package in packages}
+    protocol.hello(task.get("runner") or f"py-{packages[0]}-{pins[packages[0]]}", pins, LANGUAGE)
     suite = task.get("suite")
     if suite not in suites:
         print(f"runner: unknown suite {suite!r}, this runner runs {sorted(suites)}", file=sys.stderr)

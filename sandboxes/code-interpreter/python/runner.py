@@ -18,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2b" / "python"))
 
-from driver import Context, Fail, Observed, exception_details, excerpt, expect, main, step
+from driver import Context, Fail, Observed, Refused, exception_details, excerpt, expect, main, step
 
 SUITE = "code-interpreter"
 TEMPLATE = "code-interpreter-v1"
@@ -120,11 +120,17 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 @step("ci01_create")
 def create(ctx: Context, obs: Observed) -> None:
-    from e2b_code_interpreter import Sandbox
+    from e2b_code_interpreter import Sandbox, SandboxException
 
     obs["default_template"] = Sandbox.default_template
     expect(Sandbox.default_template == TEMPLATE, f"the SDK's default template is {Sandbox.default_template!r}")
-    sandbox = Sandbox.create(timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+    try:
+        sandbox = Sandbox.create(timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+    except SandboxException as exc:
+        status = getattr(exc, "status_code", None)
+        if status is None:  # not an answer of the endpoint's
+            raise
+        raise Refused(f"create on {TEMPLATE} refused: {exc}", status_code=status, message=str(exc)) from exc
     ctx.sandbox, ctx.sandbox_id = sandbox, sandbox.sandbox_id
     ctx.created.append(sandbox.sandbox_id)
     obs["sandbox_id"] = sandbox.sandbox_id

@@ -7,7 +7,7 @@
 // project NODE_PATH names; the step registry, outcomes and clean-up are the SDK runners' (driver.mjs of
 // sandboxes/e2b/ts), the protocol the runner kit's (runkit.mjs beside it).
 
-import { Fail, errorDetails, excerpt, expect, main, show, step } from '../../e2b/ts/driver.mjs'
+import { Fail, Refused, errorDetails, excerpt, expect, main, show, step } from '../../e2b/ts/driver.mjs'
 
 const SUITE = 'code-interpreter'
 const TEMPLATE = 'code-interpreter-v1'
@@ -113,7 +113,14 @@ step('ci01_create', async (ctx, obs) => {
   const { Sandbox } = ctx.sdk
   obs.defaultTemplate = Sandbox.defaultTemplate
   expect(Sandbox.defaultTemplate === TEMPLATE, `the SDK's default template is ${show(Sandbox.defaultTemplate)}`)
-  const sandbox = await Sandbox.create({ timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata })
+  let sandbox
+  try {
+    sandbox = await Sandbox.create({ timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata })
+  } catch (err) {
+    // An answer of the endpoint's (it has a status): the template is refused there.
+    if (!(err instanceof ctx.sdk.SandboxError) || err.statusCode === undefined) throw err
+    throw new Refused(`create on ${TEMPLATE} refused: ${err.message}`, { status_code: err.statusCode, message: err.message })
+  }
   ctx.sandbox = sandbox
   ctx.sandboxId = sandbox.sandboxId
   ctx.created.push(sandbox.sandboxId)

@@ -11,6 +11,7 @@ sandboxes/e2b/python, loaded by path); the protocol is the runner kit's (runkit.
 from __future__ import annotations
 
 import base64
+import re
 import struct
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ CONTEXT_DIR = f"{HOME}/e2b-bench-ci-context"
 GO_FILE = "/tmp/e2b-bench-ci-go"
 ENV_NAME = "E2B_BENCH_CI_VAR"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 TIMEOUT_S = 3  # the interrupted cell's timeout
 AFTER_TIMEOUT_S = 15  # bound on the cell right after it (the sleep it interrupts lasts 30 s)
 
@@ -174,7 +176,7 @@ def display_png(ctx: Context, obs: Observed) -> None:
     expect(len(pngs) == 1, f"{len(pngs)} results carry a png, expected 1: {obs['cell']['results']!r}")
     (figure,) = pngs
     expect(figure.is_main_result is False, "the figure is the main result, expected a display result")
-    data = base64.b64decode(figure.png, validate=True)
+    data = base64.b64decode("".join(figure.png.split()), validate=True)  # line breaks are base64's own
     obs["png"] = {"bytes": len(data), "size": png_size(data), "head": base64.b64encode(data[:24]).decode()}
     expect(min(obs["png"]["size"]) > 0, f"the PNG is {obs['png']['size']!r} pixels")
     expect(str(figure.text).startswith("<Figure size"), f"the figure's text is {figure.text!r}")
@@ -211,10 +213,11 @@ def error(ctx: Context, obs: Observed) -> None:
     execution = run_cell(ctx, obs, "cell", "1 / 0", on_error=errors.append)
     failure = execution.error
     expect(failure is not None, "1 / 0 gave no error")
-    obs["traceback"] = excerpt(failure.traceback)
+    traceback = ANSI_ESCAPE.sub("", failure.traceback)  # IPython colours its tracebacks
+    obs["traceback"] = excerpt(traceback)
     got = (failure.name, failure.value)
     expect(got == ("ZeroDivisionError", "division by zero"), f"the error is {got!r}")
-    expect("ZeroDivisionError" in failure.traceback and "1 / 0" in failure.traceback, "the traceback lacks the cell")
+    expect("ZeroDivisionError" in traceback and "1 / 0" in traceback, "the traceback lacks the cell's line")
     expect(errors == [failure], f"on_error got {len(errors)} errors, expected this one")
     expect(execution.results == [], f"1 / 0 gave results {obs['cell']['results']!r}")
 

@@ -15,6 +15,7 @@ const HOME = '/home/user'
 const CONTEXT_DIR = `${HOME}/e2b-bench-ci-context`
 const GO_FILE = '/tmp/e2b-bench-ci-go'
 const ENV_NAME = 'E2B_BENCH_CI_VAR'
+const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 const TIMEOUT_MS = 3000 // the interrupted cell's timeout
 const AFTER_TIMEOUT_MS = 15000 // bound on the cell right after it (the sleep it interrupts lasts 30 s)
@@ -194,10 +195,11 @@ step('ci07_error', async (ctx, obs) => {
   const execution = await runCell(ctx, obs, 'cell', '1 / 0', { onError: (error) => errors.push(error) })
   const failure = execution.error
   expect(failure, '1 / 0 gave no error')
-  obs.traceback = excerpt(failure.traceback)
+  const traceback = failure.traceback.replace(ANSI_ESCAPE, '') // IPython colours its tracebacks
+  obs.traceback = excerpt(traceback)
   const got = [failure.name, failure.value]
   expect(show(got) === show(['ZeroDivisionError', 'division by zero']), `the error is ${show(got)}`)
-  expect(failure.traceback.includes('ZeroDivisionError') && failure.traceback.includes('1 / 0'), 'the traceback lacks the cell')
+  expect(traceback.includes('ZeroDivisionError') && traceback.includes('1 / 0'), "the traceback lacks the cell's line")
   expect(errors.length === 1 && errors[0] === failure, `onError got ${errors.length} errors, expected this one`)
   expect(execution.results.length === 0, `1 / 0 gave results ${show(obs.cell.results)}`)
 })

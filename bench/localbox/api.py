@@ -20,8 +20,9 @@ from .box import EGRESS_FILTER
 from .network import EgressRules, NetworkError
 from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
+from .template import TemplateError
 
-TEMPLATES = {"base": None}  # template id -> alias
+TEMPLATES = {"base": None, "code-interpreter-v1": None}  # template id -> alias
 MAX_FORKS = 100
 SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 DEFAULT_TIMEOUT_V1 = 15
@@ -192,6 +193,7 @@ class Api:
         if template_id is None and snapshot is None:
             raise ApiError(404, f"template '{template}' not found")
         self._refuse_options("create", body)
+        layers = snapshot.layers if snapshot else await self._template_layers(template_id or "base")
         try:
             egress = EgressRules.from_create(body)
         except NetworkError as exc:
@@ -203,7 +205,7 @@ class Api:
             sandbox, token = await self.registry.create(
                 template_id=template_id or snapshot.snapshot_id,  # type: ignore[union-attr]
                 alias=TEMPLATES[template_id] if template_id else None,
-                layers=snapshot.layers if snapshot else None,
+                layers=layers,
                 timeout_s=_int(body, "timeout", default_timeout),
                 metadata=_string_map(body, "metadata"),
                 env_vars=_string_map(body, "envVars"),
@@ -216,6 +218,16 @@ class Api:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
         sandbox.pause_memory = body.get("autoPauseMemory") is not False
         return self._created(sandbox, token, 201)
+
+    async def _template_layers(self, template_id: str) -> str | None:
+        """The root a built-in template other than base boots on (built when first asked for); base boots on
+        the prepared pool."""
+        if template_id == "base":
+            return None
+        try:
+            return str(await self.registry.template_root(template_id))
+        except TemplateError as exc:
+            raise ApiError(500, f"template '{template_id}' could not be built: {exc}") from exc
 
     # --- list and get --------------------------------------------------------------------------
     async def list_v1(self, request: Request) -> Response:

@@ -618,7 +618,7 @@ class Box:
         if result["pending"]:
             loop = asyncio.get_running_loop()
             writable = loop.create_future()
-            loop.add_writer(sock.fileno(), writable.set_result, None)
+            loop.add_writer(sock.fileno(), _set_once, writable)
             try:
                 await asyncio.wait_for(writable, timeout)
             except BaseException:
@@ -1050,3 +1050,9 @@ def shift_ids(root: Path, by: int) -> None:
 
     walk_down(root, shift, shift)
     shift(None, str(root))
+
+
+def _set_once(future: asyncio.Future) -> None:
+    """A ready callback that may fire again before its waiter removes it."""
+    if not future.done():
+        future.set_result(None)

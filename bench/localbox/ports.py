@@ -120,7 +120,14 @@ async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.s
                 break
         writer.write(conn.send(h11.EndOfMessage()) or b"")
         await writer.drain()
+        # A client that goes away closes the connection to the sandbox's server, which sees it (a
+        # code interpreter interrupts the cell), even while that server is sending nothing.
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        client_gone.set()
+        writer.transport.abort()
 
+    client_gone = asyncio.Event()
     pumping = asyncio.ensure_future(pump_body())
     started = False
     try:
@@ -141,7 +148,9 @@ async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.s
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
-    except h11.RemoteProtocolError as exc:
+    except (h11.RemoteProtocolError, ConnectionError) as exc:
+        if client_gone.is_set():
+            return
         if started:
             raise  # the answer is cut: the client sees the connection end
         await JSONResponse({"code": 502, "message": f"bad answer from the sandbox's server: {exc}"}, 502)(

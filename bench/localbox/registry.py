@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
+from .codeinterp import START_COMMANDS
 from .network import EgressRules
 from .quirks import Quirks
+from .template import ensure_template
 
 if TYPE_CHECKING:
     from .watch import Watcher
@@ -108,6 +110,7 @@ class LocalboxConfig:
     api_key: str
     quirks: Quirks = field(default_factory=Quirks)
     pool_size: int = 4
+    cache_dir: Path | None = None  # where templates other than base are built when first asked for
 
 
 POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
@@ -126,6 +129,7 @@ class Registry:
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
         self.zygote: Zygote | None = None
+        self.template_roots: dict[str, Path] = {"base": config.template_root}
 
     @property
     def quirks(self) -> Quirks:
@@ -193,6 +197,28 @@ class Registry:
         self._refill_pool()
         return box
 
+    async def template_root(self, template_id: str) -> Path:
+        """A built-in template's root, built first (in a thread: minutes when cold) if this is its first use."""
+        if template_id not in self.template_roots:
+            loop = asyncio.get_running_loop()
+            root = await loop.run_in_executor(None, ensure_template, self.config.cache_dir, template_id)
+            self.template_roots[template_id] = root
+        return self.template_roots[template_id]
+
+    async def _boot(self, box: Box, env_vars: dict[str, str]) -> None:
+        """Run the start command of the template the box's lowest layer is (none for base); on failure the
+        box is killed."""
+        lowest = Path(str(box.template_root).split(":")[-1])
+        template = next((t for t, root in self.template_roots.items() if root == lowest), None)
+        start = START_COMMANDS.get(template or "")
+        if start is None:
+            return
+        try:
+            await start(box, env_vars)
+        except BaseException:
+            await box.kill()
+            raise
+
     # --- lifecycle ----------------------------------------------------------------------------
     def new_id(self) -> str:
         return self.quirks.sandbox_id_prefix + "".join(secrets.choice(ID_ALPHABET) for _ in range(20))
@@ -219,6 +245,7 @@ class Registry:
             except BaseException:
                 await box.kill()
                 raise
+        await self._boot(box, env_vars)
         sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(
@@ -287,6 +314,7 @@ class Registry:
             sandbox.box, sandbox.kept_root = box, None
             if not sandbox.egress.unrestricted:  # a cold boot is a new network namespace
                 await box.apply_egress(sandbox.egress)
+            await self._boot(box, sandbox.env_vars)
         else:
             await sandbox.box.thaw()
         sandbox.state = "running"

@@ -202,6 +202,7 @@ class LocalServer:
             api_key=self.api_key,
             quirks=quirks or Quirks(),
             pool_size=pool_size,
+            cache_dir=cache_dir,
         )
         self.registry = Registry(config)
         self.sockets = [asgi.bind(host, port)]

@@ -1,6 +1,7 @@
-"""The `base` template: a minimal Debian root like E2B's own, built once and cached.
+"""Built-in templates: `base`, a minimal Debian root like E2B's own, and `code-interpreter-v1`, the same root
+plus a Jupyter kernel stack and the usual data libraries. Each is built once, when first needed, and cached.
 
-Built with mmdebstrap from the host's configured Debian sources, so it holds no host files: no home
+Built with mmdebstrap from the host's configured Debian sources, so they hold no host files: no home
 directories, checkouts, credentials or server state can be seen from a sandbox.
 """
 
@@ -10,6 +11,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 # Bump when the recipe changes: a new directory is built and the old one is left for `clean`.
@@ -32,10 +34,39 @@ CUSTOMIZE = [
     # root's ~/.profile runs `mesg n`, which only acts on a terminal: without one, no fork and exec for it.
     "sed -i 's/^mesg n/[ ! -t 0 ] || mesg n/' \"$1/root/.profile\"",
 ]
+CODE_INTERPRETER_PACKAGES = [
+    "python3-ipykernel", "python3-jupyter-client", "python3-numpy", "python3-pandas", "python3-matplotlib",
+    "python3-pil",
+]  # fmt: skip
+CODE_INTERPRETER_CUSTOMIZE = [
+    # Plots render to images without a display, as in E2B's template.
+    "echo 'backend: Agg' > \"$1/etc/matplotlibrc\"",
+]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one built-in template's root is made."""
+
+    name: str
+    revision: str
+    packages: tuple[str, ...]
+    customize: tuple[str, ...]
+
+
+RECIPES = {
+    "base": Recipe("base", TEMPLATE_REVISION, tuple(PACKAGES), tuple(CUSTOMIZE)),
+    "code-interpreter-v1": Recipe(
+        "code-interpreter-v1",
+        f"{TEMPLATE_REVISION}.1",
+        (*PACKAGES, *CODE_INTERPRETER_PACKAGES),
+        (*CUSTOMIZE, *CODE_INTERPRETER_CUSTOMIZE),
+    ),
+}
 
 
 class TemplateError(Exception):
-    """The base template could not be built."""
+    """A built-in template could not be built."""
 
 
 def default_cache_dir() -> Path:
@@ -50,9 +81,10 @@ def debian_suite() -> str:
     return "bookworm"
 
 
-def ensure_template(cache_dir: Path | None = None) -> Path:
-    """Return the template's root directory, building it first if needed."""
-    base = (cache_dir or default_cache_dir()) / "templates" / f"base-r{TEMPLATE_REVISION}"
+def ensure_template(cache_dir: Path | None = None, name: str = "base") -> Path:
+    """Return the template's root directory, building it first if needed (blocks: minutes when cold)."""
+    recipe = RECIPES[name]
+    base = (cache_dir or default_cache_dir()) / "templates" / f"{recipe.name}-r{recipe.revision}"
     rootfs = base / "rootfs"
     ready = base / "ready"
     if ready.exists():
@@ -62,12 +94,12 @@ def ensure_template(cache_dir: Path | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if ready.exists():
             return rootfs
-        _build(base, rootfs)
+        _build(recipe, base, rootfs)
         ready.write_text("ok\n")
     return rootfs
 
 
-def _build(base: Path, rootfs: Path) -> None:
+def _build(recipe: Recipe, base: Path, rootfs: Path) -> None:
     tool = shutil.which("mmdebstrap")
     if tool is None:
         raise TemplateError(
@@ -78,8 +110,8 @@ def _build(base: Path, rootfs: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(rootfs, ignore_errors=True)
     command = [
-        tool, "--variant=minbase", "--quiet", f"--include={','.join(PACKAGES)}",
-        *(f"--customize-hook={hook}" for hook in CUSTOMIZE),
+        tool, "--variant=minbase", "--quiet", f"--include={','.join(recipe.packages)}",
+        *(f"--customize-hook={hook}" for hook in recipe.customize),
         debian_suite(), str(partial),
     ]  # fmt: skip
     mirror = os.environ.get("E2B_BENCH_DEBIAN_MIRROR")
@@ -87,5 +119,5 @@ def _build(base: Path, rootfs: Path) -> None:
         command.append(mirror)
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        raise TemplateError(f"mmdebstrap failed ({result.returncode}): {result.stderr[-2000:]}")
+        raise TemplateError(f"mmdebstrap failed ({result.returncode}) for '{recipe.name}': {result.stderr[-2000:]}")
     partial.rename(rootfs)

@@ -1,0 +1,161 @@
+"""The unmodified `e2b-code-interpreter` SDK against the embedded endpoint's `code-interpreter-v1` template."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+from e2b import NotFoundException, SandboxException, TimeoutException
+from e2b_code_interpreter import OutputMessage, Sandbox
+
+from bench.localbox.server import LocalEndpoint
+from bench.localbox.template import ensure_template
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def ci(endpoint: LocalEndpoint) -> Iterator[Sandbox]:
+    ensure_template(name="code-interpreter-v1")  # the explicit prepare step: a cold build is not a create's
+    sbx = Sandbox.create(timeout=300, envs={"SANDBOX_WIDE": "from-create"})
+    try:
+        yield sbx
+    finally:
+        sbx.kill()
+
+
+def test_state_persists_across_cells_and_the_last_expression_is_the_main_result(ci: Sandbox) -> None:
+    ci.run_code("counter = 40")
+    ci.run_code("counter += 1")
+    execution = ci.run_code("counter + 1")
+
+    assert [(r.text, r.is_main_result) for r in execution.results] == [("42", True)]
+    assert execution.error is None
+    assert isinstance(execution.execution_count, int) and execution.execution_count >= 3
+
+
+def test_stdout_and_stderr_stream_to_callbacks_in_order(ci: Sandbox) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    def record(message: OutputMessage) -> None:
+        seen.append((message.line, message.error))
+
+    execution = ci.run_code(
+        "import sys, time\nprint('one', flush=True)\ntime.sleep(0.2)\nprint('two', file=sys.stderr, flush=True)",
+        on_stdout=record,
+        on_stderr=record,
+    )
+
+    assert seen == [("one\n", False), ("two\n", True)]
+    assert (execution.logs.stdout, execution.logs.stderr) == (["one\n"], ["two\n"])
+
+
+def test_a_matplotlib_figure_is_a_png_display_result(ci: Sandbox) -> None:
+    execution = ci.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+
+    assert len(execution.results) == 1
+    figure = execution.results[0]
+    assert figure.is_main_result is False
+    assert figure.png is not None and base64.b64decode(figure.png).startswith(PNG_MAGIC)
+    assert figure.text is not None and figure.text.startswith("<Figure size")
+
+
+def test_a_pandas_dataframe_is_an_html_and_text_result(ci: Sandbox) -> None:
+    execution = ci.run_code("import pandas as pd\npd.DataFrame({'city': ['Oslo', 'Lima'], 'n': [7, 9]})")
+
+    (frame,) = execution.results
+    assert frame.is_main_result is True
+    assert frame.html is not None and "<table" in frame.html and "<td>Oslo</td>" in frame.html
+    assert frame.text is not None and frame.text.split() == ["city", "n", "0", "Oslo", "7", "1", "Lima", "9"]
+
+
+def test_an_error_carries_name_value_and_traceback_and_the_context_lives_on(ci: Sandbox) -> None:
+    failed = ci.run_code("def explode():\n    raise KeyError('missing')\nexplode()")
+    after = ci.run_code("'still here'")
+
+    assert failed.error is not None
+    assert (failed.error.name, failed.error.value) == ("KeyError", "'missing'")
+    assert "explode" in failed.error.traceback and "KeyError" in failed.error.traceback
+    assert failed.results == []
+    assert [r.text for r in after.results] == ["'still here'"]
+
+
+def test_cells_run_as_user_in_home_with_the_sandbox_envs(ci: Sandbox) -> None:
+    execution = ci.run_code("import os, getpass\n(getpass.getuser(), os.getcwd(), os.environ['SANDBOX_WIDE'])")
+
+    assert [r.text for r in execution.results] == ["('user', '/home/user', 'from-create')"]
+
+
+def test_env_vars_hold_for_one_execution_only(ci: Sandbox) -> None:
+    during = ci.run_code("import os\nos.environ.get('ONE_CELL')", envs={"ONE_CELL": "set", "SANDBOX_WIDE": "over"})
+    shell = ci.run_code("!echo $ONE_CELL", envs={"ONE_CELL": "in-shell"})
+    after = ci.run_code("(os.environ.get('ONE_CELL'), os.environ['SANDBOX_WIDE'])")
+
+    assert [r.text for r in during.results] == ["'set'"]
+    assert shell.logs.stdout == ["in-shell\r\n"]  # IPython runs `!` commands on a pty
+    assert [r.text for r in after.results] == ["(None, 'from-create')"]
+
+
+def test_files_a_cell_writes_are_seen_by_commands_and_files_and_back(ci: Sandbox) -> None:
+    ci.run_code("open('from_cell.txt', 'w').write('written by a cell\\n')")
+    ci.files.write("/home/user/from_files.txt", "written through files\n")
+
+    by_command = ci.commands.run("cat /home/user/from_cell.txt && stat -c %U /home/user/from_cell.txt")
+    by_files = ci.files.read("/home/user/from_cell.txt")
+    by_cell = ci.run_code("open('/home/user/from_files.txt').read()")
+
+    assert by_command.stdout == "written by a cell\nuser\n"
+    assert by_files == "written by a cell\n"
+    assert [r.text for r in by_cell.results] == ["'written through files\\n'"]
+
+
+def test_contexts_have_their_own_state_and_cwd_and_can_be_restarted_and_removed(ci: Sandbox) -> None:
+    context = ci.create_code_context(cwd="/tmp", language="python")
+    ci.run_code("secret = 'ctx'", context=context)
+    ci.run_code("secret = 'default'")
+
+    in_context = ci.run_code("import os\n(secret, os.getcwd())", context=context)
+    listed = {c.id: (c.language, c.cwd) for c in ci.list_code_contexts()}
+    ci.restart_code_context(context)
+    restarted = ci.run_code("import os\n('secret' in globals(), os.getcwd())", context=context)
+    ci.remove_code_context(context)
+    remaining = {c.id for c in ci.list_code_contexts()}
+
+    assert (context.language, context.cwd) == ("python", "/tmp")
+    assert [r.text for r in in_context.results] == ["('ctx', '/tmp')"]
+    assert listed[context.id] == ("python", "/tmp")
+    assert [r.text for r in restarted.results] == ["(False, '/tmp')"]
+    assert context.id not in remaining and len(remaining) == len(listed) - 1
+    with pytest.raises(NotFoundException):
+        ci.run_code("1", context=context)
+
+
+def test_a_timeout_interrupts_the_cell_and_the_context_is_free_at_once(ci: Sandbox) -> None:
+    cell = "import time\ntry:\n    time.sleep(120)\nexcept KeyboardInterrupt:\n    interrupted = True\n    raise"
+
+    with pytest.raises(TimeoutException):
+        ci.run_code(cell, timeout=1)
+    # Had the kernel not been interrupted, this would wait for the sleep and then fail with a NameError.
+    after = ci.run_code("interrupted")
+
+    assert [r.text for r in after.results] == ["True"]
+
+
+@pytest.mark.parametrize(
+    ("request_kwargs", "message"),
+    [
+        ({"language": "r"}, "language 'r' is not available in this template"),
+        ({"cwd": "/no/such/dir"}, "cwd '/no/such/dir' is not a directory in the sandbox"),
+    ],
+)
+def test_a_context_this_template_cannot_give_is_refused_with_the_reason(
+    ci: Sandbox, request_kwargs: dict[str, str], message: str
+) -> None:
+    before = {c.id for c in ci.list_code_contexts()}
+
+    with pytest.raises(SandboxException) as refused:
+        ci.create_code_context(**request_kwargs)  # type: ignore[arg-type]
+
+    assert "400" in str(refused.value) and message in str(refused.value)
+    assert {c.id for c in ci.list_code_contexts()} == before

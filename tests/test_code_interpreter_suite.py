@@ -128,6 +128,19 @@ def test_streamed_output_error_and_interrupt_are_recorded_as_seen(faithful: Suit
     assert interrupt["next"]["text"] == "True"
 
 
+def test_coverage_lists_the_code_interpreter_s_routes_outside_the_spec_with_placeholders(faithful: SuiteRun) -> None:
+    coverage = json.loads((faithful.run.path / "coverage.json").read_text())
+    unspecified = {(u["method"], u["route"]): u["seen"] for u in coverage["spec"]["unspecified"]}
+
+    assert {key: seen for key, seen in unspecified.items() if "/contexts" in key[1] or key[1] == "/execute"} == {
+        ("POST", "/execute"): [200],
+        ("POST", "/contexts"): [200],
+        ("GET", "/contexts"): [200],
+        ("POST", "/contexts/{contextID}/restart"): [200],
+        ("DELETE", "/contexts/{contextID}"): [200],
+    }
+
+
 # --- the b3os-beta profile ----------------------------------------------------------------------------
 
 

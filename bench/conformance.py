@@ -89,7 +89,7 @@ class BenchSession:
             self.lifecycle.serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
-        if self.lifecycle.preflight_error is None and any(runner.spec.family for runner in self.runners):
+        if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
             self.model = self._start_model()
         if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
             self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
@@ -176,7 +176,7 @@ class BenchSession:
             domain=self.endpoint.domain,
         ) as proxy:
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
-            if runner.spec.family and self.model is not None and self.model.key_env:
+            if runner.has_suite(FRAMEWORKS) and self.model is not None and self.model.key_env:
                 endpoint_env[self.model.key_env] = self.model.key
             result = run_runner(
                 runner.for_suite(suite),
@@ -192,7 +192,7 @@ class BenchSession:
 
     def _options(self, runner: Runner) -> dict[str, Any]:
         """Task options: a framework runner is told which model to use and what to ask it."""
-        if not runner.spec.family or self.model is None:
+        if not runner.has_suite(FRAMEWORKS) or self.model is None:
             return {}
         from .model import TASK_PROMPT
 
@@ -243,6 +243,7 @@ class BenchSession:
         return self.exit_code
 
 
+FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
 

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from run_cli import e2b_bench, only_run_dir
 
+from bench.conformance import BenchSession, ModelChoice, RunOptions
+from bench.expectations import Expectations
 from bench.report import render
 from bench.results import Run, read_run
 from bench.runners.catalog import available_runners
@@ -57,6 +59,21 @@ def faithful(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
 @pytest.fixture(scope="module")
 def b3os(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
     return suite_run(tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+
+
+def test_only_framework_runners_are_told_about_the_model() -> None:
+    model = ModelChoice("http://127.0.0.1:9/v1", "some-model", "MY_MODEL_KEY", "secret", scripted=None)
+    session = BenchSession(RunOptions(), None, [], Expectations(), model=model)  # type: ignore[arg-type]
+    runners = available_runners()
+    framework = next(r for r in runners.values() if r.has_suite("frameworks"))
+
+    assert session._options(runners[PY]) == {} and session._options(runners[JS]) == {}
+    assert session._options(framework)["model"] == {
+        "base_url": "http://127.0.0.1:9/v1",
+        "name": "some-model",
+        "key_env": "MY_MODEL_KEY",
+        "scripted": False,
+    }
 
 
 def test_each_language_runs_the_manifest_s_steps_with_the_same_ids() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import OutputMessage, Sandbox
@@ -159,3 +160,79 @@ def test_a_context_this_template_cannot_give_is_refused_with_the_reason(
 
     assert "400" in str(refused.value) and message in str(refused.value)
     assert {c.id for c in ci.list_code_contexts()} == before
+
+
+def test_a_cell_that_ends_its_kernel_gets_an_error_and_the_context_a_new_kernel(ci: Sandbox) -> None:
+    context = ci.create_code_context()
+    ci.run_code("kept = 1", context=context)
+
+    died = ci.run_code("import os\nos._exit(3)", context=context)
+    after = ci.run_code("'kept' in globals()", context=context)
+    ci.remove_code_context(context)
+
+    assert died.error is not None and died.error.name == "DeadKernelError"
+    assert "exit code 3" in died.error.value
+    assert [r.text for r in after.results] == ["False"]
+
+
+def test_a_cell_reaches_neither_the_endpoint_nor_the_host(ci: Sandbox, endpoint: LocalEndpoint) -> None:
+    port = int(endpoint.api_url.rsplit(":", 1)[1])
+    probe = (
+        "import socket\nrefused = []\n"
+        f"for host in ('127.0.0.1', '10.0.2.2'):\n"
+        "    try:\n"
+        f"        socket.create_connection((host, {port}), timeout=3).close()\n"
+        "    except OSError as exc:\n"
+        "        refused.append(type(exc).__name__)\n"
+        "len(refused)"
+    )
+
+    execution = ci.run_code(probe)
+
+    assert execution.error is None
+    assert [r.text for r in execution.results] == ["2"]
+
+
+def test_a_cold_boot_restarts_the_server_with_fresh_kernels_and_kept_files(endpoint: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.run_code("lost = 'memory'\nopen('kept.txt', 'w').write('on disk')")
+        sbx.pause()
+        sbx.connect(on_resume="reboot")
+
+        after = sbx.run_code("('lost' in globals(), open('kept.txt').read())")
+        servers = sbx.commands.run("pgrep -c -u user -f 'e2b-bench-code-interprete[r]'")
+    finally:
+        sbx.kill()
+
+    assert [r.text for r in after.results] == ["(False, 'on disk')"]
+    assert servers.stdout == "1\n"  # one server, as the sandbox's user
+
+
+def test_a_sandbox_made_from_a_snapshot_runs_its_own_server(ci: Sandbox) -> None:
+    ci.run_code("open('/home/user/snapped.txt', 'w').write('in the snapshot')\nsnapped_in_memory = True")
+    snapshot = ci.create_snapshot()
+    child = Sandbox.create(template=snapshot.snapshot_id, timeout=120)
+    try:
+        execution = child.run_code("(open('/home/user/snapped.txt').read(), 'snapped_in_memory' in globals())")
+    finally:
+        child.kill()
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+
+    assert [r.text for r in execution.results] == ["('in the snapshot', False)"]
+
+
+def test_the_api_lists_both_built_in_templates_and_still_refuses_unknown_ones(
+    ci: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    headers = {"X-API-KEY": endpoint.api_key}
+
+    listed = httpx.get(f"{endpoint.api_url}/templates", headers=headers)
+    unknown = httpx.post(f"{endpoint.api_url}/sandboxes", json={"templateID": "code-interpreter-v9"}, headers=headers)
+
+    assert listed.status_code == 200
+    templates = {t["templateID"]: t for t in listed.json()}
+    assert set(templates) == {"base", "code-interpreter-v1"}
+    assert templates["code-interpreter-v1"]["spawnCount"] >= 1
+    assert templates["code-interpreter-v1"]["buildStatus"] == "ready"
+    assert (unknown.status_code, unknown.json()["message"]) == (404, "template 'code-interpreter-v9' not found")

@@ -7,6 +7,7 @@ import base64
 import json
 import re
 import time
+import uuid
 from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -18,9 +19,9 @@ from starlette.routing import Route
 from .agentlink import AgentError
 from .box import EGRESS_FILTER
 from .network import EgressRules, NetworkError
-from .registry import CPU_COUNT, DISK_SIZE_MB, MEMORY_MB, Registry, Sandbox, utc
+from .registry import CPU_COUNT, DISK_SIZE_MB, ENVD_VERSION, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
-from .template import TemplateError
+from .template import RECIPES, TemplateError
 
 TEMPLATES = {"base": None, "code-interpreter-v1": None}  # template id -> alias
 MAX_FORKS = 100
@@ -115,6 +116,8 @@ class Api:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.snapshots = Snapshots(registry)
+        self.started_at = time.time()
+        self.spawns: dict[str, list[float]] = {t: [] for t in TEMPLATES}  # built-in template -> create times
 
     def routes(self) -> list[Route]:
         return [
@@ -134,6 +137,7 @@ class Api:
             Route("/sandboxes/{sandbox_id}/network", self.update_network, methods=["PUT"]),
             Route("/sandboxes/{sandbox_id}/snapshots", self.create_snapshot, methods=["POST"]),
             Route("/snapshots", self.list_snapshots, methods=["GET"]),
+            Route("/templates", self.list_templates, methods=["GET"]),
             Route("/templates/{template_id}", self.delete_template, methods=["DELETE"]),
             Route("/sandboxes/{sandbox_id}/fork", self.fork, methods=["POST"]),
             *(Route(path, self.template_build, methods=["POST"]) for path in TEMPLATE_BUILD_ROUTES),
@@ -217,6 +221,8 @@ class Api:
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
         sandbox.pause_memory = body.get("autoPauseMemory") is not False
+        if template_id:
+            self.spawns[template_id].append(time.time())
         return self._created(sandbox, token, 201)
 
     async def _template_layers(self, template_id: str) -> str | None:
@@ -382,6 +388,32 @@ class Api:
         if start + limit < len(found):
             headers["X-Next-Token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
         return JSONResponse([s.info() for s in found[start : start + limit]], headers=headers)
+
+    async def list_templates(self, request: Request) -> Response:
+        """The built-in templates, public as E2B's own and ready: a create builds one on first use."""
+        return JSONResponse([self._template(t) for t in TEMPLATES])
+
+    def _template(self, template_id: str) -> dict[str, Any]:
+        recipe = RECIPES[template_id]
+        spawns = self.spawns[template_id]
+        return {
+            "templateID": template_id,
+            "buildID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"e2b-bench:{recipe.name}:{recipe.revision}")),
+            "cpuCount": CPU_COUNT,
+            "memoryMB": MEMORY_MB,
+            "diskSizeMB": DISK_SIZE_MB,
+            "public": True,
+            "aliases": [],
+            "names": [template_id],
+            "createdAt": utc(self.started_at),
+            "updatedAt": utc(self.started_at),
+            "createdBy": None,
+            "lastSpawnedAt": utc(spawns[-1]) if spawns else None,
+            "spawnCount": len(spawns),
+            "buildCount": 1,
+            "envdVersion": ENVD_VERSION,
+            "buildStatus": "ready",
+        }
 
     async def delete_template(self, request: Request) -> Response:
         template = request.path_params["template_id"]

@@ -140,6 +140,9 @@ class Context:
                 msg = self.client.get_iopub_msg(timeout=POLL_S)
             except queue.Empty:
                 msg = None
+            if msg is None and not self.manager.is_alive():
+                yield self._revive()
+                return
             if interrupted_at is None and gone():
                 interrupted_at = 0.0
             if interrupted_at is not None and time.monotonic() - interrupted_at >= INTERRUPT_EVERY_S:
@@ -153,6 +156,20 @@ class Context:
             event = to_event(kind, content)
             if event is not None and interrupted_at is None:
                 yield event
+
+    def _revive(self) -> dict:
+        """The kernel died mid-cell (the code ended its process): a new one takes its place."""
+        process = getattr(self.manager.provisioner, "process", None)
+        code = process.poll() if process is not None else None
+        self.client.stop_channels()
+        self.manager.restart_kernel(now=True)
+        self._connect()
+        return {
+            "type": "error",
+            "name": "DeadKernelError",
+            "value": f"the kernel died while running the cell (exit code {code}); the context has a new kernel",
+            "traceback": "",
+        }
 
     def _drain(self, msg_id: str) -> None:
         while True:

@@ -19,59 +19,24 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "e2b" / "python"))
 
-from driver import Context, Fail, Observed, Refused, exception_details, excerpt, expect, main, step
+from driver import Context, Fail, Observed, Refused, exception_details, excerpt, expect, kill_twice, main, step
 
 SUITE = "code-interpreter"
 TEMPLATE = "code-interpreter-v1"
 HOME = "/home/user"
 CONTEXT_DIR = f"{HOME}/e2b-bench-ci-context"
-GO_FILE = "/tmp/e2b-bench-ci-go"
-ENV_NAME = "E2B_BENCH_CI_VAR"
+GO_FILE = "/tmp/e2b-bench-ci-go"  # cells/stream.py waits for it
+ENV_NAME = "E2B_BENCH_CI_VAR"  # cells/env.py reads it
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 TIMEOUT_S = 3  # the interrupted cell's timeout
 AFTER_TIMEOUT_S = 15  # bound on the cell right after it (the sleep it interrupts lasts 30 s)
 
-# The cell waits for a file the first stdout callback writes: output that only arrived at the end of the
-# cell would leave it waiting out its deadline, and its last line says so.
-STREAM_CELL = f"""
-import os, sys, time
-print("out-1", flush=True)
-deadline = time.monotonic() + 20
-while not os.path.exists({GO_FILE!r}) and time.monotonic() < deadline:
-    time.sleep(0.02)
-print("err-1", file=sys.stderr, flush=True)
-print("out-2" if os.path.exists({GO_FILE!r}) else "out-2 (the callback never wrote the file)", flush=True)
-"""
-PNG_CELL = """
-import matplotlib.pyplot as plt
-plt.plot([1, 2, 3], [1, 4, 9])
-plt.title("e2b-bench")
-plt.show()
-"""
-HTML_CELL = """
-import pandas as pd
-pd.DataFrame({"a": [1, 2], "b": [3, 4]})
-"""
-JSON_CELL = """
-from IPython.display import JSON, display
-display(JSON({"answer": 42, "items": [1, 2]}))
-{"k": 1}
-"""
-ENV_CELL = f"""
-import os, subprocess
-shell = subprocess.check_output(["sh", "-c", 'printf %s "${{{ENV_NAME}-unset}}"'], text=True)
-(os.environ.get({ENV_NAME!r}, "unset"), shell)
-"""
-SLEEP_CELL = """
-import time
-interrupted = False
-try:
-    time.sleep(30)
-except KeyboardInterrupt:
-    interrupted = True
-    raise
-"""
+CELLS = Path(__file__).resolve().parents[1] / "cells"  # the cells both runners send, one file each
+
+
+def cell(name: str) -> str:
+    return (CELLS / f"{name}.py").read_text(encoding="utf-8")
 
 
 def results_of(execution: Any) -> list[dict[str, Any]]:
@@ -94,6 +59,18 @@ def run_cell(ctx: Context, obs: Observed, key: str, code: str, **options: Any) -
         "execution_count": execution.execution_count,
     }
     return execution
+
+
+def expect_no_error(execution: Any, obs: Observed, key: str) -> None:
+    expect(execution.error is None, f"the cell raised {obs[key]['error']!r}")
+
+
+def sole_result(ctx: Context, obs: Observed, code: str) -> Any:
+    """The one result of a cell that must give exactly one (and no error)."""
+    execution = run_cell(ctx, obs, "cell", code)
+    expect_no_error(execution, obs, "cell")
+    expect(len(execution.results) == 1, f"{len(execution.results)} results, expected 1: {obs['cell']['results']!r}")
+    return execution.results[0]
 
 
 def expect_text(execution: Any, wanted: str, what: str) -> None:
@@ -158,11 +135,11 @@ def stream_callbacks(ctx: Context, obs: Observed) -> None:
         seen.append(["stdout", message.line])
 
     execution = run_cell(
-        ctx, obs, "cell", STREAM_CELL, on_stdout=on_stdout, on_stderr=lambda m: seen.append(["stderr", m.line])
+        ctx, obs, "cell", cell("stream"), on_stdout=on_stdout, on_stderr=lambda m: seen.append(["stderr", m.line])
     )
     obs["callbacks"] = seen
     wanted = [["stdout", "out-1\n"], ["stderr", "err-1\n"], ["stdout", "out-2\n"]]
-    expect(execution.error is None, f"the cell raised {obs['cell']['error']!r}")
+    expect_no_error(execution, obs, "cell")
     expect(seen == wanted, f"the callbacks got {seen!r}, expected {wanted!r}")
     logs = (execution.logs.stdout, execution.logs.stderr)
     expect(logs == (["out-1\n", "out-2\n"], ["err-1\n"]), f"logs are {logs!r}")
@@ -170,12 +147,9 @@ def stream_callbacks(ctx: Context, obs: Observed) -> None:
 
 @step("ci04_display_png")
 def display_png(ctx: Context, obs: Observed) -> None:
-    execution = run_cell(ctx, obs, "cell", PNG_CELL)
-    expect(execution.error is None, f"the cell raised {obs['cell']['error']!r}")
-    pngs = [result for result in execution.results if result.png]
-    expect(len(pngs) == 1, f"{len(pngs)} results carry a png, expected 1: {obs['cell']['results']!r}")
-    (figure,) = pngs
+    figure = sole_result(ctx, obs, cell("figure"))
     expect(figure.is_main_result is False, "the figure is the main result, expected a display result")
+    expect(bool(figure.png), f"the figure's result has no png: {obs['cell']['results']!r}")
     data = base64.b64decode("".join(figure.png.split()), validate=True)  # line breaks are base64's own
     obs["png"] = {"bytes": len(data), "size": png_size(data), "head": base64.b64encode(data[:24]).decode()}
     expect(min(obs["png"]["size"]) > 0, f"the PNG is {obs['png']['size']!r} pixels")
@@ -184,11 +158,8 @@ def display_png(ctx: Context, obs: Observed) -> None:
 
 @step("ci05_dataframe_html")
 def dataframe_html(ctx: Context, obs: Observed) -> None:
-    execution = run_cell(ctx, obs, "cell", HTML_CELL)
-    expect(execution.error is None, f"the cell raised {obs['cell']['error']!r}")
-    main_results = [result for result in execution.results if result.is_main_result]
-    expect(len(main_results) == 1, f"{len(main_results)} main results, expected 1: {obs['cell']['results']!r}")
-    (frame,) = main_results
+    frame = sole_result(ctx, obs, cell("dataframe"))
+    expect(frame.is_main_result is True, "the DataFrame is a display result, expected the main one")
     obs["html"] = excerpt(frame.html)
     expect(bool(frame.html) and "<table" in frame.html, "the main result has no html table")
     for header in ("<th>a</th>", "<th>b</th>"):
@@ -199,8 +170,8 @@ def dataframe_html(ctx: Context, obs: Observed) -> None:
 
 @step("ci06_display_json")
 def display_json(ctx: Context, obs: Observed) -> None:
-    execution = run_cell(ctx, obs, "cell", JSON_CELL)
-    expect(execution.error is None, f"the cell raised {obs['cell']['error']!r}")
+    execution = run_cell(ctx, obs, "cell", cell("json_display"))
+    expect_no_error(execution, obs, "cell")
     shown = [result.json for result in execution.results if not result.is_main_result]
     obs["json"] = shown
     expect(shown == [{"answer": 42, "items": [1, 2]}], f"display results carry json {shown!r}")
@@ -232,8 +203,8 @@ def execution_count(ctx: Context, obs: Observed) -> None:
 
 @step("ci09_env_vars")
 def env_vars(ctx: Context, obs: Observed) -> None:
-    expect_text(run_cell(ctx, obs, "with", ENV_CELL, envs={ENV_NAME: "per-run"}), "('per-run', 'per-run')", "envs")
-    expect_text(run_cell(ctx, obs, "after", ENV_CELL), "('unset', 'unset')", "the next run")
+    expect_text(run_cell(ctx, obs, "with", cell("env"), envs={ENV_NAME: "per-run"}), "('per-run', 'per-run')", "envs")
+    expect_text(run_cell(ctx, obs, "after", cell("env")), "('unset', 'unset')", "the next run")
 
 
 @step("ci10_context_create_list")
@@ -274,7 +245,7 @@ def timeout_interrupts(ctx: Context, obs: Observed) -> None:
 
     context = ctx.state["context"]
     try:
-        execution = ctx.sandbox.run_code(SLEEP_CELL, context=context, timeout=TIMEOUT_S)
+        execution = ctx.sandbox.run_code(cell("sleep"), context=context, timeout=TIMEOUT_S)
     except TimeoutException as exc:
         obs["timeout"] = exception_details(exc)
     else:
@@ -302,8 +273,8 @@ def context_remove(ctx: Context, obs: Observed) -> None:
 @step("ci15_second_path")
 def second_path(ctx: Context, obs: Observed) -> None:
     path, text = f"{HOME}/e2b-bench-ci-cell.txt", "written by a cell\n"
-    cell = f"with open({path!r}, 'w') as f:\n    f.write({text!r})\n"
-    expect(run_cell(ctx, obs, "write", cell).error is None, f"the writing cell raised {obs['write']['error']!r}")
+    code = f"with open({path!r}, 'w') as f:\n    f.write({text!r})\n"
+    expect_no_error(run_cell(ctx, obs, "write", code), obs, "write")
     obs["files_read"] = ctx.sandbox.files.read(path)
     expect(obs["files_read"] == text, f"files.read gave {obs['files_read']!r}, expected {text!r}")
     done = ctx.sandbox.commands.run(f"cat {path}")
@@ -314,18 +285,7 @@ def second_path(ctx: Context, obs: Observed) -> None:
     expect_text(run_cell(ctx, obs, "read", f"open({other!r}).read()"), "'from a command'", "the cell reading it")
 
 
-@step("ci16_kill")
-def kill(ctx: Context, obs: Observed) -> None:
-    from e2b_code_interpreter import Sandbox
-
-    first = ctx.sandbox.kill()
-    obs["kill"] = first
-    if first is True:
-        ctx.killed.add(ctx.sandbox_id)
-    expect(first is True, f"kill() returned {first!r}, expected True")
-    second = Sandbox.kill(ctx.sandbox_id)
-    obs["kill_again"] = second
-    expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
+step("ci16_kill")(kill_twice)
 
 
 if __name__ == "__main__":

@@ -7,59 +7,23 @@
 // project NODE_PATH names; the step registry, outcomes and clean-up are the SDK runners' (driver.mjs of
 // sandboxes/e2b/ts), the protocol the runner kit's (runkit.mjs beside it).
 
+import { readFileSync } from 'node:fs'
+
 import { Fail, Refused, errorDetails, excerpt, expect, main, show, step } from '../../e2b/ts/driver.mjs'
 
 const SUITE = 'code-interpreter'
 const TEMPLATE = 'code-interpreter-v1'
 const HOME = '/home/user'
 const CONTEXT_DIR = `${HOME}/e2b-bench-ci-context`
-const GO_FILE = '/tmp/e2b-bench-ci-go'
-const ENV_NAME = 'E2B_BENCH_CI_VAR'
+const GO_FILE = '/tmp/e2b-bench-ci-go' // cells/stream.py waits for it
+const ENV_NAME = 'E2B_BENCH_CI_VAR' // cells/env.py reads it
 const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 const TIMEOUT_MS = 3000 // the interrupted cell's timeout
 const AFTER_TIMEOUT_MS = 15000 // bound on the cell right after it (the sleep it interrupts lasts 30 s)
 
-// The cell waits for a file the first stdout callback writes: output that only arrived at the end of the
-// cell would leave it waiting out its deadline, and its last line says so.
-const STREAM_CELL = `
-import os, sys, time
-print("out-1", flush=True)
-deadline = time.monotonic() + 20
-while not os.path.exists("${GO_FILE}") and time.monotonic() < deadline:
-    time.sleep(0.02)
-print("err-1", file=sys.stderr, flush=True)
-print("out-2" if os.path.exists("${GO_FILE}") else "out-2 (the callback never wrote the file)", flush=True)
-`
-const PNG_CELL = `
-import matplotlib.pyplot as plt
-plt.plot([1, 2, 3], [1, 4, 9])
-plt.title("e2b-bench")
-plt.show()
-`
-const HTML_CELL = `
-import pandas as pd
-pd.DataFrame({"a": [1, 2], "b": [3, 4]})
-`
-const JSON_CELL = `
-from IPython.display import JSON, display
-display(JSON({"answer": 42, "items": [1, 2]}))
-{"k": 1}
-`
-const ENV_CELL = `
-import os, subprocess
-shell = subprocess.check_output(["sh", "-c", 'printf %s "\${${ENV_NAME}-unset}"'], text=True)
-(os.environ.get("${ENV_NAME}", "unset"), shell)
-`
-const SLEEP_CELL = `
-import time
-interrupted = False
-try:
-    time.sleep(30)
-except KeyboardInterrupt:
-    interrupted = True
-    raise
-`
+// The cells both runners send, one file each.
+const cell = (name) => readFileSync(new URL(`../cells/${name}.py`, import.meta.url), 'utf8')
 
 function resultsOf(execution) {
   return execution.results.map((result) => ({
@@ -97,6 +61,14 @@ function expectNameError(execution, name, what) {
 
 function expectNoError(execution, obs, key) {
   expect(!execution.error, `the cell raised ${show(obs[key].error)}`)
+}
+
+/** The one result of a cell that must give exactly one (and no error). */
+async function soleResult(ctx, obs, code) {
+  const execution = await runCell(ctx, obs, 'cell', code)
+  expectNoError(execution, obs, 'cell')
+  expect(execution.results.length === 1, `${execution.results.length} results, expected 1: ${show(obs.cell.results)}`)
+  return execution.results[0]
 }
 
 /** Width and height from a PNG's IHDR chunk (the first chunk of every PNG). */
@@ -145,7 +117,7 @@ step('ci03_stream_callbacks', async (ctx, obs) => {
     seen.push(['stdout', message.line])
   }
   const onStderr = (message) => seen.push(['stderr', message.line])
-  const execution = await runCell(ctx, obs, 'cell', STREAM_CELL, { onStdout, onStderr })
+  const execution = await runCell(ctx, obs, 'cell', cell('stream'), { onStdout, onStderr })
   obs.callbacks = seen
   const wanted = [['stdout', 'out-1\n'], ['stderr', 'err-1\n'], ['stdout', 'out-2\n']]
   expectNoError(execution, obs, 'cell')
@@ -155,12 +127,9 @@ step('ci03_stream_callbacks', async (ctx, obs) => {
 })
 
 step('ci04_display_png', async (ctx, obs) => {
-  const execution = await runCell(ctx, obs, 'cell', PNG_CELL)
-  expectNoError(execution, obs, 'cell')
-  const pngs = execution.results.filter((result) => result.png)
-  expect(pngs.length === 1, `${pngs.length} results carry a png, expected 1: ${show(obs.cell.results)}`)
-  const [figure] = pngs
+  const figure = await soleResult(ctx, obs, cell('figure'))
   expect(figure.isMainResult === false, 'the figure is the main result, expected a display result')
+  expect(Boolean(figure.png), `the figure's result has no png: ${show(obs.cell.results)}`)
   const data = Buffer.from(figure.png, 'base64')
   expect(data.toString('base64') === figure.png.replace(/\s/g, ''), 'the png result is not valid base64')
   obs.png = { bytes: data.length, size: pngSize(data), head: data.subarray(0, 24).toString('base64') }
@@ -169,11 +138,8 @@ step('ci04_display_png', async (ctx, obs) => {
 })
 
 step('ci05_dataframe_html', async (ctx, obs) => {
-  const execution = await runCell(ctx, obs, 'cell', HTML_CELL)
-  expectNoError(execution, obs, 'cell')
-  const mainResults = execution.results.filter((result) => result.isMainResult)
-  expect(mainResults.length === 1, `${mainResults.length} main results, expected 1: ${show(obs.cell.results)}`)
-  const [frame] = mainResults
+  const frame = await soleResult(ctx, obs, cell('dataframe'))
+  expect(frame.isMainResult === true, 'the DataFrame is a display result, expected the main one')
   obs.html = excerpt(frame.html)
   expect(Boolean(frame.html) && frame.html.includes('<table'), 'the main result has no html table')
   for (const header of ['<th>a</th>', '<th>b</th>']) expect(frame.html.includes(header), `the html table has no ${header}`)
@@ -182,7 +148,7 @@ step('ci05_dataframe_html', async (ctx, obs) => {
 })
 
 step('ci06_display_json', async (ctx, obs) => {
-  const execution = await runCell(ctx, obs, 'cell', JSON_CELL)
+  const execution = await runCell(ctx, obs, 'cell', cell('json_display'))
   expectNoError(execution, obs, 'cell')
   const shown = execution.results.filter((result) => !result.isMainResult).map((result) => result.json)
   obs.json = shown
@@ -213,8 +179,8 @@ step('ci08_execution_count', async (ctx, obs) => {
 
 step('ci09_env_vars', async (ctx, obs) => {
   const envs = { [ENV_NAME]: 'per-run' }
-  expectText(await runCell(ctx, obs, 'with', ENV_CELL, { envs }), "('per-run', 'per-run')", 'envs')
-  expectText(await runCell(ctx, obs, 'after', ENV_CELL), "('unset', 'unset')", 'the next run')
+  expectText(await runCell(ctx, obs, 'with', cell('env'), { envs }), "('per-run', 'per-run')", 'envs')
+  expectText(await runCell(ctx, obs, 'after', cell('env')), "('unset', 'unset')", 'the next run')
 })
 
 step('ci10_context_create_list', async (ctx, obs) => {
@@ -252,7 +218,7 @@ step('ci13_timeout_interrupts', async (ctx, obs) => {
   const { context } = ctx.state
   const { TimeoutError } = ctx.sdk
   try {
-    const execution = await ctx.sandbox.runCode(SLEEP_CELL, { context, timeoutMs: TIMEOUT_MS })
+    const execution = await ctx.sandbox.runCode(cell('sleep'), { context, timeoutMs: TIMEOUT_MS })
     obs.returned = { results: resultsOf(execution), error: show(execution.error) }
   } catch (err) {
     obs.timeout = errorDetails(err)
@@ -282,8 +248,8 @@ step('ci14_context_remove', async (ctx, obs) => {
 step('ci15_second_path', async (ctx, obs) => {
   const path = `${HOME}/e2b-bench-ci-cell.txt`
   const text = 'written by a cell\n'
-  const cell = `with open('${path}', 'w') as f:\n    f.write(${JSON.stringify(text)})\n`
-  expectNoError(await runCell(ctx, obs, 'write', cell), obs, 'write')
+  const code = `with open('${path}', 'w') as f:\n    f.write(${JSON.stringify(text)})\n`
+  expectNoError(await runCell(ctx, obs, 'write', code), obs, 'write')
   obs.files_read = await ctx.sandbox.files.read(path)
   expect(obs.files_read === text, `files.read gave ${show(obs.files_read)}, expected ${show(text)}`)
   const done = await ctx.sandbox.commands.run(`cat ${path}`)

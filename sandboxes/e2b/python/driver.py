@@ -39,6 +39,7 @@ __all__ = [
     "excerpt",
     "expect",
     "kill_sandboxes",
+    "kill_twice",
     "main",
     "one_line",
     "step",
@@ -169,6 +170,20 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
         observed["raised"] = exception_details(exc)
         observed["traceback"] = excerpt("".join(traceback.format_exception(exc)[-3:]))
         return "fail", one_line(f"{type(exc).__name__}: {exc}"), observed
+
+
+def kill_twice(ctx: Context, obs: Observed) -> None:
+    """A step body: `ctx.sandbox.kill()` returns True, then `Sandbox.kill(its id)` returns False."""
+    from e2b import Sandbox
+
+    first = ctx.sandbox.kill()
+    obs["kill"] = first
+    if first is True:
+        ctx.killed.add(ctx.sandbox_id)
+    expect(first is True, f"kill() returned {first!r}, expected True")
+    second = Sandbox.kill(ctx.sandbox_id)
+    obs["kill_again"] = second
+    expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
 
 
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:

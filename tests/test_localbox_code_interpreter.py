@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 
 import httpx
@@ -236,3 +237,69 @@ def test_the_api_lists_both_built_in_templates_and_still_refuses_unknown_ones(
     assert templates["code-interpreter-v1"]["spawnCount"] >= 1
     assert templates["code-interpreter-v1"]["buildStatus"] == "ready"
     assert (unknown.status_code, unknown.json()["message"]) == (404, "template 'code-interpreter-v9' not found")
+
+
+def _jupyter(ci: Sandbox, endpoint: LocalEndpoint, method: str, path: str, body: object = None) -> httpx.Response:
+    headers = {"E2b-Sandbox-Id": ci.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    return httpx.request(method, f"{endpoint.sandbox_url}{path}", json=body, headers=headers, timeout=60)
+
+
+def test_execute_streams_one_json_line_per_event_and_ends_with_end_of_execution(
+    ci: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    answer = _jupyter(
+        ci,
+        endpoint,
+        "POST",
+        "/execute",
+        {"code": "print('out')\nfrom IPython.display import display, JSON\ndisplay(JSON({'k': 1}))\n6 * 7"},
+    )
+
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/x-ndjson"
+    assert [line["type"] for line in lines] == [
+        "number_of_executions",
+        "stdout",
+        "result",
+        "result",
+        "end_of_execution",
+    ]
+    assert isinstance(lines[0]["execution_count"], int)
+    assert lines[1]["text"] == "out\n" and isinstance(lines[1]["timestamp"], int)
+    assert lines[2] == {
+        "type": "result",
+        "text": "<IPython.core.display.JSON object>",
+        "json": {"k": 1},
+        "is_main_result": False,
+    }
+    assert lines[3] == {"type": "result", "text": "42", "is_main_result": True}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        (
+            "POST",
+            "/execute",
+            {"code": "1", "context_id": "no-such-context"},
+            404,
+            "context 'no-such-context' not found",
+        ),
+        ("POST", "/execute", {"code": 1}, 400, "'code' must be a string"),
+        ("POST", "/execute", {"code": "1", "env_vars": {"A": 1}}, 400, "'env_vars' must be an object of strings"),
+        ("DELETE", "/contexts/no-such-context", None, 404, "context 'no-such-context' not found"),
+        ("GET", "/nowhere", None, 404, "no route GET /nowhere"),
+    ],
+)
+def test_the_server_answers_bad_requests_with_a_status_and_the_reason(
+    ci: Sandbox, endpoint: LocalEndpoint, method: str, path: str, body: object, status: int, message: str
+) -> None:
+    answer = _jupyter(ci, endpoint, method, path, body)
+
+    assert (answer.status_code, answer.json()) == (status, {"error": message})
+
+
+def test_health_answers_ok(ci: Sandbox, endpoint: LocalEndpoint) -> None:
+    answer = _jupyter(ci, endpoint, "GET", "/health")
+
+    assert (answer.status_code, answer.json()) == (200, "OK")

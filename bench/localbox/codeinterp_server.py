@@ -41,6 +41,7 @@ FORMATS = {
     "image/png": "png", "image/jpeg": "jpeg", "application/pdf": "pdf", "text/latex": "latex",
     "application/json": "json", "application/javascript": "javascript",
 }  # fmt: skip
+DIED = {"type": "error", "name": "DeadKernelError", "value": "", "traceback": ""}
 ENV_SET = """\
 import os as _e2b_os
 _e2b_saved_env = {{k: _e2b_os.environ.get(k) for k in {keys!r}}}
@@ -80,6 +81,7 @@ class Context:
         self.failure: str | None = None
         self.manager = KernelManager(kernel_name=KERNELS[language])
         self.client: Any = None
+        self.removed = False
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -141,7 +143,7 @@ class Context:
             except queue.Empty:
                 msg = None
             if msg is None and not self.manager.is_alive():
-                yield self._revive()
+                yield self._revive() if not self.removed else {**DIED, "value": "the context was removed"}
                 return
             if interrupted_at is None and gone():
                 interrupted_at = 0.0
@@ -165,10 +167,8 @@ class Context:
         self.manager.restart_kernel(now=True)
         self._connect()
         return {
-            "type": "error",
-            "name": "DeadKernelError",
+            **DIED,
             "value": f"the kernel died while running the cell (exit code {code}); the context has a new kernel",
-            "traceback": "",
         }
 
     def _drain(self, msg_id: str) -> None:
@@ -224,6 +224,7 @@ class Interpreter:
         self.contexts: dict[str, Context] = {}
         self.defaults: dict[str, Context] = {}
         self.lock = threading.Lock()
+        self.default_lock = threading.Lock()
 
     def create(self, language: str | None, cwd: str | None, default: bool = False) -> Context:
         language = language or "python"
@@ -242,9 +243,9 @@ class Interpreter:
 
     def default(self, language: str | None) -> Context:
         language = language or "python"
-        with self.lock:
+        with self.default_lock:  # two first cells at once still make one default context
             context = self.defaults.get(language)
-        return context or self.create(language, None, default=True)
+            return context or self.create(language, None, default=True)
 
     def get(self, context_id: str) -> Context:
         context = self.contexts.get(context_id)
@@ -258,6 +259,7 @@ class Interpreter:
             self.contexts.pop(context_id, None)
             if self.defaults.get(context.language) is context:
                 del self.defaults[context.language]
+        context.removed = True
         context.ready.wait(KERNEL_START_S)
         context.shutdown()
 

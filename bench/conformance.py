@@ -6,6 +6,7 @@ into a case record. The pytest plugin (bench/plugin.py) drives it from its hooks
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,7 +23,7 @@ from .redaction import Redactor
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner
 from .runners.envs import RunnerEnvError
-from .runners.manifest import load_steps, task_steps
+from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
 from .shards import Shard
 from .wire import WireProxy
@@ -113,8 +114,28 @@ class BenchSession:
             except RunnerEnvError as exc:
                 return f"runner environment {runner.name} could not be built: {exc}"
 
-        with ThreadPoolExecutor(max_workers=max(len(runners), 1), thread_name_prefix="prepare") as pool:
+        with ThreadPoolExecutor(max_workers=len(runners) + 1, thread_name_prefix="prepare") as pool:
+            templates = pool.submit(self._prepare_templates)
             self.prepared = dict(zip([r.name for r in runners], pool.map(prepare, runners), strict=True))
+            templates.result()
+
+    def _prepare_templates(self) -> None:
+        """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
+        manifest table) before any runner starts, so no runner waits silently on a cold build (minutes).
+        A template that cannot be built is left to the create, which answers why."""
+        if not self.endpoint.provider.embedded:
+            return
+        from .localbox.template import TemplateError, ensure_template
+
+        by_name = {r.name: r for r in self.runners}
+        wanted = {
+            template
+            for suite, name in self.selected
+            for template in load_manifest()[suite][by_name[name].table(suite)].get("templates", ())
+        }
+        for template in sorted(wanted):
+            with contextlib.suppress(TemplateError):
+                ensure_template(name=template)
 
     def _pins(self, runner: Runner) -> dict[str, str]:
         executable = self.prepared.get(runner.name)

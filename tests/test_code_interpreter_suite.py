@@ -21,10 +21,12 @@ from run_cli import e2b_bench, only_run_dir
 
 from bench.conformance import BenchSession, ModelChoice, RunOptions
 from bench.expectations import Expectations
+from bench.localbox.api import TEMPLATES
+from bench.localbox.template import RECIPES
 from bench.report import render
 from bench.results import Run, read_run
 from bench.runners.catalog import available_runners
-from bench.runners.manifest import load_steps
+from bench.runners.manifest import load_manifest, load_steps
 
 SUITE = "code-interpreter"
 RUNNERS = {r.spec.family: name for name, r in available_runners().items() if r.has_suite(SUITE)}
@@ -74,6 +76,16 @@ def test_only_framework_runners_are_told_about_the_model() -> None:
         "key_env": "MY_MODEL_KEY",
         "scripted": False,
     }
+
+
+def test_both_runners_have_the_embedded_endpoint_build_their_template_before_they_start() -> None:
+    tables = load_manifest()[SUITE]
+
+    assert {name: table["templates"] for name, table in tables.items()} == {
+        "py-code-interpreter": ["code-interpreter-v1"],
+        "js-code-interpreter": ["code-interpreter-v1"],
+    }
+    assert "code-interpreter-v1" in TEMPLATES and "code-interpreter-v1" in RECIPES
 
 
 def test_each_language_runs_the_manifest_s_steps_with_the_same_ids() -> None:

@@ -185,10 +185,18 @@ def test_b3os_beta_is_judged_by_its_declarations_and_every_case_conforms(b3os: S
 # --- both ---------------------------------------------------------------------------------------------
 
 
-def test_the_report_shows_the_suite_for_both_profiles(faithful: SuiteRun, b3os: SuiteRun, tmp_path: Path) -> None:
-    paths = render([faithful.run.path, b3os.run.path], tmp_path)
+def test_the_report_has_a_code_interpreter_table_with_both_profiles_side_by_side(
+    faithful: SuiteRun, b3os: SuiteRun, tmp_path: Path
+) -> None:
+    summary = render([faithful.run.path, b3os.run.path], tmp_path).markdown.read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in summary.split("### code-interpreter (16 case(s))")[1].splitlines()
+        if line.startswith("| `ci")
+    }
+    header = next(line for line in summary.splitlines() if line.startswith("| case | local · py-code"))
 
-    summary = paths.markdown.read_text()
-    for runner in (PY, JS):
-        assert f"local · {runner}" in summary and f"local-b3os-beta · {runner}" in summary
-    assert "ci13_timeout_interrupts" in summary or "ci13_timeout_interrupts" in paths.html.read_text()
+    assert list(rows) == [s.id for s in load_steps(SUITE, "py-code-interpreter")]
+    for profile in ("local", "local-b3os-beta"):
+        assert f"{profile} · {PY}" in header and f"{profile} · {JS}" in header
+    assert {tuple(cells[:2]) for cells in rows.values()} == {("✔", "✔")}  # the faithful run's two columns

@@ -11,8 +11,8 @@ import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import OutputMessage, Sandbox
 
-from bench.localbox.server import LocalEndpoint
-from bench.localbox.template import ensure_template
+from bench.localbox.server import LocalEndpoint, LocalServer
+from bench.localbox.template import TemplateError, ensure_template
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -303,3 +303,12 @@ def test_health_answers_ok(ci: Sandbox, endpoint: LocalEndpoint) -> None:
     answer = _jupyter(ci, endpoint, "GET", "/health")
 
     assert (answer.status_code, answer.json()) == (200, "OK")
+
+
+def test_a_server_told_to_prepare_an_unknown_template_says_which_exist() -> None:
+    with pytest.raises(TemplateError) as refused:
+        LocalServer(templates=("code-interpreter-v9",))
+
+    assert (
+        str(refused.value) == "there is no built-in template 'code-interpreter-v9' (known: base, code-interpreter-v1)"
+    )

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,10 +192,14 @@ class LocalServer:
         quirks: Quirks | None = None,
         debug_ports: bool = False,
         pool_size: int = 4,
+        templates: Sequence[str] = (),
     ) -> None:
+        """`templates`: built-in templates besides base to build now (a cold build takes minutes, longer
+        than an SDK waits for a create), instead of at their first create."""
         check_host()
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)
         template_root = ensure_template(cache_dir or default_cache_dir())
+        prepared = {name: ensure_template(cache_dir, name) for name in templates}
         config = LocalboxConfig(
             state_dir=state_dir or new_state_dir(default_state_root()),
             template_root=template_root,
@@ -205,6 +209,7 @@ class LocalServer:
             cache_dir=cache_dir,
         )
         self.registry = Registry(config)
+        self.registry.template_roots.update(prepared)
         self.sockets = [asgi.bind(host, port)]
         if debug_ports:
             self.sockets += [asgi.bind(host, DEBUG_API_PORT), asgi.bind(host, DEBUG_ENVD_PORT)]

@@ -83,7 +83,9 @@ def debian_suite() -> str:
 
 def ensure_template(cache_dir: Path | None = None, name: str = "base") -> Path:
     """Return the template's root directory, building it first if needed (blocks: minutes when cold)."""
-    recipe = RECIPES[name]
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise TemplateError(f"there is no built-in template '{name}' (known: {', '.join(RECIPES)})")
     base = (cache_dir or default_cache_dir()) / "templates" / f"{recipe.name}-r{recipe.revision}"
     rootfs = base / "rootfs"
     ready = base / "ready"

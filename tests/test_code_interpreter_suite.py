@@ -182,6 +182,15 @@ def test_b3os_beta_is_judged_by_its_declarations_and_every_case_conforms(b3os: S
     assert len(cases) == 32 and all(c.conformant for c in cases)
 
 
+def test_b3os_beta_serves_the_code_interpreter_and_every_case_passes_there(b3os: SuiteRun) -> None:
+    # What expectations/b3os-beta.toml says of the suite: no documented deviation touches it.
+    cases = [c for c in b3os.run.cases if c.suite == SUITE]
+
+    assert {(c.expected, c.outcome) for c in cases} == {("pass", "pass")}
+    assert b3os.case(PY, "ci01_create").details["sandbox_id"].startswith("sbx-")  # the profile's own ids
+    assert b3os.case(JS, "ci13_timeout_interrupts").details["next"]["text"] == "True"
+
+
 # --- both ---------------------------------------------------------------------------------------------
 
 

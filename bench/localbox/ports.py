@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import h11
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
@@ -109,21 +109,19 @@ async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.s
     writer.write(conn.send(request) or b"")
 
     async def pump_body() -> None:
-        while has_body:
+        message: Message = {"type": "http.request", "more_body": has_body}
+        while message["type"] == "http.request" and message.get("more_body"):
             message = await receive()
-            if message["type"] != "http.request":
-                return
-            if message.get("body"):
+            if message["type"] == "http.request" and message.get("body"):
                 writer.write(conn.send(h11.Data(data=message["body"])) or b"")
                 await writer.drain()
-            if not message.get("more_body"):
-                break
-        writer.write(conn.send(h11.EndOfMessage()) or b"")
-        await writer.drain()
-        # A client that goes away closes the connection to the sandbox's server, which sees it (a
-        # code interpreter interrupts the cell), even while that server is sending nothing.
-        while (await receive())["type"] != "http.disconnect":
-            pass
+        if message["type"] == "http.request":
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            while (await receive())["type"] != "http.disconnect":
+                pass
+        # A client that goes away (mid-body too) closes the connection to the sandbox's server, which
+        # sees it (a code interpreter interrupts the cell) even while it sends nothing or waits for a body.
         client_gone.set()
         writer.transport.abort()
 

@@ -123,9 +123,9 @@ def test_the_sandbox_is_made_on_code_interpreter_v1_and_cells_go_to_port_49999(f
 
     assert "code-interpreter-v1" in set(created["info"].values())
     assert any(e["method"] == "POST" and e["url"].endswith("sandboxes") and e["status"] == 201 for e in wire)
-    # Every cell (21 run_code calls, the interrupted one included) and context call carries the sandbox id
-    # and port 49999 (the code interpreter's server).
-    assert len(cells) == 21
+    # Every cell (22 run_code calls: the interrupted one and the one in a removed context included) and
+    # context call carries the sandbox id and port 49999 (the code interpreter's server).
+    assert len(cells) == 22 and [e["status"] for e in cells].count(404) == 1
     for exchange in cells:
         headers = {k.lower(): v for k, v in exchange["request_headers"].items()}
         assert (headers["e2b-sandbox-id"], headers["e2b-sandbox-port"]) == (created["sandbox_id"], "49999")
@@ -162,7 +162,7 @@ def test_coverage_lists_the_code_interpreter_s_routes_outside_the_spec_with_plac
     unspecified = {(u["method"], u["route"]): u["seen"] for u in coverage["spec"]["unspecified"]}
 
     assert {key: seen for key, seen in unspecified.items() if "/contexts" in key[1] or key[1] == "/execute"} == {
-        ("POST", "/execute"): [200],
+        ("POST", "/execute"): [200, 404],
         ("POST", "/contexts"): [200],
         ("GET", "/contexts"): [200],
         ("POST", "/contexts/{contextID}/restart"): [200],

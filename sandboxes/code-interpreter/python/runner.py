@@ -263,11 +263,21 @@ def timeout_interrupts(ctx: Context, obs: Observed) -> None:
 
 @step("ci14_context_remove")
 def context_remove(ctx: Context, obs: Observed) -> None:
+    from e2b import NotFoundException
+
     context = ctx.state["context"]
     ctx.sandbox.remove_code_context(context)
     listed = [c.id for c in ctx.sandbox.list_code_contexts()]
     obs["listed"] = listed
     expect(context.id not in listed, f"list_code_contexts still shows {context.id} after remove_code_context")
+    try:
+        execution = ctx.sandbox.run_code("1", context=context)
+    except NotFoundException as exc:
+        obs["run_removed"] = exception_details(exc)
+    else:
+        obs["run_removed"] = {"text": execution.text}
+        raise Fail("run_code in the removed context returned instead of raising NotFoundException")
+    expect(context.id in obs["run_removed"]["message"], f"the error does not name the context: {obs['run_removed']!r}")
 
 
 @step("ci15_second_path")

@@ -9,7 +9,7 @@
 
 import { readFileSync } from 'node:fs'
 
-import { Fail, Refused, errorDetails, excerpt, expect, main, show, step } from '../../e2b/ts/driver.mjs'
+import { Fail, Refused, errorDetails, excerpt, expect, expectRejects, main, show, step } from '../../e2b/ts/driver.mjs'
 
 const SUITE = 'code-interpreter'
 const TEMPLATE = 'code-interpreter-v1'
@@ -243,6 +243,8 @@ step('ci14_context_remove', async (ctx, obs) => {
   const listed = (await ctx.sandbox.listCodeContexts()).map((c) => c.id)
   obs.listed = listed
   expect(!listed.includes(context.id), `listCodeContexts still shows ${context.id} after removeCodeContext`)
+  const err = await expectRejects(ctx.sandbox.runCode('1', { context }), ctx.sdk.NotFoundError, 'runCode in the removed context', obs, 'run_removed')
+  expect(err.message.includes(context.id), `the error does not name the context: ${show(obs.run_removed)}`)
 })
 
 step('ci15_second_path', async (ctx, obs) => {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from .model.server import ModelServer
 from .redaction import Redactor
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
-from .runners.manifest import load_steps, task_steps
+from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
 from .shards import Shard
 from .wire import WireProxy
@@ -91,7 +92,7 @@ class BenchSession:
             self.lifecycle.serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
-        if self.lifecycle.preflight_error is None and any(runner.spec.family for runner in self.runners):
+        if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
             self.model = self._start_model()
         if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
             self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
@@ -108,7 +109,35 @@ class BenchSession:
 
     def _prepare(self, runners: list[Runner]) -> None:
         """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
-        self.prepared = prepare_all(runners, self.progress)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="templates") as pool:
+            templates = pool.submit(self._prepare_templates)
+            self.prepared = prepare_all(runners, self.progress)
+            templates.result()
+
+    def _prepare_templates(self) -> None:
+        """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
+        manifest table) before any runner starts, so no runner waits silently on a cold build (minutes).
+        A template that cannot be built is left to the create, which answers why."""
+        if not self.endpoint.provider.embedded:
+            return
+        from .localbox.template import TemplateError, ensure_template, template_built
+
+        by_name = {r.name: r for r in self.runners}
+        wanted = {
+            template
+            for suite, name in self.selected
+            for template in load_manifest()[suite][by_name[name].table(suite)].get("templates", ())
+        }
+        for template in sorted(wanted):
+            started = time.monotonic()
+            try:
+                if template_built(template):
+                    continue
+                self.progress(f"building the embedded endpoint's template {template}, cached for later runs")
+                ensure_template(name=template)
+                self.progress(f"template {template} ready after {time.monotonic() - started:.0f} s")
+            except TemplateError as exc:
+                self.progress(f"template {template} could not be built: {exc}")
 
     def _pins(self, runner: Runner) -> dict[str, str]:
         executable = self.prepared.get(runner.name)
@@ -170,7 +199,7 @@ class BenchSession:
             domain=self.endpoint.domain,
         ) as proxy:
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
-            if runner.spec.family and self.model is not None and self.model.key_env:
+            if runner.has_suite(FRAMEWORKS) and self.model is not None and self.model.key_env:
                 endpoint_env[self.model.key_env] = self.model.key
             result = run_runner(
                 runner.for_suite(suite),
@@ -186,7 +215,7 @@ class BenchSession:
 
     def _options(self, runner: Runner) -> dict[str, Any]:
         """Task options: a framework runner is told which model to use and what to ask it."""
-        if not runner.spec.family or self.model is None:
+        if not runner.has_suite(FRAMEWORKS) or self.model is None:
             return {}
         from .model import TASK_PROMPT
 
@@ -237,6 +266,7 @@ class BenchSession:
         return self.exit_code
 
 
+FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
 

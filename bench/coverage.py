@@ -56,6 +56,11 @@ def _kind(path: str, headers: dict[str, Any]) -> str:
     return "api"
 
 
+def _unspecified_route(path: str) -> str:
+    """A route outside the spec with its ids as placeholders (sandboxes; the code interpreter's contexts)."""
+    return re.sub(r"(/contexts/)[^/]+", r"\1{contextID}", re.sub(r"(/sandboxes/)[^/]+", r"\1{sandboxID}", path))
+
+
 def wire_requests(run_dir: Path) -> list[dict[str, Any]]:
     found = []
     for log in sorted((run_dir / "wire").glob("*.jsonl")):
@@ -85,7 +90,7 @@ def spec_coverage(requests: Iterable[dict[str, Any]], operations: list[dict[str,
             None,
         )
         if match is None:
-            unspecified[(method, re.sub(r"(/sandboxes/)[^/]+", r"\1{sandboxID}", path))].add(status)
+            unspecified[(method, _unspecified_route(path))].add(status)
         else:
             seen[match].add(status)
     rows = []

@@ -21,7 +21,11 @@ USER_ROOT = _CHECKOUT if FROM_CHECKOUT else Path.cwd()
 SANDBOXES_DIR = DATA_ROOT / "sandboxes"
 FRAMEWORKS_DIR = DATA_ROOT / "frameworks"
 SUITE_DIRS = (SANDBOXES_DIR, FRAMEWORKS_DIR)  # where suite modules (`test_<suite>.py`) live
-MANIFEST_PATHS = (SANDBOXES_DIR / "e2b" / "manifest.toml", FRAMEWORKS_DIR / "manifest.toml")
+MANIFEST_PATHS = (
+    SANDBOXES_DIR / "e2b" / "manifest.toml",
+    FRAMEWORKS_DIR / "manifest.toml",
+    SANDBOXES_DIR / "code-interpreter" / "manifest.toml",
+)
 TEMPLATES_DIR = DATA_ROOT / "reports" / "templates"
 EXPECTATIONS_DIR = DATA_ROOT / "expectations"
 PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "pytest.ini"

@@ -22,6 +22,7 @@ SUITE_FILES = {
     "refusals": "sandboxes/e2b/test_probes.py",
     "tokens": "sandboxes/e2b/test_probes.py",
     "frameworks": "frameworks/test_frameworks.py",
+    "code-interpreter": "sandboxes/code-interpreter/test_code_interpreter.py",
 }
 # `run` flags that decide what a case meets: repeated in the re-run command as the run used them.
 ENDPOINT_FLAGS = (
@@ -107,6 +108,6 @@ def rerun_command(run: Run, case: CaseRecord) -> str:
         flags = ["--endpoint", "local" if endpoint.get("kind") == "local" else endpoint["name"], *flags]
     command = ["./e2b-bench", "run", *flags]
     if case.suite in SUITE_FILES:
-        selection = f"test_{case.suite}[{case.runner}/{case.case}]"
+        selection = f"test_{case.suite.replace('-', '_')}[{case.runner}/{case.case}]"
         command += ["--runner", case.runner, "--include-slow", SUITE_FILES[case.suite], "-k", selection]
     return shlex.join(command)

@@ -12,7 +12,7 @@ from bench.runners.discovery import discover, specs_of
 from bench.runners.envs import RunnerEnvError, RunnerSpec
 
 
-def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_first() -> None:
+def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_first_then_by_name() -> None:
     assert [spec.name for spec in discover()] == [
         "py-e2b-2.63.0",
         "py-e2b-2.45.1",
@@ -21,14 +21,15 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "js-e2b-2.50.0",
         "adk-2.13.0",
         "ag2-1.2.1",
+        "agno-3.1.10",
+        "crewai-1.15.30",
         "deepagents-0.6.12",
         "openai-agents-0.24.0",
-        "agno-3.1.10",
-        "pydantic-ai-harness-0.62.0",
-        "mastra-0.8.0",
-        "crewai-1.15.30",
+        "py-code-interpreter-2.11.5",
         "pydantic-ai-harness-0.62.0",
         "smolagents-1.26.0",
+        "js-code-interpreter-2.8.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 
@@ -39,14 +40,15 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "js-e2b-2.51.0",
         "adk-2.13.0",
         "ag2-1.2.1",
+        "agno-3.1.10",
+        "crewai-1.15.30",
         "deepagents-0.6.12",
         "openai-agents-0.24.0",
-        "agno-3.1.10",
-        "pydantic-ai-harness-0.62.0",
-        "mastra-0.8.0",
-        "crewai-1.15.30",
+        "py-code-interpreter-2.11.5",
         "pydantic-ai-harness-0.62.0",
         "smolagents-1.26.0",
+        "js-code-interpreter-2.8.0",
+        "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
 

@@ -81,12 +81,26 @@ def debian_suite() -> str:
     return "bookworm"
 
 
-def ensure_template(cache_dir: Path | None = None, name: str = "base") -> Path:
-    """Return the template's root directory, building it first if needed (blocks: minutes when cold)."""
+def _recipe(name: str) -> Recipe:
     recipe = RECIPES.get(name)
     if recipe is None:
         raise TemplateError(f"there is no built-in template '{name}' (known: {', '.join(RECIPES)})")
-    base = (cache_dir or default_cache_dir()) / "templates" / f"{recipe.name}-r{recipe.revision}"
+    return recipe
+
+
+def _template_dir(recipe: Recipe, cache_dir: Path | None) -> Path:
+    return (cache_dir or default_cache_dir()) / "templates" / f"{recipe.name}-r{recipe.revision}"
+
+
+def template_built(name: str, cache_dir: Path | None = None) -> bool:
+    """Whether the built-in template `name` is in the cache (no build needed)."""
+    return (_template_dir(_recipe(name), cache_dir) / "ready").exists()
+
+
+def ensure_template(cache_dir: Path | None = None, name: str = "base") -> Path:
+    """Return the template's root directory, building it first if needed (blocks: minutes when cold)."""
+    recipe = _recipe(name)
+    base = _template_dir(recipe, cache_dir)
     rootfs = base / "rootfs"
     ready = base / "ready"
     if ready.exists():

@@ -1,7 +1,7 @@
 """The step manifests: one format, one table per suite and runner family.
 
-`sandboxes/e2b/manifest.toml` holds the SDK suites, `frameworks/manifest.toml` the framework suite;
-a suite lives in exactly one of them.
+`sandboxes/e2b/manifest.toml` holds the SDK suites, `frameworks/manifest.toml` the framework suite,
+`sandboxes/code-interpreter/manifest.toml` the code-interpreter suite; a suite lives in exactly one of them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.paths import MANIFEST_PATHS
 
-MANIFEST_PATH, FRAMEWORKS_MANIFEST_PATH = MANIFEST_PATHS
+MANIFEST_PATH, FRAMEWORKS_MANIFEST_PATH = MANIFEST_PATHS[:2]
 
 
 class ManifestError(Exception):

@@ -39,6 +39,7 @@ __all__ = [
     "excerpt",
     "expect",
     "kill_sandboxes",
+    "kill_twice",
     "main",
     "one_line",
     "step",
@@ -171,6 +172,20 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
         return "fail", one_line(f"{type(exc).__name__}: {exc}"), observed
 
 
+def kill_twice(ctx: Context, obs: Observed) -> None:
+    """A step body: `ctx.sandbox.kill()` returns True, then `Sandbox.kill(its id)` returns False."""
+    from e2b import Sandbox
+
+    first = ctx.sandbox.kill()
+    obs["kill"] = first
+    if first is True:
+        ctx.killed.add(ctx.sandbox_id)
+    expect(first is True, f"kill() returned {first!r}, expected True")
+    second = Sandbox.kill(ctx.sandbox_id)
+    obs["kill_again"] = second
+    expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
+
+
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
     """Kill every sandbox created and not seen killed; what happened to each goes in the footer."""
     from e2b import Sandbox
@@ -192,13 +207,14 @@ def cleanup(ctx: Context) -> dict[str, str]:
     return kill_sandboxes(ctx.created, ctx.killed)
 
 
-def main(suites: set[str]) -> int:
-    """Run the task's suite (one of `suites`) with the steps registered by the calling script."""
+def main(suites: set[str], packages: tuple[str, ...] = ("e2b",)) -> int:
+    """Run the task's suite (one of `suites`) with the steps registered by the calling script; the hello
+    event names the installed version of each of `packages` (the SDKs the script drives)."""
     exit_on_sigterm()
     protocol = Protocol()
     task = read_task(protocol)
-    version = importlib.metadata.version("e2b")
-    protocol.hello(task.get("runner") or f"py-e2b-{version}", {"e2b": version}, LANGUAGE)
+    pins = {package: importlib.metadata.version(package) for package in packages}
+    protocol.hello(task.get("runner") or f"py-{packages[0]}-{pins[packages[0]]}", pins, LANGUAGE)
     suite = task.get("suite")
     if suite not in suites:
         print(f"runner: unknown suite {suite!r}, this runner runs {sorted(suites)}", file=sys.stderr)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from driver import RUN_TAG, Context, Fail, Observed, exception_details, excerpt, expect, main, step
+from driver import RUN_TAG, Context, Fail, Observed, exception_details, excerpt, expect, kill_twice, main, step
 
 SUITE = "quickstart"
 WORK_FILE = "/home/user/e2b-bench-py05.txt"
@@ -178,18 +178,7 @@ def set_timeout_pause_connect(ctx: Context, obs: Observed) -> None:
     expect(result.stdout == "back\n", f"run('echo back') stdout is {result.stdout!r}, expected 'back\\n'")
 
 
-@step("py10_kill")
-def kill(ctx: Context, obs: Observed) -> None:
-    from e2b import Sandbox
-
-    first = ctx.sandbox.kill()
-    obs["kill"] = first
-    if first is True:
-        ctx.killed.add(ctx.sandbox_id)
-    expect(first is True, f"kill() returned {first!r}, expected True")
-    second = Sandbox.kill(ctx.sandbox_id)
-    obs["kill_again"] = second
-    expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
+step("py10_kill")(kill_twice)
 
 
 @step("py11_refusals")

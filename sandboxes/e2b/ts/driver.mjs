@@ -39,11 +39,11 @@ function sdkRoots() {
   return projects.length > 0 ? projects : [dirname(fileURLToPath(import.meta.url))]
 }
 
-export async function loadSdk() {
+export async function loadSdk(name = 'e2b') {
   const require = createRequire(import.meta.url)
   const paths = sdkRoots()
-  const manifest = require(require.resolve('e2b/package.json', { paths }))
-  const module = await import(pathToFileURL(require.resolve('e2b', { paths })).href)
+  const manifest = require(require.resolve(`${name}/package.json`, { paths }))
+  const module = await import(pathToFileURL(require.resolve(name, { paths })).href)
   return { sdk: module, version: manifest.version }
 }
 
@@ -213,11 +213,17 @@ async function cleanup(ctx) {
   return report
 }
 
-/** Run the task's suite (`suite`) with the steps the calling script registered; returns the exit code. */
-export async function main(suite) {
+/**
+ * Run the task's suite (`suite`) with the steps the calling script registered; returns the exit code.
+ * `packages` are the SDKs the script drives: the first is the one steps get as `ctx.sdk`, and the hello
+ * event names the installed version of each.
+ */
+export async function main(suite, packages = ['e2b']) {
   const task = await readTask()
-  const { sdk, version } = await loadSdk()
-  hello(task.runner ?? `js-e2b-${version}`, { e2b: version })
+  const loaded = await Promise.all(packages.map((name) => loadSdk(name)))
+  const { sdk, version } = loaded[0]
+  const pins = Object.fromEntries(packages.map((name, i) => [name, loaded[i].version]))
+  hello(task.runner ?? `js-${packages[0]}-${version}`, pins)
   if (task.suite !== suite) {
     console.error(`runner: unknown suite ${show(task.suite)}, this runner runs ${show(suite)}`)
     footer(false, { reason: `unknown suite ${task.suite}` })

@@ -408,6 +408,8 @@ def test_a_cmd_shell_writes_and_reads_through_the_shell_from_its_output_section(
 )
 def test_a_result_in_labelled_sections_is_read_as_its_stdout(result: str, text: str) -> None:
     assert tool_text(result) == text
+
+
 # --- the text dialects (no function tools offered) ----------------------------------------------------
 
 

@@ -1,8 +1,9 @@
-"""Running one framework runner through `e2b-bench run frameworks` and reading what the run recorded.
+"""Running framework runners through `e2b-bench run frameworks` and reading what the run recorded.
 
-Shared by the framework modules of the second wave (tests/test_frameworks_<family>.py): the run, its
-cases, the `<runner>.json` transcript and wire log, and a scripted model served as a *real* one (through
-`--model-base-url`) that also records the Authorization header each request carried.
+Shared by the framework modules (tests/test_frameworks*.py): the run, its cases, the `<runner>.json`
+transcripts and wire logs (`SingleRun` for a run of one runner, request bodies included), and a scripted
+model served as a *real* one (through `--model-base-url`) that also records the Authorization header
+each request carried.
 """
 
 from __future__ import annotations
@@ -60,6 +61,56 @@ def bench_run(results: Path, runner: str, *args: str, env: dict[str, str] | None
         "run", "frameworks", "--results-dir", str(results), "--runner", runner, *args, env=env, timeout=1800
     )
     return FrameworkRun(done, read_run(only_run_dir(results)))
+
+
+WIRE_BODY_BYTES = "4096"
+
+
+@dataclass(frozen=True)
+class SingleRun(FrameworkRun):
+    """A run of one framework runner (`family`'s): its own cases, transcript and wire log."""
+
+    runner: str
+    family: str
+
+    def steps(self) -> list[str]:
+        return [s.id for s in load_steps("frameworks", self.family)]
+
+    def cases(self) -> list[CaseRecord]:
+        return [c for c in self.run.cases if c.runner == self.runner]
+
+    def own_case(self, step: str) -> CaseRecord:
+        return self.case(self.runner, step)
+
+    def own_transcript(self) -> dict[str, Any]:
+        return self.transcript(self.runner)
+
+    def own_wire(self) -> list[dict[str, Any]]:
+        return self.wire(self.runner)
+
+    def processes(self) -> list[dict[str, Any]]:
+        """The `process` member of each process Start the SDK sent, in order (bodies cut short are left out)."""
+        found = []
+        for e in self.own_wire():
+            if e["url"].endswith("process.Process/Start"):
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(e["request_body"])["process"])
+        return found
+
+    def creates(self) -> list[dict[str, Any]]:
+        """The sandbox creations the runner's SDK sent, bodies decoded."""
+        return [
+            {**e, "body": json.loads(e["request_body"])}
+            for e in self.own_wire()
+            if e["method"] == "POST" and e["url"].endswith("/sandboxes")
+        ]
+
+
+def run_framework(family: str, results: Path, *args: str, env: dict[str, str] | None = None) -> SingleRun:
+    """`e2b-bench run frameworks` with the family's runner only, request bodies in the wire log."""
+    runner = runner_of(family)
+    done = bench_run(results, runner, "--wire-bodies", WIRE_BODY_BYTES, *args, env=env)
+    return SingleRun(done.done, done.run, runner, family)
 
 
 def run_fixture(name: str, runner: str, *args: str) -> Any:
@@ -126,7 +177,7 @@ MODEL_KEY_ENV = "E2B_BENCH_TEST_MODEL_KEY"
 MODEL_KEY = "sk-e2b-bench-test-3f9c1d"
 
 
-def check_the_real_model_switch(results: Path, runner: str, requests: int) -> None:
+def check_the_real_model_switch(results: Path, runner: str, requests: int) -> tuple[FrameworkRun, RecordingModel]:
     """Run `runner` with `--model-base-url/--model/--model-key-env` naming the scripted model served on its
     own: the proof task passes, every one of the `requests` the framework sent named the model and
     carried the key, the transcript says which model ran, and the key is nowhere in the run directory."""
@@ -142,3 +193,4 @@ def check_the_real_model_switch(results: Path, runner: str, requests: int) -> No
     assert model.authorizations() == [f"Bearer {MODEL_KEY}"] * requests  # the harness's own check is a GET
     assert done.transcript(runner)["model"] == {"base_url": base_url, "name": MODEL_NAME, "scripted": False}
     assert not any(MODEL_KEY in p.read_text(errors="replace") for p in done.run.path.rglob("*") if p.is_file())
+    return done, model

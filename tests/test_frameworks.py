@@ -9,16 +9,14 @@ faithful profile and once against `b3os-beta`; the tests read what each run reco
 from __future__ import annotations
 
 import json
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from framework_cli import FrameworkRun
 from run_cli import e2b_bench, only_run_dir
 
 from bench.report import render
-from bench.results import Run, read_run
+from bench.results import read_run
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps
 
@@ -27,19 +25,6 @@ RUNNERS = {r.spec.family: name for name, r in available_runners().items() if r.s
 AG2, ADK, HARNESS, TANSTACK = (RUNNERS[f] for f in FIRST_WAVE)
 PROOF = "/home/user/proof.txt"
 STDIN_REFUSED = "stdin is not supported: pass input in the command instead"
-
-
-@dataclass(frozen=True)
-class FrameworkRun:
-    done: subprocess.CompletedProcess[str]
-    run: Run
-
-    def case(self, runner: str, step: str) -> Any:
-        (found,) = [c for c in self.run.cases if c.runner == runner and c.case == step]
-        return found
-
-    def transcript(self, runner: str) -> dict[str, Any]:
-        return dict(json.loads((self.run.path / f"{runner}.json").read_text()))
 
 
 def bench_run(results: Path, *args: str) -> FrameworkRun:

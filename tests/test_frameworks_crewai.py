@@ -12,38 +12,37 @@ import json
 from pathlib import Path
 
 import pytest
-from framework_single_run import FrameworkRun, bench_run, runner_of
+from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
 
-from bench.model import PROOF_PATH, serving_model
+from bench.model import PROOF_PATH
 from bench.runners.manifest import load_steps
 
 RUNNER = runner_of("crewai")
-MODEL_KEY = "sk-real-model-key-0123456789abcdef"
 TOOLS = {"e2b_sandbox_exec", "e2b_sandbox_files", "e2b_sandbox_python"}
 ENVD = ("process.Process/", "filesystem.Filesystem/", "/files?")
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"), RUNNER, "--wire-bodies", "4096")
+def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+    return run_framework("crewai", tmp_path_factory.mktemp("faithful"), "--wire-bodies", "4096")
 
 
 @pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("b3os"), RUNNER, "--profile", "b3os-beta")
+def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+    return run_framework("crewai", tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
 
 
-def test_crewai_passes_every_case_against_the_faithful_endpoint(faithful: FrameworkRun) -> None:
-    assert faithful.done.returncode == 0, faithful.failure()
+def test_crewai_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:
+    assert faithful.done.returncode == 0, faithful.output()
     assert [c.case for c in faithful.cases()] == [s.id for s in load_steps("frameworks", "crewai")]
     assert {(c.outcome, c.conformant) for c in faithful.cases()} == {("pass", True)}
     assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
 
 
 def test_the_crew_runs_uname_with_the_exec_tool_and_writes_and_reads_with_the_file_tool(
-    faithful: FrameworkRun,
+    faithful: SingleRun,
 ) -> None:
-    transcript = faithful.transcript()
+    transcript = faithful.own_transcript()
 
     (attempt,) = transcript["attempts"]
     uname = attempt["verdict"]["uname_output"]
@@ -63,8 +62,8 @@ def test_the_crew_runs_uname_with_the_exec_tool_and_writes_and_reads_with_the_fi
     assert set(transcript["cleanup"].values()) == {"already gone"}  # each session killed its sandbox
 
 
-def test_crewai_calls_the_model_with_native_function_tools(faithful: FrameworkRun) -> None:
-    exchanges = faithful.transcript()["model_exchanges"]
+def test_crewai_calls_the_model_with_native_function_tools(faithful: SingleRun) -> None:
+    exchanges = faithful.own_transcript()["model_exchanges"]
 
     assert [e["decision"].get("tool") for e in exchanges] == [
         "e2b_sandbox_exec",
@@ -77,8 +76,8 @@ def test_crewai_calls_the_model_with_native_function_tools(faithful: FrameworkRu
         assert {t["function"]["name"] for t in exchange["request"]["tools"]} == TOOLS
 
 
-def test_the_backend_is_crewai_tools_and_the_header_pins_the_old_sdks_it_brought(faithful: FrameworkRun) -> None:
-    transcript = faithful.transcript()
+def test_the_backend_is_crewai_tools_and_the_header_pins_the_old_sdks_it_brought(faithful: SingleRun) -> None:
+    transcript = faithful.own_transcript()
     pins = faithful.run.header["pins"][RUNNER]
 
     assert transcript["backend"].startswith("upstream: crewai_tools.tools.e2b_sandbox_tool E2BExecTool + E2BFileTool")
@@ -87,8 +86,8 @@ def test_the_backend_is_crewai_tools_and_the_header_pins_the_old_sdks_it_brought
     assert (pins["e2b"], pins["e2b-code-interpreter"]) == ("2.20.3", "2.6.2")
 
 
-def test_the_tools_attach_by_connect_and_their_envd_requests_carry_no_sandbox_id(faithful: FrameworkRun) -> None:
-    wire = faithful.wire()
+def test_the_tools_attach_by_connect_and_their_envd_requests_carry_no_sandbox_id(faithful: SingleRun) -> None:
+    wire = faithful.own_wire()
     creates = [e for e in wire if e["method"] == "POST" and e["url"].endswith("/sandboxes")]
     connects = [e for e in wire if e["url"].endswith("/connect")]
     envd = [e for e in wire if any(part in e["url"] for part in ENVD)]
@@ -111,35 +110,24 @@ def test_the_tools_attach_by_connect_and_their_envd_requests_carry_no_sandbox_id
     ]
 
 
-def test_the_probes_see_exit_5_through_the_sdk_s_exception_and_the_late_output(faithful: FrameworkRun) -> None:
-    exit_code = faithful.case("fw02_exit_code").details
-    late = faithful.case("fw03_late_output").details
+def test_the_probes_see_exit_5_through_the_sdk_s_exception_and_the_late_output(faithful: SingleRun) -> None:
+    exit_code = faithful.own_case("fw02_exit_code").details
+    late = faithful.own_case("fw03_late_output").details
 
     assert (exit_code["exit_code"], exit_code["stdout"], exit_code["stderr"]) == (5, "", "")
     assert (late["exit_code"], late["stdout"]) == (0, "late\n")
 
 
-def test_on_b3os_beta_crewai_passes_its_commands_run_in_the_foreground(b3os: FrameworkRun) -> None:
-    transcript = b3os.transcript()
+def test_on_b3os_beta_crewai_passes_its_commands_run_in_the_foreground(b3os: SingleRun) -> None:
+    transcript = b3os.own_transcript()
 
-    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta" and b3os.done.returncode == 0, b3os.failure()
+    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta" and b3os.done.returncode == 0, b3os.output()
     assert {(c.outcome, c.conformant) for c in b3os.cases()} == {("pass", True)}
     assert all(sandbox.startswith("sbx-") for sandbox in transcript["sandboxes"])  # the profile's ids
-    assert b3os.case("fw02_exit_code").details["exit_code"] == 5
+    assert b3os.own_case("fw02_exit_code").details["exit_code"] == 5
 
 
 def test_a_model_given_by_url_drives_the_crew_and_its_key_never_reaches_disk(tmp_path: Path) -> None:
-    with serving_model() as model:
-        run = bench_run(
-            tmp_path,
-            RUNNER,
-            *("--model-base-url", model.endpoint.base_url(), "--model", "real-crew", "--model-key-env", "CREW_KEY"),
-            env={"CREW_KEY": MODEL_KEY},
-        )
-        exchanges = model.transcript.exchanges()
+    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4)
 
-    transcript = run.transcript()
-    assert run.case("fw01_proof_task").outcome == "pass", run.failure()
-    assert transcript["model"] == {"base_url": model.endpoint.base_url(), "name": "real-crew", "scripted": False}
-    assert {e["request"]["model"] for e in exchanges} == {"real-crew"} and len(exchanges) == 4
-    assert not [p for p in run.run.path.rglob("*") if p.is_file() and MODEL_KEY in p.read_text(errors="replace")]
+    assert done.transcript(RUNNER)["attempts"][0]["answer"] == "Linux"

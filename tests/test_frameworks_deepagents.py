@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from framework_runs import SingleRun, files_holding, run_framework, run_with_real_model
+from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
 
 from bench.report import render
 
@@ -92,7 +92,7 @@ def test_the_backend_is_langchain_e2b_with_the_pins_it_brought(faithful: SingleR
 
 def test_the_wire_shows_tagged_creation_python_file_helpers_an_upload_and_the_kills(faithful: SingleRun) -> None:
     transcript = faithful.own_transcript()
-    wire = faithful.wire()
+    wire = faithful.own_wire()
     creates = faithful.creates()
     commands = [process["args"][-1] for process in faithful.processes()]
     helpers = [re.search(r"b64decode\('([^']+)'\)", c) for c in commands if c.startswith('python3 -c "')]
@@ -155,13 +155,11 @@ def test_the_report_puts_both_profiles_side_by_side(faithful: SingleRun, b3os: S
 
 
 def test_the_real_model_switch_reaches_chat_openai_with_url_name_and_key(tmp_path: Path) -> None:
-    real = run_with_real_model(FAMILY, tmp_path)
-    transcript = real.run.own_transcript()
+    done, model = check_the_real_model_switch(tmp_path, runner_of(FAMILY), requests=4)
 
-    assert real.run.done.returncode == 0, real.run.done.stdout[-3000:]
-    assert real.run.own_case("fw01_proof_task").outcome == "pass" and transcript["attempts"][0]["answer"] == "Linux"
-    assert transcript["model"] == {"base_url": real.base_url, "name": real.model, "scripted": False}
+    assert done.transcript(runner_of(FAMILY))["attempts"][0]["answer"] == "Linux"
     # The harness's reachability check asks for /models without a key; the agent's every turn has the key.
-    assert real.check.requests == [("GET", "/v1/models", False)] + [("POST", "/v1/chat/completions", True)] * 4
-    assert {e["request"]["model"] for e in real.transcript.exchanges()} == {real.model}
-    assert files_holding(real.run.run.path, real.key) == []
+    assert [(method, path.removeprefix("/real")) for method, path, _ in model.requests] == [
+        ("GET", "/v1/models"),
+        *[("POST", "/v1/chat/completions")] * 4,
+    ]

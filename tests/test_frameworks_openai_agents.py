@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from framework_runs import SingleRun, files_holding, run_framework, run_with_real_model
+from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
 
 from bench.report import render
 
@@ -84,7 +84,7 @@ def test_the_backend_is_the_sdks_own_and_brings_its_own_e2b_pins(faithful: Singl
 
 def test_each_sandbox_is_created_tagged_on_base_by_e2b_2_31_and_deleted(faithful: SingleRun) -> None:
     transcript = faithful.own_transcript()
-    wire = faithful.wire()
+    wire = faithful.own_wire()
     creates = faithful.creates()
     run_id = faithful.run.header["run_id"]
 
@@ -155,7 +155,7 @@ def test_on_b3os_beta_the_clients_default_auto_resume_is_refused_so_no_sandbox_e
     assert all(a["tool_calls"] == [] and a["answer"] is None for a in transcript["attempts"])
     assert transcript["model_exchanges"] == [] and transcript["sandboxes"] == []
     # Two attempts and the two probes each tried to create one; nothing else reached the endpoint.
-    assert len(creates) == 4 == len(b3os.wire())
+    assert len(creates) == 4 == len(b3os.own_wire())
     for create in creates:
         assert create["status"] == 400 and create["body"]["autoResume"] == {"enabled": True}
         assert AUTO_RESUME_REFUSED.removeprefix("400: ") in create["response_body"]
@@ -174,14 +174,11 @@ def test_the_report_puts_both_profiles_side_by_side_with_the_refusal(
 
 
 def test_the_real_model_switch_reaches_the_agents_responses_client_with_url_name_and_key(tmp_path: Path) -> None:
-    real = run_with_real_model(FAMILY, tmp_path)
-    proof = real.run.own_case("fw01_proof_task")
-    transcript = real.run.own_transcript()
+    done, model = check_the_real_model_switch(tmp_path, runner_of(FAMILY), requests=4)
 
-    assert real.run.done.returncode == 0, real.run.done.stdout[-3000:]
-    assert proof.outcome == "pass" and transcript["attempts"][0]["answer"] == "Linux"
-    assert transcript["model"] == {"base_url": real.base_url, "name": real.model, "scripted": False}
+    assert done.transcript(runner_of(FAMILY))["attempts"][0]["answer"] == "Linux"
     # The harness's reachability check asks for /models without a key; the agent's every turn has the key.
-    assert real.check.requests == [("GET", "/v1/models", False)] + [("POST", "/v1/responses", True)] * 4
-    assert {(e["api"], e["request"]["model"]) for e in real.transcript.exchanges()} == {("responses", real.model)}
-    assert files_holding(real.run.run.path, real.key) == []
+    assert [(method, path.removeprefix("/real")) for method, path, _ in model.requests] == [
+        ("GET", "/v1/models"),
+        *[("POST", "/v1/responses")] * 4,
+    ]

@@ -12,13 +12,12 @@ import json
 from pathlib import Path
 
 import pytest
-from framework_single_run import FrameworkRun, bench_run, runner_of
+from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
 
-from bench.model import PROOF_PATH, serving_model
+from bench.model import PROOF_PATH
 from bench.runners.manifest import load_steps
 
 RUNNER = runner_of("smolagents")
-MODEL_KEY = "sk-real-model-key-0123456789abcdef"
 CODE_STEPS = [  # what the scripted model writes, step by step, in smolagents' <code> tags
     'import subprocess\nprint(subprocess.run(["uname", "-a"], capture_output=True, text=True).stdout)',
     f"with open('{PROOF_PATH}', \"w\") as f:\n    f.write('{{uname}}\\n')\nprint('written')",
@@ -28,26 +27,26 @@ CODE_STEPS = [  # what the scripted model writes, step by step, in smolagents' <
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"), RUNNER, "--wire-bodies", "65536")
+def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+    return run_framework("smolagents", tmp_path_factory.mktemp("faithful"), "--wire-bodies", "65536")
 
 
 @pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("b3os"), RUNNER, "--profile", "b3os-beta")
+def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+    return run_framework("smolagents", tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
 
 
-def test_smolagents_passes_every_case_against_the_faithful_endpoint(faithful: FrameworkRun) -> None:
-    assert faithful.done.returncode == 0, faithful.failure()
+def test_smolagents_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:
+    assert faithful.done.returncode == 0, faithful.output()
     assert [c.case for c in faithful.cases()] == [s.id for s in load_steps("frameworks", "smolagents")]
     assert {(c.outcome, c.conformant) for c in faithful.cases()} == {("pass", True)}
     assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
 
 
 def test_each_code_step_is_a_python_call_with_its_observation_and_the_answer_is_final_answer_s(
-    faithful: FrameworkRun,
+    faithful: SingleRun,
 ) -> None:
-    transcript = faithful.transcript()
+    transcript = faithful.own_transcript()
 
     (attempt,) = transcript["attempts"]
     uname = attempt["verdict"]["uname_output"]
@@ -62,8 +61,8 @@ def test_each_code_step_is_a_python_call_with_its_observation_and_the_answer_is_
     assert set(transcript["cleanup"].values()) == {"already gone"}  # the executor's cleanup killed each sandbox
 
 
-def test_the_model_exchanges_are_text_replies_in_the_code_dialect(faithful: FrameworkRun) -> None:
-    exchanges = faithful.transcript()["model_exchanges"]
+def test_the_model_exchanges_are_text_replies_in_the_code_dialect(faithful: SingleRun) -> None:
+    exchanges = faithful.own_transcript()["model_exchanges"]
 
     assert [e["decision"].get("tool") for e in exchanges] == ["python", "python", "python", None]
     assert {e["decision"]["dialect"] for e in exchanges} == {"code"}
@@ -79,8 +78,8 @@ def test_the_model_exchanges_are_text_replies_in_the_code_dialect(faithful: Fram
         assert content.startswith("Thought: ") and "\n<code>\n" in content and "</code>" not in content
 
 
-def test_the_backend_is_smolagents_e2b_executor_and_the_header_pins_what_it_brought(faithful: FrameworkRun) -> None:
-    transcript = faithful.transcript()
+def test_the_backend_is_smolagents_e2b_executor_and_the_header_pins_what_it_brought(faithful: SingleRun) -> None:
+    transcript = faithful.own_transcript()
     pins = faithful.run.header["pins"][RUNNER]
 
     assert transcript["backend"] == "upstream: smolagents.remote_executors.E2BExecutor (CodeAgent executor_type='e2b')"
@@ -88,8 +87,8 @@ def test_the_backend_is_smolagents_e2b_executor_and_the_header_pins_what_it_brou
     assert pins["smolagents"] == "1.26.0" and pins["e2b-code-interpreter"] == "2.11.5" and pins["e2b"] == "2.63.0"
 
 
-def test_every_cell_goes_through_the_code_interpreter_on_port_49999(faithful: FrameworkRun) -> None:
-    wire = faithful.wire()
+def test_every_cell_goes_through_the_code_interpreter_on_port_49999(faithful: SingleRun) -> None:
+    wire = faithful.own_wire()
     executes = [e for e in wire if e["url"].endswith("/execute")]
 
     assert [e["method"] for e in wire if e["url"].endswith("/sandboxes")] == ["POST", "POST"]  # proof, probes
@@ -97,7 +96,7 @@ def test_every_cell_goes_through_the_code_interpreter_on_port_49999(faithful: Fr
         ("POST", 200, "49999")
     }
     cells = [json.loads(e["request_body"])["code"] for e in executes]
-    proof_sandbox, probe_sandbox = faithful.transcript()["sandboxes"]
+    proof_sandbox, probe_sandbox = faithful.own_transcript()["sandboxes"]
     assert [e["request_headers"]["e2b-sandbox-id"] for e in executes] == [proof_sandbox] * 7 + [probe_sandbox] * 2
     # E2BExecutor installs what its final_answer tool imports, then defines the tools; then the agent's
     # four steps and the verify read; then the two probes
@@ -105,39 +104,28 @@ def test_every_cell_goes_through_the_code_interpreter_on_port_49999(faithful: Fr
     assert (command, packages) == (["!pip", "install"], {"pillow", "numpy"})
     assert cells[1].startswith("import collections\n")
     assert "class _FinalAnswerTool(Tool)" in cells[1] and cells[1].endswith("final_answer = _FinalAnswerTool()\n")
-    assert cells[2:6] == [c["arguments"]["code"] for c in faithful.transcript()["attempts"][0]["tool_calls"]]
+    assert cells[2:6] == [c["arguments"]["code"] for c in faithful.own_transcript()["attempts"][0]["tool_calls"]]
     assert not any("process.Process" in e["url"] for e in wire)  # envd's process API is never used
 
 
-def test_the_probes_run_the_shell_through_subprocess_in_the_executor(faithful: FrameworkRun) -> None:
-    exit_code = faithful.case("fw02_exit_code").details
-    late = faithful.case("fw03_late_output").details
+def test_the_probes_run_the_shell_through_subprocess_in_the_executor(faithful: SingleRun) -> None:
+    exit_code = faithful.own_case("fw02_exit_code").details
+    late = faithful.own_case("fw03_late_output").details
 
     assert (exit_code["exit_code"], exit_code["stdout"]) == (5, "")
     assert (late["exit_code"], late["stdout"]) == (0, "late\n")
 
 
-def test_on_b3os_beta_smolagents_passes_its_kernel_s_subprocesses_are_not_envd_commands(b3os: FrameworkRun) -> None:
-    transcript = b3os.transcript()
+def test_on_b3os_beta_smolagents_passes_its_kernel_s_subprocesses_are_not_envd_commands(b3os: SingleRun) -> None:
+    transcript = b3os.own_transcript()
 
-    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta" and b3os.done.returncode == 0, b3os.failure()
+    assert b3os.run.header["endpoint"]["name"] == "local-b3os-beta" and b3os.done.returncode == 0, b3os.output()
     assert {(c.outcome, c.conformant) for c in b3os.cases()} == {("pass", True)}
     assert all(sandbox.startswith("sbx-") for sandbox in transcript["sandboxes"])  # the profile's ids
-    assert b3os.case("fw02_exit_code").details["exit_code"] == 5
+    assert b3os.own_case("fw02_exit_code").details["exit_code"] == 5
 
 
 def test_a_model_given_by_url_drives_the_agent_and_its_key_never_reaches_disk(tmp_path: Path) -> None:
-    with serving_model() as model:
-        run = bench_run(
-            tmp_path,
-            RUNNER,
-            *("--model-base-url", model.endpoint.base_url(), "--model", "real-coder", "--model-key-env", "SMOL_KEY"),
-            env={"SMOL_KEY": MODEL_KEY},
-        )
-        exchanges = model.transcript.exchanges()
+    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4)
 
-    transcript = run.transcript()
-    assert run.case("fw01_proof_task").outcome == "pass", run.failure()
-    assert transcript["model"] == {"base_url": model.endpoint.base_url(), "name": "real-coder", "scripted": False}
-    assert {e["request"]["model"] for e in exchanges} == {"real-coder"} and len(exchanges) == 4
-    assert not [p for p in run.run.path.rglob("*") if p.is_file() and MODEL_KEY in p.read_text(errors="replace")]
+    assert done.transcript(RUNNER)["attempts"][0]["answer"] == "Linux"

@@ -89,7 +89,7 @@ class BenchSession:
         """Endpoint, model, preflight, pinned runners, run directory; False when the preflight failed."""
         suite = "+".join(suites) or "none"
         try:
-            self.lifecycle.serve()
+            self._serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
         if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
@@ -106,6 +106,20 @@ class BenchSession:
             header["shard"] = self.shard_header
         self.lifecycle.open(suite, pins, **header)
         return True
+
+    def _serve(self) -> None:
+        """Start the endpoint; a cold embedded one first builds its base template (tens of seconds): say so."""
+        cold = False
+        if self.endpoint.provider.embedded and self.lifecycle.server is None:
+            from .localbox.template import template_built
+
+            cold = not template_built("base")
+        started = time.monotonic()
+        if cold:
+            self.progress("building the embedded endpoint's base template, cached for later runs")
+        self.lifecycle.serve()
+        if cold:
+            self.progress(f"template base ready after {time.monotonic() - started:.0f} s")
 
     def _prepare(self, runners: list[Runner]) -> None:
         """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""

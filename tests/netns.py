@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 TEST_NET = ("198.51.100.1", "198.51.100.2")  # TEST-NET-2: documentation addresses, routed here to our namespace
+# One test host at a time on this machine: two (xdist workers, two checkouts) would both route TEST_NET.
+LOCK = os.path.join(tempfile.gettempdir(), "e2b-bench-test-net.lock")
 SERVE = textwrap.dedent("""
     import socket, sys
     print("in its namespace", flush=True)
@@ -25,6 +29,12 @@ SERVE = textwrap.dedent("""
 def listener_in_own_netns() -> Iterator[str]:
     """host:port of a listener in a network namespace of this test's own, joined to the host by a veth pair
     (the namespace, and both ends of the pair, go when the listener ends)."""
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield from _listener()
+
+
+def _listener() -> Iterator[str]:
     name = f"e2bb{os.getpid()}"
     listener = subprocess.Popen(
         ["unshare", "--net", "--", sys.executable, "-c", SERVE, TEST_NET[1]],

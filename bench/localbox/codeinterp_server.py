@@ -125,7 +125,9 @@ class Context:
             if env_vars:
                 self._drain(self.client.execute(ENV_SET.format(keys=list(env_vars), values=env_vars), silent=True))
             try:
-                msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=True)
+                # No queue of ours to abort (one cell at a time per context): with stop_on_error, a cell sent just
+                # after an interrupted one could land in the kernel's abort window and be dropped unrun.
+                msg_id = self.client.execute(code, store_history=True, allow_stdin=False, stop_on_error=False)
                 for event in self._events(msg_id, gone):
                     emit(event)
             finally:

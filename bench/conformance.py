@@ -108,18 +108,22 @@ class BenchSession:
         return True
 
     def _serve(self) -> None:
-        """Start the endpoint; a cold embedded one first builds its base template (tens of seconds): say so."""
-        cold = False
+        """Start the endpoint; a cold embedded one first builds its base template (tens of seconds)."""
         if self.endpoint.provider.embedded and self.lifecycle.server is None:
-            from .localbox.template import template_built
-
-            cold = not template_built("base")
-        started = time.monotonic()
-        if cold:
-            self.progress("building the embedded endpoint's base template, cached for later runs")
+            self._build_template("base")
         self.lifecycle.serve()
-        if cold:
-            self.progress(f"template base ready after {time.monotonic() - started:.0f} s")
+
+    def _build_template(self, name: str) -> None:
+        """Build an embedded endpoint's template unless cached, naming the build on the terminal (it takes
+        tens of seconds to minutes); a template that cannot be built raises TemplateError."""
+        from .localbox.template import ensure_template, template_built
+
+        if template_built(name):
+            return
+        started = time.monotonic()
+        self.progress(f"building the embedded endpoint's template {name}, cached for later runs")
+        ensure_template(name=name)
+        self.progress(f"template {name} ready after {time.monotonic() - started:.0f} s")
 
     def _prepare(self, runners: list[Runner]) -> None:
         """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
@@ -134,7 +138,7 @@ class BenchSession:
         A template that cannot be built is left to the create, which answers why."""
         if not self.endpoint.provider.embedded:
             return
-        from .localbox.template import TemplateError, ensure_template, template_built
+        from .localbox.template import TemplateError
 
         by_name = {r.name: r for r in self.runners}
         wanted = {
@@ -143,13 +147,8 @@ class BenchSession:
             for template in load_manifest()[suite][by_name[name].table(suite)].get("templates", ())
         }
         for template in sorted(wanted):
-            started = time.monotonic()
             try:
-                if template_built(template):
-                    continue
-                self.progress(f"building the embedded endpoint's template {template}, cached for later runs")
-                ensure_template(name=template)
-                self.progress(f"template {template} ready after {time.monotonic() - started:.0f} s")
+                self._build_template(template)
             except TemplateError as exc:
                 self.progress(f"template {template} could not be built: {exc}")
 

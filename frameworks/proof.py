@@ -100,6 +100,14 @@ class Session(ABC):
     async def run(self, command: str) -> Probe:
         """Run a shell command through the framework's backend."""
 
+    async def start(self) -> None:
+        """Bring the backend up, where making the session does not (default: nothing more to do)."""
+        return None
+
+    async def close(self) -> None:
+        """Tear the backend down and kill its sandbox (default: nothing to do)."""
+        return None
+
 
 class Framework(ABC):
     """What a runner says about its framework."""
@@ -120,9 +128,20 @@ class Framework(ABC):
         """How this run's sandboxes are found again, when not by the task's metadata: why not."""
         return None
 
-    @abstractmethod
-    def session(self, model: Model, metadata: dict[str, str]) -> contextlib.AbstractAsyncContextManager[Session]:
-        """A fresh backend (and sandbox) for one attempt or for the probes; closing it kills the sandbox."""
+    async def open(self, model: Model, metadata: dict[str, str]) -> Session:
+        """A fresh session, not started yet: what the default `session` starts, yields and closes."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither `open` nor `session`")
+
+    @contextlib.asynccontextmanager
+    async def session(self, model: Model, metadata: dict[str, str]) -> AsyncIterator[Session]:
+        """A fresh backend (and sandbox) for one attempt or for the probes; closing it kills the sandbox,
+        also when starting it failed. A framework whose backend opens another way overrides this."""
+        session = await self.open(model, metadata)
+        try:
+            await session.start()
+            yield session
+        finally:
+            await session.close()
 
 
 def excerpt(value: str | None) -> str | None:

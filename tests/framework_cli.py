@@ -113,11 +113,11 @@ def run_framework(family: str, results: Path, *args: str, env: dict[str, str] | 
     return SingleRun(done.done, done.run, runner, family)
 
 
-def run_fixture(name: str, runner: str, *args: str) -> Any:
-    """A module-scoped fixture `name`: one `e2b-bench run frameworks --runner RUNNER ARGS...`."""
+def run_fixture(name: str, family: str, *args: str) -> Any:
+    """A module-scoped fixture `name`: one `run_framework(family, ARGS...)`."""
 
-    def run(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-        return bench_run(tmp_path_factory.mktemp(name), runner, *args)
+    def run(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+        return run_framework(family, tmp_path_factory.mktemp(name), *args)
 
     return pytest.fixture(scope="module", name=name)(run)
 

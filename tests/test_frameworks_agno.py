@@ -27,8 +27,8 @@ CELLS = {"cells": ["x = 6 * 7", "print(x)"], "stdout": ["42\n"]}
 ANSWERS = ['["Logs:\\nLogs(stdout: [], stderr: [])"]', "[\"Logs:\\nLogs(stdout: ['42\\\\n'], stderr: [])\"]"]
 
 
-faithful = run_fixture("faithful", AGNO)
-b3os = run_fixture("b3os", AGNO, "--profile", "b3os-beta")
+faithful = run_fixture("faithful", "agno")
+b3os = run_fixture("b3os", "agno", "--profile", "b3os-beta")
 
 
 def proof_calls(uname: str) -> list[tuple[str, dict[str, str], str]]:

@@ -11,32 +11,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
+from framework_cli import (
+    SingleRun,
+    check_every_case_passes,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 from bench.model import PROOF_PATH
-from bench.runners.manifest import load_steps
 
 RUNNER = runner_of("crewai")
 TOOLS = {"e2b_sandbox_exec", "e2b_sandbox_files", "e2b_sandbox_python"}
 ENVD = ("process.Process/", "filesystem.Filesystem/", "/files?")
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework("crewai", tmp_path_factory.mktemp("faithful"), "--wire-bodies", "4096")
+faithful = run_fixture("faithful", "crewai")
 
 
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework("crewai", tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "crewai", "--profile", "b3os-beta")
 
 
 def test_crewai_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:
-    assert faithful.done.returncode == 0, faithful.output()
-    assert [c.case for c in faithful.cases()] == [s.id for s in load_steps("frameworks", "crewai")]
-    assert {(c.outcome, c.conformant) for c in faithful.cases()} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, faithful.runner)
 
 
 def test_the_crew_runs_uname_with_the_exec_tool_and_writes_and_reads_with_the_file_tool(

@@ -11,8 +11,13 @@ import base64
 import re
 from pathlib import Path
 
-import pytest
-from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
+from framework_cli import (
+    SingleRun,
+    check_every_case_passes,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 from bench.report import render
 
@@ -21,14 +26,10 @@ PROOF = "/home/user/proof.txt"
 STEPS = ["fw01_proof_task", "fw02_exit_code", "fw03_late_output"]
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework(FAMILY, tmp_path_factory.mktemp("faithful"))
+faithful = run_fixture("faithful", FAMILY)
 
 
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework(FAMILY, tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+b3os = run_fixture("b3os", FAMILY, "--profile", "b3os-beta")
 
 
 def assert_the_proof_task_passed(run: SingleRun) -> str:
@@ -57,12 +58,8 @@ def assert_the_proof_task_passed(run: SingleRun) -> str:
 
 
 def test_every_case_passes_against_the_faithful_endpoint(faithful: SingleRun) -> None:
-    cases = [c for c in faithful.run.cases if c.suite == "frameworks"]
-
-    assert faithful.done.returncode == 0, faithful.done.stdout[-3000:] + faithful.done.stderr[-3000:]
-    assert [c.case for c in cases] == faithful.steps() == STEPS
-    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, faithful.runner)
+    assert faithful.steps() == STEPS
 
 
 def test_the_deep_agent_runs_uname_writes_and_reads_with_its_own_tools(faithful: SingleRun) -> None:

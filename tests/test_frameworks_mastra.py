@@ -26,8 +26,8 @@ EXECUTE = "mastra_workspace_execute_command"
 STDIN_REFUSED = "[invalid_argument] stdin is not supported: pass input in the command instead"
 
 
-faithful = run_fixture("faithful", MASTRA)
-b3os = run_fixture("b3os", MASTRA, "--profile", "b3os-beta")
+faithful = run_fixture("faithful", "mastra")
+b3os = run_fixture("b3os", "mastra", "--profile", "b3os-beta")
 
 
 # --- the faithful endpoint ----------------------------------------------------------------------------

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
+from framework_cli import (
+    SingleRun,
+    check_every_case_passes,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 from bench.report import render
 
@@ -19,26 +24,18 @@ PROOF = "/home/user/proof.txt"
 AUTO_RESUME_REFUSED = "400: unsupported_option: 'lifecycle.autoResume' is not supported by this endpoint"
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework(FAMILY, tmp_path_factory.mktemp("faithful"))
+faithful = run_fixture("faithful", FAMILY)
 
 
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework(FAMILY, tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+b3os = run_fixture("b3os", FAMILY, "--profile", "b3os-beta")
 
 
 # --- the faithful endpoint ----------------------------------------------------------------------------
 
 
 def test_every_case_passes_against_the_faithful_endpoint(faithful: SingleRun) -> None:
-    cases = [c for c in faithful.run.cases if c.suite == "frameworks"]
-
-    assert faithful.done.returncode == 0, faithful.done.stdout[-3000:] + faithful.done.stderr[-3000:]
-    assert [c.case for c in cases] == faithful.steps() == ["fw01_proof_task", "fw02_exit_code", "fw03_late_output"]
-    assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, faithful.runner)
+    assert faithful.steps() == ["fw01_proof_task", "fw02_exit_code", "fw03_late_output"]
 
 
 def test_the_sandbox_agent_runs_each_step_through_exec_command_and_answers_linux(faithful: SingleRun) -> None:

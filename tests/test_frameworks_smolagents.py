@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from framework_cli import SingleRun, check_the_real_model_switch, run_framework, runner_of
+from framework_cli import (
+    SingleRun,
+    check_every_case_passes,
+    check_the_real_model_switch,
+    run_fixture,
+    runner_of,
+)
 
 from bench.model import PROOF_PATH
-from bench.runners.manifest import load_steps
 
 RUNNER = runner_of("smolagents")
 CODE_STEPS = [  # what the scripted model writes, step by step, in smolagents' <code> tags
@@ -26,21 +30,14 @@ CODE_STEPS = [  # what the scripted model writes, step by step, in smolagents' <
 ]
 
 
-@pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework("smolagents", tmp_path_factory.mktemp("faithful"), "--wire-bodies", "65536")
+faithful = run_fixture("faithful", "smolagents", "--wire-bodies", "65536")
 
 
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-    return run_framework("smolagents", tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "smolagents", "--profile", "b3os-beta")
 
 
 def test_smolagents_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:
-    assert faithful.done.returncode == 0, faithful.output()
-    assert [c.case for c in faithful.cases()] == [s.id for s in load_steps("frameworks", "smolagents")]
-    assert {(c.outcome, c.conformant) for c in faithful.cases()} == {("pass", True)}
-    assert [c.outcome for c in faithful.run.cases if c.case == "leak_check"] == ["pass"]
+    check_every_case_passes(faithful, faithful.runner)
 
 
 def test_each_code_step_is_a_python_call_with_its_observation_and_the_answer_is_final_answer_s(

@@ -7,12 +7,10 @@ it by id after use. Protocol and steps: ../proof.py.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
 import warnings
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -95,13 +93,8 @@ class ADK(proof.Framework):
     def tagging(self) -> str:
         return "none: E2BEnvironment passes no metadata; each sandbox is killed by id after use"
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = ADKSession(model)
-        try:
-            yield session
-        finally:
-            await session.close()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return ADKSession(model)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,8 @@ this file); the hello event and the transcript say which one ran. Protocol and s
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +74,9 @@ class AG2Session(proof.Session):
         result = await sandbox.exec(["sh", "-c", command])
         return proof.Probe(exit_code=result.exit_code, stdout=result.output)
 
+    async def close(self) -> None:
+        await self.environment.aclose()
+
 
 class AG2(proof.Framework):
     name = "ag2"
@@ -85,13 +86,8 @@ class AG2(proof.Framework):
     def backend(self) -> str:
         return BACKEND
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = AG2Session(model, metadata)
-        try:
-            yield session
-        finally:
-            await session.environment.aclose()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return AG2Session(model, metadata)
 
 
 if __name__ == "__main__":

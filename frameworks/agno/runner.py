@@ -11,10 +11,9 @@ code interpreter. Agno's telemetry is off. Protocol and steps: ../proof.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -34,7 +33,7 @@ class AgnoSession(proof.Session):
         self.metadata = metadata
         self.tools: Any = None
 
-    async def open(self) -> None:
+    async def start(self) -> None:
         from agno.tools.e2b import E2BTools
 
         # E2BTools creates its sandbox in its constructor (blocking): off the event loop.
@@ -100,14 +99,8 @@ class Agno(proof.Framework):
     def backend(self) -> str:
         return "upstream: agno.tools.e2b.E2BTools (e2b_code_interpreter.Sandbox)"
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = AgnoSession(model, metadata)
-        try:
-            await session.open()
-            yield session
-        finally:
-            await session.close()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return AgnoSession(model, metadata)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
 import json
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -133,13 +131,8 @@ class CrewAI(proof.Framework):
             "(attached by sandbox_id to one e2b_code_interpreter sandbox)"
         )
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = await asyncio.to_thread(CrewAISession, model, metadata)
-        try:
-            yield session
-        finally:
-            await session.close()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return await asyncio.to_thread(CrewAISession, model, metadata)
 
 
 if __name__ == "__main__":

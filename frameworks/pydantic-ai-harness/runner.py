@@ -9,9 +9,7 @@ no sandbox metadata, so the run's sandboxes are untagged and killed by id. Proto
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -98,13 +96,8 @@ class PydanticAIHarness(proof.Framework):
     def tagging(self) -> str:
         return "none: E2BSandbox/E2BSandboxBackend pass no metadata; each sandbox is destroyed by its ref after use"
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = HarnessSession(model)
-        try:
-            yield session
-        finally:
-            await session.close()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return HarnessSession(model)
 
 
 if __name__ == "__main__":

@@ -14,10 +14,8 @@ shell=True)`, `open(path)`). Protocol and steps: ../proof.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +98,8 @@ class Smolagents(proof.Framework):
     def backend(self) -> str:
         return "upstream: smolagents.remote_executors.E2BExecutor (CodeAgent executor_type='e2b')"
 
-    @contextlib.asynccontextmanager
-    async def session(self, model: proof.Model, metadata: dict[str, str]) -> AsyncIterator[proof.Session]:
-        session = await asyncio.to_thread(SmolagentsSession, model, metadata)
-        try:
-            yield session
-        finally:
-            await session.close()
+    async def open(self, model: proof.Model, metadata: dict[str, str]) -> proof.Session:
+        return await asyncio.to_thread(SmolagentsSession, model, metadata)
 
 
 if __name__ == "__main__":

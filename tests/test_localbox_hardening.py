@@ -90,7 +90,8 @@ def test_sandbox_root_cannot_write_proc_sys_even_through_sudo(sbx: Sandbox) -> N
 def test_pid1_has_no_effective_capability_and_sandbox_root_is_an_unprivileged_host_uid(
     server: LocalServer, sbx: Sandbox
 ) -> None:
-    run(sbx, "sleep 300 >/dev/null 2>&1 &")
+    # Returns once the background child has become `sleep` (a fork not yet exec'd is still named bash).
+    run(sbx, 'sleep 300 >/dev/null 2>&1 & until [ "$(cat /proc/$!/comm)" = sleep ]; do :; done')
     box = box_of(server, sbx)
     pid1 = pid1_of(server, sbx)
     seen_inside = run(sbx, "grep -E '^(CapEff|Seccomp|NoNewPrivs):' /proc/1/status")

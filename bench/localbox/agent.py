@@ -363,6 +363,11 @@ def spawn_as(
     real ones and exec copies them to the saved ids. So for the length of the call the agent (single
     threaded) takes the user's ids as its real ids and groups, keeping root as effective and saved ids, and
     the child comes out exactly as setpriv would leave it: the user's ids everywhere, no capabilities.
+
+    The child may run before this returns, so for a user the agent drops its effective capabilities before
+    the spawn (nothing left needs them: the ids go back to root as the saved ones, the groups are reset by
+    the next operation): a command that reads /proc/1/status sees none. A root command needs them for the
+    exec, as root's search of directories it does not own goes through CAP_DAC_*.
     """
     uid, gid, groups = ids
     program = find_program(argv[0], env)
@@ -377,6 +382,8 @@ def spawn_as(
             os.setresuid(uid, 0, 0)
         if not os.access(cwd, os.X_OK):  # with the real ids, the user's: envd changes directory after setuid
             raise PermissionError(errno.EACCES, "permission denied", cwd)
+        if switch:
+            set_capabilities(set(), KEPT_CAPS)
         return os.posix_spawn(
             program,
             argv,
@@ -388,10 +395,11 @@ def spawn_as(
             setsigdef=DEFAULT_SIGNALS,
         )
     finally:
-        if switch:
+        if switch:  # back to the saved ids: allowed without a capability
             os.setresuid(0, 0, 0)
             os.setresgid(0, 0, 0)
-        os.setgroups([])
+        else:
+            os.setgroups([])
         os.chdir("/")
         for fd in set(moved) - set(stdio):
             os.close(fd)
@@ -580,6 +588,7 @@ class Agent:
         try:
             handler = getattr(self, f"op_{op}")
             set_capabilities(KEPT_CAPS, KEPT_CAPS)  # effective only while an operation runs
+            os.setgroups([])  # a spawn for a user leaves the user's groups behind
             result = handler(message, fds)
             if isinstance(result, tuple):
                 result, out_fds = result

@@ -380,6 +380,29 @@ def test_limits_of_the_template_are_enforced_in_the_sandbox(server: LocalServer,
     assert (memory.value.exit_code, memory.value.error) == (-1, "signal: killed")
 
 
+def test_the_cpu_count_the_api_reports_is_the_sandboxs_cpu_quota_and_it_is_accounted(
+    server: LocalServer, sbx: Sandbox
+) -> None:
+    cgroup = box_of(server, sbx).cgroup
+    cpu = cgroup.paths[0] if cgroup.v2 else cgroup.controllers["cpu"]
+
+    def quota() -> tuple[int, int]:
+        if cgroup.v2:
+            limit, period = (cpu / "cpu.max").read_text().split()
+            return int(limit), int(period)
+        return int((cpu / "cpu.cfs_quota_us").read_text()), int((cpu / "cpu.cfs_period_us").read_text())
+
+    def periods() -> int:
+        return int(dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())["nr_periods"])
+
+    before = periods()
+    run(sbx, "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")  # a fixed amount of work, not a duration
+    limit, period = quota()
+
+    assert limit == sbx.get_info().cpu_count * period
+    assert periods() > before  # the bandwidth controller counts the sandbox's CPU time against the quota
+
+
 def test_metrics_count_the_memory_a_sandbox_holds_from_its_cgroup(sbx: Sandbox) -> None:
     run(sbx, "mkfifo /tmp/hold && chmod 666 /tmp/hold")
     holder = sbx.commands.run(

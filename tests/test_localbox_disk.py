@@ -3,8 +3,12 @@ fails with ENOSPC as on E2B, in that sandbox only, and the disk goes (mount and 
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from e2b import NotEnoughSpaceException, Sandbox
-from test_localbox_serve import alive, sandbox_pids, sandbox_via, start_serve
+from test_localbox_serve import REPO, alive, sandbox_pids, sandbox_via, start_serve
 
 from bench.localbox.server import LocalEndpoint, serving
 
@@ -209,3 +213,34 @@ def test_a_crashed_servers_mounted_disks_are_removed_by_the_next_server() -> Non
     assert str(server_dir) not in Path("/proc/self/mountinfo").read_text()
     assert not any(str(server_dir) in backing for backing in loop_backing_files())
     assert not server_dir.exists()
+
+
+WITHOUT_LOOP_DEVICES = """
+import json, logging, os
+logging.basicConfig(format="%(message)s")
+from e2b import Sandbox
+from bench.localbox.server import serving
+with serving(disk_size_mb=64, pool_size=0) as local:
+    os.environ.update(local.env())
+    sandbox = Sandbox.create(timeout=60)
+    written = sandbox.commands.run("dd if=/dev/zero of=/home/user/f bs=1M count=100 2>&1 | tail -1").stdout
+    metric = sandbox.get_metrics()[-1]
+    sandbox.kill()
+print(json.dumps({"written": written, "total": metric.disk_total}))
+"""
+
+
+def test_a_host_without_loop_devices_says_so_once_and_its_sandboxes_still_run() -> None:
+    # /dev/loop-control is /dev/null in this server's own mount namespace: no loop device can be had.
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         f'mount --bind /dev/null /dev/loop-control && exec "$0" -c {shlex.quote(WITHOUT_LOOP_DEVICES)}',
+         sys.executable],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    result = json.loads(done.stdout.splitlines()[-1])
+    warnings = [line for line in done.stderr.splitlines() if "not size-limited" in line]
+    assert len(warnings) == 1, done.stderr
+    assert result["written"].startswith("104857600 bytes")  # past the advertised 64 MiB: nothing enforces it
+    assert result["total"] == 64 * 2**20  # as advertised (its use is counted by a walk of the upper layer)

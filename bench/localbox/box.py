@@ -483,7 +483,8 @@ class Box:
             self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._make_dirs(self.ids.base)
+            # Mounting its disk takes milliseconds: not on the event loop.
+            await asyncio.get_running_loop().run_in_executor(None, self._make_dirs, self.ids.base)
             config = {
                 "box": str(self.dir),
                 "lower": str(self.template_root),

@@ -72,7 +72,13 @@ class Disks:
         """The server's disks, or None (said once in the log) when this host cannot make them: the sandboxes
         then write to the state directory's file system, with no size limit."""
         try:
-            return cls(size_mb, _empty_file_system(size_mb))
+            disks = cls(size_mb, _empty_file_system(size_mb))
+            with tempfile.TemporaryDirectory(prefix="e2b-bench-disk-") as scratch:  # one disk, end to end
+                probe = Path(scratch) / "probe.img"
+                disks.create(probe)
+                with disks.reading(probe, Path(scratch)):
+                    pass
+            return disks
         except (OSError, subprocess.SubprocessError) as exc:
             log.warning(
                 "e2b-bench: sandbox disks are not size-limited on this host (%s); sandboxes write to the "
@@ -171,7 +177,10 @@ def _attach(backing: int, read_only: bool) -> tuple[str, int]:
     control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
     try:
         for _ in range(LOOP_ATTEMPTS):
-            number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+            try:
+                number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+            except OSError as exc:
+                raise DiskError(exc.errno, f"no free loop device: {exc.strerror}") from exc
             device = f"/dev/loop{number}"
             loop_fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
             try:

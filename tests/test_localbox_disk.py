@@ -69,14 +69,19 @@ def loop_backing_files() -> list[str]:
 def test_a_command_writing_past_the_disk_size_gets_enospc_and_can_write_again_after_deleting(sbx: Sandbox) -> None:
     size = disk_size(sbx)
 
+    image = Path(next(p for p in loop_backing_files() if p.endswith(f"/{sbx.sandbox_id}.disk")))
+
     failed = fill(sbx, "/home/user/fill")
-    written = int(sbx.commands.run("stat -c %s /home/user/fill").stdout)
+    written = int(sbx.commands.run("sync -f /home/user/fill; stat -c %s /home/user/fill").stdout)
+    on_host_full = image.stat().st_blocks * 512
     sbx.commands.run("rm /home/user/fill")
+    on_host_after = image.stat().st_blocks * 512
     again = fill(sbx, "/home/user/again", 8)
 
     assert DISK_MB * 0.85 * 2**20 < size <= DISK_MB * 2**20  # the file system's own metadata takes the rest
     assert failed == ENOSPC_LINE.format(path="/home/user/fill")
     assert size * 0.9 < written <= size
+    assert on_host_full >= written and on_host_after < 4 * 2**20  # deleted blocks go back to the host
     assert again == "8+0 records in\nstatus=0\n"
 
 

@@ -47,7 +47,7 @@ MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/
 # No journal (a sandbox's disk does not outlive a host crash), no reserved blocks (the sandbox's root and
 # users share the whole size), inode tables left unwritten (a sparse image reads zeros there anyway).
 MKFS_OPTIONS = ("-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard,root_owner=0:0")
-MOUNT_OPTIONS = b"noinit_itable"
+MOUNT_OPTIONS = b"noinit_itable,discard"  # what a sandbox deletes is given back to the host
 
 
 class DiskError(OSError):

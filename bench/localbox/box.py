@@ -616,7 +616,10 @@ class Box:
                 break
             time.sleep(0.02)
         if self.mounted:  # the sandbox's files go with its file system, whatever it made of them
-            unmount(self.dir)
+            try:
+                unmount(self.dir)
+            except OSError as exc:  # its files are then removed one by one, the image left with the dir
+                log.warning("sandbox %s: %s", self.name, exc)
             self.mounted = False
             if not self.keep_image:
                 self.image.unlink(missing_ok=True)

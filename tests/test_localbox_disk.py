@@ -197,6 +197,20 @@ def test_a_killed_sandbox_leaves_no_mount_no_loop_device_and_no_image(small_disk
     assert not Path(image).exists() and not Path(image).with_suffix("").exists()
 
 
+def test_a_server_that_stops_leaves_no_mount_and_no_loop_device() -> None:
+    with serving(disk_size_mb=DISK_MB, pool_size=0) as local:
+        sandbox = sandbox_via(local.env())
+        sandbox.commands.run("nohup sleep 300 >/dev/null 2>&1 &")  # still running at shutdown
+        image = Path(next(p for p in loop_backing_files() if p.endswith(f"/{sandbox.sandbox_id}.disk")))
+        server_dir = image.parents[1]
+        mounted = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(server_dir) in line]
+
+    assert len(mounted) == 1  # the sandbox's disk
+    assert str(server_dir) not in Path("/proc/self/mountinfo").read_text()
+    assert not any(str(server_dir) in backing for backing in loop_backing_files())
+    assert not server_dir.exists()
+
+
 def test_a_crashed_servers_mounted_disks_are_removed_by_the_next_server() -> None:
     process, exports = start_serve()
     sandbox = sandbox_via(exports)

@@ -242,14 +242,15 @@ def test_state_is_private_and_a_setuid_file_of_a_sandbox_runs_as_no_one_else(ser
 def test_leftovers_that_cannot_be_removed_are_named_in_one_sentence_and_serve_starts(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stuck = tmp_path / "server-4194999-1" / "boxes" / "abc" / "merged"
-    stuck.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "leftover", str(stuck)], check=True)
+    stuck = tmp_path / "server-4194999-1" / "boxes" / "abc" / "merged" / "pinned"
+    stuck.parent.mkdir(parents=True)
+    stuck.touch()
+    subprocess.run(["chattr", "+i", str(stuck)], check=True)  # a mount would not do: leftover mounts are unmounted
     try:
         with caplog.at_level(logging.WARNING, logger="e2b-bench.localbox"):
             fresh = new_state_dir(tmp_path)
     finally:
-        subprocess.run(["umount", str(stuck)], check=True)
+        subprocess.run(["chattr", "-i", str(stuck)], check=True)
 
     messages = [r.getMessage() for r in caplog.records]
     assert fresh.parent == tmp_path and fresh.name.startswith(f"server-{os.getpid()}-")

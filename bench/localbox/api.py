@@ -19,7 +19,7 @@ from starlette.routing import Route
 from .agentlink import AgentError
 from .box import EGRESS_FILTER
 from .network import EgressRules, NetworkError
-from .registry import CPU_COUNT, DISK_SIZE_MB, ENVD_VERSION, MEMORY_MB, Registry, Sandbox, utc
+from .registry import CPU_COUNT, ENVD_VERSION, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
 from .template import RECIPES, TemplateError
 
@@ -169,7 +169,7 @@ class Api:
             "endAt": utc(sandbox.end_at),
             "cpuCount": CPU_COUNT,
             "memoryMB": MEMORY_MB,
-            "diskSizeMB": DISK_SIZE_MB,
+            "diskSizeMB": self.registry.config.disk_size_mb,
             "metadata": sandbox.metadata,
             "state": sandbox.state,
             "allowInternetAccess": sandbox.internet,
@@ -401,7 +401,7 @@ class Api:
             "buildID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"e2b-bench:{recipe.name}:{recipe.revision}")),
             "cpuCount": CPU_COUNT,
             "memoryMB": MEMORY_MB,
-            "diskSizeMB": DISK_SIZE_MB,
+            "diskSizeMB": self.registry.config.disk_size_mb,
             "public": True,
             "aliases": [],
             "names": [template_id],
@@ -473,7 +473,7 @@ class Api:
         outside = (end is not None and end < int(sandbox.started_at)) or (start is not None and start > now)
         if outside and not self.registry.quirks.metrics_ignore_window:
             return JSONResponse([])  # no sample of this sandbox falls in the window
-        cpu, memory, disk = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
+        cpu, memory, disk, disk_total = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
         sample = {
             "timestamp": utc(now),
             "timestampUnix": int(now),
@@ -483,7 +483,7 @@ class Api:
             "memTotal": MEMORY_MB * 1024 * 1024,
             "memCache": 0,
             "diskUsed": disk,
-            "diskTotal": DISK_SIZE_MB * 1024 * 1024,
+            "diskTotal": disk_total,
         }
         return JSONResponse([sample])
 

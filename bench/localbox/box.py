@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .agentlink import AgentError, AgentGone, AgentLink
+from .disk import Disks, unmount
 from .network import EgressRules
 
 log = logging.getLogger("e2b-bench.localbox")
@@ -99,11 +100,13 @@ class ProcessRecord:
 
 @dataclass(frozen=True)
 class Limits:
-    """What the template advertises, enforced by cgroup controllers (where the host mounts them)."""
+    """What the template advertises, enforced by cgroup controllers (where the host mounts them) and, for
+    the disk, by a file system of that size (where the host can attach loop devices: see disk.py)."""
 
     memory_mb: int = 512
     cpu_count: int = 2
     pids: int = 4096
+    disk_mb: int = 2048
 
 
 @dataclass(frozen=True)
@@ -439,12 +442,24 @@ class Box:
     """Namespaces + overlay root + agent for one sandbox; all sandbox I/O goes through here."""
 
     def __init__(
-        self, name: str, template_root: Path, state_dir: Path, settings: BoxSettings, zygote: Zygote | None = None
+        self,
+        name: str,
+        template_root: Path,
+        state_dir: Path,
+        settings: BoxSettings,
+        zygote: Zygote | None = None,
+        disks: Disks | None = None,
     ) -> None:
         self.name = name
         self.zygote = zygote
         self.template_root = template_root
         self.dir = state_dir / name
+        # With disks, the box directory is the root of the sandbox's own file system, kept in this image
+        # (which a filesystem-only pause keeps, unmounted); without, upper and work are on the host's.
+        self.disks = disks
+        self.image = state_dir / f"{name}.disk"
+        self.mounted = False
+        self.keep_image = False
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
         self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
@@ -468,7 +483,8 @@ class Box:
             self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._make_dirs(self.ids.base)
+            # Mounting its disk takes milliseconds: not on the event loop.
+            await asyncio.get_running_loop().run_in_executor(None, self._make_dirs, self.ids.base)
             config = {
                 "box": str(self.dir),
                 "lower": str(self.template_root),
@@ -510,12 +526,20 @@ class Box:
         """The box directory and its upper layer belong to the sandbox's root: its holder enters the
         directory as host root, then works inside it with the sandbox's ids only."""
         self.dir.mkdir(mode=0o700)
+        if self.disks is not None:
+            if self.kept_upper is None:
+                self.disks.create(self.image)
+            self.keep_image = self.kept_upper is not None  # a kept image that cannot be mounted stays
+            self.disks.mount(self.image, self.dir)  # a cold boot mounts the image `power_off` kept
+            self.mounted, self.kept_upper, self.keep_image = True, None, False
+            self.dir.chmod(0o700)
+            remove_tree(self.dir / "lower")  # a kept disk's mount points of the previous boot
         for sub in ("upper", "work", "merged", "lower"):
             if sub == "upper" and self.kept_upper is not None:  # a cold boot on files kept by `power_off`
                 os.rename(self.kept_upper, self.dir / sub)
                 self.kept_upper = None
                 continue
-            (self.dir / sub).mkdir(mode=0o755)
+            (self.dir / sub).mkdir(mode=0o755, exist_ok=self.mounted)
         for path in (self.dir, self.dir / "upper", self.dir / "work", self.dir / "lower"):
             os.chown(path, root_uid, root_uid)
 
@@ -591,6 +615,16 @@ class Box:
             if self.cgroup.remove():
                 break
             time.sleep(0.02)
+        if self.mounted:  # the sandbox's files go with its file system, whatever it made of them
+            try:
+                unmount(self.dir)
+            except OSError as exc:  # its files are then removed one by one, the image left with the dir
+                log.warning("sandbox %s: %s", self.name, exc)
+            self.mounted = False
+            if not self.keep_image:
+                self.image.unlink(missing_ok=True)
+        elif self.disks is not None and not self.keep_image:  # it failed before its disk was mounted
+            self.image.unlink(missing_ok=True)
         remove_tree(self.dir)
         if self.ids is not None:
             self.ids.release()  # only now: no file or process of the sandbox holds its ids any more
@@ -658,8 +692,11 @@ class Box:
         """End the sandbox but keep its root's changes (returned): a pause without memory."""
         self.on_exit = None  # not an exit of the sandbox: it is paused
         await self.freeze()
-        kept = self.dir.parent / f"{self.name}.upper"
-        os.rename(self.dir / "upper", kept)  # frozen: nothing writes while the upper layer moves
+        if self.mounted:  # the whole disk is kept: unmounted by kill(), mounted again by `power_on`
+            kept, self.keep_image = self.image, True
+        else:
+            kept = self.dir.parent / f"{self.name}.upper"
+            os.rename(self.dir / "upper", kept)  # frozen: nothing writes while the upper layer moves
         # The kept files are owned by this box's host id range: it goes with them to the box that boots on them.
         self.kept_ids, self.ids = self.ids, None
         await self.kill()
@@ -681,8 +718,8 @@ class Box:
             log.warning("sandbox %s keeps the host's boot id: %s", self.name, exc)
 
     # --- metrics ------------------------------------------------------------------------------
-    def usage(self) -> tuple[float, int, int]:
-        """(cpu percent since the previous sample, resident memory bytes, disk bytes written)."""
+    def usage(self) -> tuple[float, int, int, int]:
+        """(cpu percent since the previous sample, resident memory bytes, disk bytes used, disk size)."""
         cpu_seconds, rss = self.cgroup.counters() or self._process_counters()
         now = time.monotonic()
         percent = 0.0
@@ -691,7 +728,16 @@ class Box:
             if elapsed > 0:
                 percent = max(0.0, (cpu_seconds - self._cpu_sample[1]) / elapsed * 100 / (os.cpu_count() or 1))
         self._cpu_sample = (now, cpu_seconds)
-        return percent, rss, self._disk.sample()
+        return percent, rss, *self._disk_usage()
+
+    def _disk_usage(self) -> tuple[int, int]:
+        """What `df /` shows in the sandbox (as envd reports it): its own disk's, or without one, the bytes
+        written to the upper layer (counted by a thread) of the advertised size."""
+        if self.mounted:
+            with contextlib.suppress(OSError):
+                fs = os.statvfs(self.dir)
+                return (fs.f_blocks - fs.f_bfree) * fs.f_frsize, fs.f_blocks * fs.f_frsize
+        return self._disk.sample(), self.settings.limits.disk_mb << 20
 
     def _process_counters(self) -> tuple[float, int]:
         """Without cpuacct and memory controllers: the sum over the sandbox's processes."""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
 from .codeinterp import START_COMMANDS
+from .disk import Disks, unmount_under
 from .network import EgressRules
 from .quirks import Quirks
 from .template import ensure_template
@@ -111,6 +112,7 @@ class LocalboxConfig:
     quirks: Quirks = field(default_factory=Quirks)
     pool_size: int = 4
     cache_dir: Path | None = None  # where templates other than base are built when first asked for
+    disk_size_mb: int = DISK_SIZE_MB  # every sandbox's disk, as advertised and enforced
 
 
 POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
@@ -129,6 +131,7 @@ class Registry:
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
         self.zygote: Zygote | None = None
+        self.disks: Disks | None = None
         self.template_roots: dict[str, Path] = {"base": config.template_root}
 
     @property
@@ -142,7 +145,9 @@ class Registry:
             log.warning("e2b-bench: slirp4netns is not installed, so sandboxes have no outbound network")
         if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
             self.zygote = Zygote.start()
-        await asyncio.get_running_loop().run_in_executor(None, cleanup_stale, self.boxes_dir)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, cleanup_stale, self.boxes_dir)
+        self.disks = await loop.run_in_executor(None, Disks.prepare, self.config.disk_size_mb)
         self._reaper = asyncio.create_task(self._reap_expired())
         self._refill_pool()
 
@@ -154,12 +159,12 @@ class Registry:
             session_leader=q.session_leader,
             end_on_exit=q.end_on_exit,
             profile_lines=q.login_profile(),
-            limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT),
+            limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 
     async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
         root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
-        box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote)
+        box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote, self.disks)
         await box.start(hostname=sandbox_id)
         await box.new_boot_id()
         return box
@@ -307,7 +312,7 @@ class Registry:
             sandbox.kept_root = await sandbox.box.power_off()  # the memory kept by the pause is let go
         if sandbox.kept_root is not None:
             old = sandbox.box
-            box = Box(old.name, old.template_root, self.boxes_dir, old.settings, self.zygote)
+            box = Box(old.name, old.template_root, self.boxes_dir, old.settings, self.zygote, old.disks)
             box.ids, old.kept_ids = old.kept_ids, None  # the kept files are owned by the old box's id range
             await box.power_on(sandbox.id, sandbox.kept_root)
             box.on_exit = lambda: self._box_exited(sandbox)
@@ -356,6 +361,7 @@ class Registry:
         if self.zygote is not None:
             self.zygote.close()
         remove_server_cgroups(self.config.state_dir.name)
+        unmount_under(self.config.state_dir)  # any disk a failed removal left mounted
         remove_tree(self.config.state_dir)
 
 
@@ -371,6 +377,7 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
                 _kill_tree(pid)
         for root in cgroup_roots():
             _remove_cgroup(root / boxes_dir.parent.name / box_dir.name)
+        left += unmount_under(box_dir)  # its disk: unmounted, the loop device frees itself
         if not remove_tree(box_dir):
             left.append(str(box_dir))
     remove_server_cgroups(boxes_dir.parent.name)

@@ -25,9 +25,10 @@ from bench import asgi
 
 from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
+from .disk import unmount_under
 from .mutations import mutate
 from .quirks import Quirks
-from .registry import LocalboxConfig, Registry, cleanup_stale
+from .registry import DISK_SIZE_MB, LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
 
 DEBUG_API_PORT = 3000
@@ -65,6 +66,7 @@ def new_state_dir(root: Path) -> Path:
         pid = stale.name.split("-")[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             left += cleanup_stale(stale / "boxes")
+            left += unmount_under(stale)  # e.g. a snapshot's disk being read when the server died
             if not remove_tree(stale) and not left:
                 left.append(str(stale))
     if left:
@@ -193,9 +195,10 @@ class LocalServer:
         debug_ports: bool = False,
         pool_size: int = 4,
         templates: Sequence[str] = (),
+        disk_size_mb: int = DISK_SIZE_MB,
     ) -> None:
         """`templates`: built-in templates besides base to build now (a cold build takes minutes, longer
-        than an SDK waits for a create), instead of at their first create."""
+        than an SDK waits for a create), instead of at their first create. `disk_size_mb`: every sandbox's disk."""
         check_host()
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)
         template_root = ensure_template(cache_dir or default_cache_dir())
@@ -207,6 +210,7 @@ class LocalServer:
             quirks=quirks or Quirks(),
             pool_size=pool_size,
             cache_dir=cache_dir,
+            disk_size_mb=disk_size_mb,
         )
         self.registry = Registry(config)
         self.registry.template_roots.update(prepared)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .box import shift_ids
+from .disk import Disks
 from .registry import ID_ALPHABET, Registry, Sandbox
 
 TAG = "default"
@@ -84,8 +85,12 @@ class Snapshots:
         if not frozen:
             await box.freeze()
         ids = box.kept_ids if sandbox.kept_root else box.ids
+        id_base = ids.base if ids else 0
         try:
-            await asyncio.get_running_loop().run_in_executor(None, _copy_tree, upper, copy, ids.base if ids else 0)
+            if box.disks is not None and upper.is_file():  # a powered-off sandbox's disk image
+                await asyncio.get_running_loop().run_in_executor(None, _copy_image, box.disks, upper, copy, id_base)
+            else:
+                await asyncio.get_running_loop().run_in_executor(None, _copy_tree, upper, copy, id_base)
         finally:
             if not frozen:
                 await box.thaw()
@@ -94,6 +99,12 @@ class Snapshots:
             self.items.pop(same.id)  # a name points at its newest snapshot, as a tag does
         self.items[snapshot_id] = snapshot
         return snapshot
+
+
+def _copy_image(disks: Disks, image: Path, target: Path, id_base: int) -> None:
+    """The upper directory kept in an unmounted disk image, copied as `_copy_tree` copies a mounted one."""
+    with disks.reading(image, target.parent) as root:
+        _copy_tree(root / "upper", target, id_base)
 
 
 def _copy_tree(source: Path, target: Path, id_base: int) -> None:

@@ -16,6 +16,7 @@ import textwrap
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from driver import Context, Observed, expect, main, step
 
 SUITES = {"isolation"}
@@ -151,6 +152,57 @@ def memory_limit(ctx: Context, obs: Observed) -> None:
     out = shell(first, f'python3 -c \'b = b"x" * {total * 2}; print("allocated")\'')
     obs["seen"] = out.strip()[-200:]
     expect("allocated" not in out.splitlines(), f"a process allocated twice the advertised {total} bytes of memory")
+
+
+DISK_FILL = "/home/user/e2b-bench-fill"
+DISK_SLACK = 1 << 20  # left free by the fill, so the write after it is what runs out of space
+
+
+def advertised_disk(sandbox: Any) -> int:
+    """diskSizeMB of GET /sandboxes/{id} (get_info does not carry it), in bytes."""
+    config = sandbox.connection_config
+    with httpx.Client(base_url=config.api_url, headers={"X-API-KEY": config.api_key}, timeout=30) as client:
+        return int(client.get(f"/sandboxes/{sandbox.sandbox_id}").json().get("diskSizeMB") or 0) << 20
+
+
+def disk_of(sandbox: Any) -> tuple[int, int]:
+    """(size, available bytes) of `/` as the sandbox's statfs reports them (what `df /` shows)."""
+    blocks, available, block_size = map(int, shell(sandbox, "stat -f -c '%b %a %S' /").split())
+    return blocks * block_size, available * block_size
+
+
+def write_mib(sandbox: Any, path: str, mib: int) -> str:
+    """dd's first line of output and its exit status (nothing else is written to a maybe full disk)."""
+    script = f"out=$(dd if=/dev/zero of={path} bs=1M count={mib} 2>&1); s=$?; echo \"${{out%%$'\\n'*}} status=$s\""
+    return shell(sandbox, script).strip()
+
+
+@step("is08_disk_limit_enforced")
+def disk_limit(ctx: Context, obs: Observed) -> None:
+    first, second = pair(ctx)
+    advertised = advertised_disk(first)
+    size, available = disk_of(first)
+    obs.update(advertised=advertised, df_size=size, df_available=available)
+    expect(advertised > 0, "the endpoint advertises no disk size (GET /sandboxes/{id} diskSizeMB)")
+    # A disk larger than advertised is not filled: that could be the host's own.
+    expect(size <= advertised, f"df / in the sandbox shows {size} bytes, more than the advertised {advertised}")
+    # Space is taken without writing it (fallocate), then a real write runs into the end of the disk.
+    obs["fill"] = shell(first, f"fallocate -l {max(available - DISK_SLACK, 0)} {DISK_FILL} && echo filled").strip()
+    obs["write_when_full"] = write_mib(first, f"{DISK_FILL}-more", 2)
+    obs["write_in_other"] = write_mib(second, "/home/user/e2b-bench-other", 2)
+    shell(first, f"rm -f {DISK_FILL} {DISK_FILL}-more /home/user/e2b-bench-other")
+    obs["write_after_removal"] = write_mib(first, f"{DISK_FILL}-after", 2)
+    shell(first, f"rm -f {DISK_FILL}-after")
+    expect(obs["fill"] == "filled", f"the sandbox could not take its disk's free space: {obs['fill']}")
+    expect(
+        "No space left on device" in obs["write_when_full"] and obs["write_when_full"].endswith("status=1"),
+        f"a write to a full disk did not fail with ENOSPC: {obs['write_when_full']}",
+    )
+    expect(obs["write_in_other"].endswith("status=0"), f"another sandbox could not write: {obs['write_in_other']}")
+    expect(
+        obs["write_after_removal"].endswith("status=0"),
+        f"the sandbox could not write after its files were removed: {obs['write_after_removal']}",
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,228 @@
+"""A disk of its own for every sandbox: an ext4 file system of the sandbox's disk size, on a sparse image
+file attached through a loop device and mounted at the sandbox's box directory, which holds the overlay's
+upper and work directories.
+
+A sandbox that fills it gets what a process gets on E2B, whose sandboxes are VMs with a root disk of the
+template's size: ENOSPC ("No space left on device") from its own file system, `df /` showing that size,
+and nothing outside it affected. (Quotas on one shared file system would cost less, but this kernel, like
+many, is built without XFS and ext4 quota support, and btrfs qgroups answer EDQUOT.)
+
+Every image is a copy of one empty file system made once per server (mkfs runs once: copying its ~1 MiB
+of written blocks into a sparse file costs far less than an mkfs per sandbox). Loop devices are attached
+with autoclear, so unmounting a disk is all it takes to free its device; a powered-off sandbox keeps its
+image unmounted (no device held).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("e2b-bench.localbox")
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOATIME = 1, 2, 4, 1024
+MNT_DETACH = 2
+LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A
+LO_FLAGS_READ_ONLY, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 1, 4, 16
+# struct loop_config: fd, block_size, struct loop_info64 (device, inode, rdevice, offset, sizelimit, number,
+# encrypt_type, encrypt_key_size, flags, file_name[64], crypt_name[64], encrypt_key[32], init[2]), reserved[8]
+LOOP_CONFIG = struct.Struct("=II QQQQQ IIII 64s64s32s 2Q 8Q")
+LOOP_ATTEMPTS = 64  # another process may take the free device between asking for it and configuring it
+MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+# No journal (a sandbox's disk does not outlive a host crash), no reserved blocks (the sandbox's root and
+# users share the whole size), inode tables left unwritten (a sparse image reads zeros there anyway).
+MKFS_OPTIONS = ("-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard,root_owner=0:0")
+MOUNT_OPTIONS = b"noinit_itable,discard"  # what a sandbox deletes is given back to the host
+
+
+class DiskError(OSError):
+    """A sandbox's disk could not be made, attached or mounted."""
+
+
+@dataclass(frozen=True)
+class Extent:
+    offset: int
+    data: bytes
+
+
+class Disks:
+    """The sandbox disks of one server, all of `size_mb`: made from one empty file system kept in memory."""
+
+    def __init__(self, size_mb: int, extents: list[Extent]) -> None:
+        self.size_mb = size_mb
+        self._extents = extents
+
+    @classmethod
+    def prepare(cls, size_mb: int) -> Disks | None:
+        """The server's disks, or None (said once in the log) when this host cannot make them: the sandboxes
+        then write to the state directory's file system, with no size limit."""
+        try:
+            disks = cls(size_mb, _empty_file_system(size_mb))
+            with tempfile.TemporaryDirectory(prefix="e2b-bench-disk-") as scratch:  # one disk, end to end
+                probe = Path(scratch) / "probe.img"
+                disks.create(probe)
+                with disks.reading(probe, Path(scratch)):
+                    pass
+            return disks
+        except (OSError, subprocess.SubprocessError) as exc:
+            log.warning(
+                "e2b-bench: sandbox disks are not size-limited on this host (%s); sandboxes write to the "
+                "server's state directory with no limit",
+                exc,
+            )
+            return None
+
+    def create(self, image: Path) -> None:
+        """A new, empty disk image (a sparse file: it costs what the sandbox writes)."""
+        fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, self.size_mb << 20)
+            for extent in self._extents:
+                os.pwrite(fd, extent.data, extent.offset)
+        except BaseException:
+            os.close(fd)
+            image.unlink()
+            raise
+        os.close(fd)
+
+    def mount(self, image: Path, target: Path, read_only: bool = False) -> None:
+        """Attach `image` to a free loop device and mount its file system at `target`."""
+        backing = os.open(image, (os.O_RDONLY if read_only else os.O_RDWR) | os.O_CLOEXEC)
+        try:
+            device, loop_fd = _attach(backing, read_only)
+        finally:
+            os.close(backing)
+        try:
+            flags = MS_NOSUID | MS_NODEV | MS_NOATIME | (MS_RDONLY if read_only else 0)
+            if libc.mount(device.encode(), bytes(target), b"ext4", flags, MOUNT_OPTIONS) != 0:
+                err = ctypes.get_errno()
+                raise DiskError(err, f"mounting the sandbox's disk {image.name}: {os.strerror(err)}")
+        finally:
+            os.close(loop_fd)  # autoclear: the device is freed when its file system is unmounted
+
+    @contextlib.contextmanager
+    def reading(self, image: Path, under: Path) -> Iterator[Path]:
+        """The file system of an unmounted image, mounted read-only in a directory of its own under `under`."""
+        target = Path(tempfile.mkdtemp(prefix=".reading-", dir=under))
+        try:
+            self.mount(image, target, read_only=True)
+            try:
+                yield target
+            finally:
+                unmount(target)
+        finally:
+            target.rmdir()
+
+
+def unmount(target: Path) -> None:
+    """Unmount a disk; still in use somewhere (a sandbox namespace being torn down), it goes when that ends."""
+    if libc.umount2(bytes(target), 0) == 0:
+        return
+    err = ctypes.get_errno()
+    if err == errno.EBUSY:
+        libc.umount2(bytes(target), MNT_DETACH)
+    elif err != errno.EINVAL:  # EINVAL: not a mount point (any more)
+        raise DiskError(err, f"unmounting {target}: {os.strerror(err)}")
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """Mount points at or under `root` in this mount namespace, deepest first."""
+    prefix = str(root).rstrip("/")
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            point = _unescape(line.split(" ", 5)[4])
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(Path(point))
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def unmount_under(root: Path) -> list[str]:
+    """Unmount everything at or under `root` (a dead server's disks); returns what could not be."""
+    left = []
+    for point in mounts_under(root):
+        try:
+            unmount(point)
+        except OSError:
+            left.append(str(point))
+    return left
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code in ("\\040", "\\011", "\\012", "\\134"):
+        field = field.replace(code, chr(int(code[1:], 8)))
+    return field
+
+
+def _attach(backing: int, read_only: bool) -> tuple[str, int]:
+    """A loop device bound to `backing` (autoclear, direct I/O): its path and an open descriptor of it."""
+    flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO | (LO_FLAGS_READ_ONLY if read_only else 0)
+    config = LOOP_CONFIG.pack(backing, 0, 0, 0, 0, 0, 0, 0, 0, 0, flags, b"", b"", b"", 0, 0, *([0] * 8))
+    control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(LOOP_ATTEMPTS):
+            try:
+                number = fcntl.ioctl(control, LOOP_CTL_GET_FREE)
+            except OSError as exc:
+                raise DiskError(exc.errno, f"no free loop device: {exc.strerror}") from exc
+            device = f"/dev/loop{number}"
+            loop_fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(loop_fd, LOOP_CONFIGURE, config)
+            except OSError as exc:
+                os.close(loop_fd)
+                if exc.errno == errno.EBUSY:  # taken by someone else meanwhile: ask for another
+                    continue
+                raise DiskError(exc.errno, f"attaching a loop device: {exc.strerror}") from exc
+            return device, loop_fd
+    finally:
+        os.close(control)
+    raise DiskError(errno.EBUSY, "no loop device stayed free long enough to be attached")
+
+
+def _empty_file_system(size_mb: int) -> list[Extent]:
+    """The written blocks of a freshly made, empty ext4 of `size_mb` (the rest of it reads as zeros)."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/loop-control"):
+        raise DiskError(errno.EPERM, "loop devices need root and /dev/loop-control")
+    if MKFS is None:
+        raise DiskError(errno.ENOENT, "mkfs.ext4 (e2fsprogs) is not installed")
+    if "ext4" not in Path("/proc/filesystems").read_text():
+        raise DiskError(errno.ENODEV, "this kernel has no ext4")
+    with tempfile.TemporaryDirectory(prefix="e2b-bench-disk-") as scratch:
+        image = Path(scratch) / "empty.img"
+        with open(image, "wb") as f:
+            f.truncate(size_mb << 20)
+        done = subprocess.run([MKFS, *MKFS_OPTIONS, str(image)], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise DiskError(errno.EIO, f"mkfs.ext4 failed: {done.stderr.strip()[-300:]}")
+        return list(_data_extents(image))
+
+
+def _data_extents(image: Path) -> Iterator[Extent]:
+    with open(image, "rb") as f:
+        fd, offset = f.fileno(), 0
+        while True:
+            try:
+                start = os.lseek(fd, offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after offset
+                    return
+                raise
+            offset = os.lseek(fd, start, os.SEEK_HOLE)
+            yield Extent(start, os.pread(fd, offset - start, start))

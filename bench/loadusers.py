@@ -10,7 +10,9 @@ the sandbox. Every operation is one Locust request event; a failure's kind is it
 (`output_loss`, `hash_mismatch`, `exit_code`) or the SDK exception's class.
 
 The SDK's HTTP client is native code that gevent cannot make cooperative, so every SDK call runs in the
-gevent hub's thread pool: users wait on it as greenlets, the calls themselves run in parallel.
+gevent hub's thread pool: users wait on it as greenlets, the calls themselves run in parallel. Locust runs
+this file from `bench/loadmain.py`, which leaves `threading` unpatched, so the locks the SDK shares between
+those threads are the kernel's (gevent's lose a waiter's wakeup across threads).
 
 The master (or the single process) ends the test itself after `--e2b-duration`: it stops the users (each
 finishes its session within Locust's `--stop-timeout`), waits for every worker's report after that, and

@@ -183,6 +183,45 @@ def test_under_locusts_own_patching_that_lock_never_wakes_its_waiter() -> None:
     assert shared_lock("locust") == {"lock": "gevent.thread", "acquired": ["holder"]}
 
 
+# --- the streaming command ------------------------------------------------------------------------
+
+USERS_SCRIPT = """
+import json, sys
+from bench.loadmain import patch
+patch()
+from bench import loadusers
+print(json.dumps({name: getattr(loadusers, name) for name in sys.argv[1:]}))
+"""
+
+
+def users_module(*names: str) -> dict[str, Any]:
+    """Names of `bench/loadusers.py`, read in a process patched as Locust's are (this one must not be)."""
+    done = subprocess.run(
+        [sys.executable, "-c", USERS_SCRIPT, *names], capture_output=True, text=True, timeout=60, check=True
+    )
+    return dict(json.loads(done.stdout))
+
+
+def test_the_streaming_commands_late_line_comes_last_even_when_seq_is_slower_than_its_sleep(tmp_path: Path) -> None:
+    """On a loaded host `seq` took longer than the late line's sleep: the line came in the middle (output_loss)."""
+    names = users_module("STREAM_COMMAND", "STREAM_LINES")
+    slow = tmp_path / "seq"
+    slow.write_text('#!/bin/sh\nsleep 1\nexec /usr/bin/seq "$@"\n')
+    slow.chmod(0o755)
+
+    done = subprocess.run(
+        ["bash", "-c", names["STREAM_COMMAND"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+
+    # The output ends when the late line's child closes the pipe, after the command itself has exited.
+    assert done.stdout == "".join(f"line-{i}\n" for i in range(1, 201)) + "late\n"
+    assert names["STREAM_LINES"] == 200
+
+
 # --- options -------------------------------------------------------------------------------------
 
 

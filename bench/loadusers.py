@@ -10,7 +10,9 @@ the sandbox. Every operation is one Locust request event; a failure's kind is it
 (`output_loss`, `hash_mismatch`, `exit_code`) or the SDK exception's class.
 
 The SDK's HTTP client is native code that gevent cannot make cooperative, so every SDK call runs in the
-gevent hub's thread pool: users wait on it as greenlets, the calls themselves run in parallel.
+gevent hub's thread pool: users wait on it as greenlets, the calls themselves run in parallel. Locust runs
+this file from `bench/loadmain.py`, which leaves `threading` unpatched, so the locks the SDK shares between
+those threads are the kernel's (gevent's lose a waiter's wakeup across threads).
 
 The master (or the single process) ends the test itself after `--e2b-duration`: it stops the users (each
 finishes its session within Locust's `--stop-timeout`), waits for every worker's report after that, and
@@ -40,8 +42,9 @@ RUN_METADATA_KEY = "e2b-bench-run"  # as bench.housekeeping (this file must not 
 REQUEST_TYPE = "e2b"
 STREAM_LINES = 200
 LATE_LINE = "late"
-# The late line comes from a child still running when the command's own process has exited.
-STREAM_COMMAND = f"(sleep 0.5; echo {LATE_LINE}) & seq -f 'line-%g' 1 {STREAM_LINES}"
+# The late line comes from a child still running when the command's own process has exited. It is started
+# after the last numbered line: on a loaded host `seq` alone can take longer than the child's sleep.
+STREAM_COMMAND = f"seq -f 'line-%g' 1 {STREAM_LINES}; (sleep 0.5; echo {LATE_LINE}) &"
 STREAM_EXPECTED = "".join(f"line-{i}\n" for i in range(1, STREAM_LINES + 1)) + f"{LATE_LINE}\n"
 SETTLE_TIMEOUT_S = 30.0
 STOP_MESSAGE = "e2b_bench_stop"  # master -> workers: stop your users (each finishes its session)
@@ -327,13 +330,20 @@ def stream(sandbox: Sandbox) -> None:
     streamed = "".join(chunks)
     for what, text in (("streamed output", streamed), ("result stdout", result.stdout)):
         if text != STREAM_EXPECTED:
-            lines = text.splitlines()
-            raise OutputLoss(
-                f"{what}: {len(lines)} of {STREAM_LINES + 1} lines"
-                + ("" if LATE_LINE in lines else f", without the line {LATE_LINE!r} printed after the command exited")
-            )
+            raise OutputLoss(f"{what}: {stream_difference(text)}")
     if result.exit_code != 0:
         raise WrongExit(f"the streaming command ended with exit code {result.exit_code}")
+
+
+def stream_difference(text: str) -> str:
+    """How `text` differs from the streaming command's output: lines missing, or where the order breaks."""
+    lines, expected = text.splitlines(), STREAM_EXPECTED.splitlines()
+    said = f"{len(lines)} of {len(expected)} lines"
+    if LATE_LINE not in lines:
+        return f"{said}, without the line {LATE_LINE!r} printed after the command exited"
+    at = next((i for i, (got, want) in enumerate(zip(lines, expected, strict=False)) if got != want), len(lines))
+    shown = repr(lines[at]) if at < len(lines) else "the end"
+    return f"{said}, line {at + 1} is {shown} where {expected[at]!r} belongs" if at < len(expected) else said
 
 
 def write_file(sandbox: Sandbox, path: str, data: bytes) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,107 @@ def test_the_report_draws_rps_and_latency_over_time(tmp_path: Path) -> None:
     assert charts == ["rate", "latency"]
     assert html.count('class="series"') == 3 + len(document["operations"])  # rps, failures, users + one per op
     assert "### Load: local" in (run_dir / "summary.md").read_text()
+
+
+# --- the Locust processes' patching ----------------------------------------------------------------
+
+# Two SDK calls on two threads of gevent's pool (as `loadusers.call` runs them) share a `threading` lock, as the
+# SDK guards its shared connection pools: one holds it while the other waits in acquire(), then lets go. The
+# holder's thread has a gevent hub (any patched sleep gives it one, as a retry's backoff does in the SDK).
+SHARED_LOCK_SCRIPT = """
+import json, os, sys
+if sys.argv[1] == "load":
+    from bench.loadmain import patch
+    patch()
+else:
+    from gevent import monkey
+    monkey.patch_all()  # what importing Locust does
+import threading, time
+import gevent
+from gevent import monkey
+
+native_sleep = monkey.get_original("time", "sleep")
+native_event = monkey.get_original("threading", "Event")
+lock = threading.Lock()
+held, waiting = native_event(), native_event()
+acquired = []
+
+def holder():
+    time.sleep(0)
+    with lock:
+        held.set()
+        waiting.wait()
+        native_sleep(0.2)  # the other thread is inside acquire() by the time this one lets go
+    acquired.append("holder")
+
+def waiter():
+    held.wait()
+    waiting.set()
+    with lock:
+        acquired.append("waiter")
+
+pool = gevent.get_hub().threadpool
+gevent.joinall([pool.spawn(holder), pool.spawn(waiter)], timeout=5)  # the bound only ends a waiter never woken
+print(json.dumps({"lock": type(lock).__module__, "acquired": sorted(acquired)}), flush=True)
+os._exit(0)
+"""
+
+
+def shared_lock(patching: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_LOCK_SCRIPT, patching], capture_output=True, text=True, timeout=60, check=True
+    )
+    return dict(json.loads(done.stdout))
+
+
+def test_in_a_load_process_a_lock_two_sdk_threads_share_wakes_its_waiter() -> None:
+    assert shared_lock("load") == {"lock": "_thread", "acquired": ["holder", "waiter"]}
+
+
+def test_under_locusts_own_patching_that_lock_never_wakes_its_waiter() -> None:
+    """Why the Locust processes start from `bench.loadmain`: patched, the lock is gevent's and the waiter waits
+    on the holder's hub, which no longer runs once its thread went back to the pool (an SDK create that never
+    returned under load, `hung:create`)."""
+    assert shared_lock("locust") == {"lock": "gevent.thread", "acquired": ["holder"]}
+
+
+# --- the streaming command ------------------------------------------------------------------------
+
+USERS_SCRIPT = """
+import json, sys
+from bench.loadmain import patch
+patch()
+from bench import loadusers
+print(json.dumps({name: getattr(loadusers, name) for name in sys.argv[1:]}))
+"""
+
+
+def users_module(*names: str) -> dict[str, Any]:
+    """Names of `bench/loadusers.py`, read in a process patched as Locust's are (this one must not be)."""
+    done = subprocess.run(
+        [sys.executable, "-c", USERS_SCRIPT, *names], capture_output=True, text=True, timeout=60, check=True
+    )
+    return dict(json.loads(done.stdout))
+
+
+def test_the_streaming_commands_late_line_comes_last_even_when_seq_is_slower_than_its_sleep(tmp_path: Path) -> None:
+    """On a loaded host `seq` took longer than the late line's sleep: the line came in the middle (output_loss)."""
+    names = users_module("STREAM_COMMAND", "STREAM_LINES")
+    slow = tmp_path / "seq"
+    slow.write_text('#!/bin/sh\nsleep 1\nexec /usr/bin/seq "$@"\n')
+    slow.chmod(0o755)
+
+    done = subprocess.run(
+        ["bash", "-c", names["STREAM_COMMAND"]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+
+    # The output ends when the late line's child closes the pipe, after the command itself has exited.
+    assert done.stdout == "".join(f"line-{i}\n" for i in range(1, 201)) + "late\n"
+    assert names["STREAM_LINES"] == 200
 
 
 # --- options -------------------------------------------------------------------------------------

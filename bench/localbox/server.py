@@ -111,13 +111,18 @@ def check_host() -> None:
         raise HostError("user namespaces are turned off on this host (sysctl user.max_user_namespaces=0)")
 
 
-HEADER_TIMEOUT_S = 10.0  # a connection with no request under way is closed after this long
+HEADER_TIMEOUT_S = 10.0  # a request's headers are complete this long after the connection or their first byte
+# A connection between requests is kept longer than an SDK client keeps it in its pool (300 s): the client
+# closes it first. Closed by the server as the client reuses it, the request on it is reset (under load the
+# loop runs the timer before it reads the request that arrived in time).
+KEEPALIVE_S = 330.0
 MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
 
 
 class GuardedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP protocol plus a header/idle timeout and a connection cap that idle clients cannot use
-    up: at the cap, a new connection closes the oldest one with no request under way."""
+    """uvicorn's HTTP protocol plus a header timeout and a connection cap that idle clients cannot use up: at
+    the cap, a new connection closes the oldest one with no request under way. Between requests uvicorn's
+    keep-alive timeout (`KEEPALIVE_S`) applies."""
 
     _open: weakref.WeakKeyDictionary[object, dict[GuardedHttp, None]] = weakref.WeakKeyDictionary()
 
@@ -145,8 +150,11 @@ class GuardedHttp(HttpToolsProtocol):
         self._idle_timer = None
         if self._idle:
             self._drop()
-        else:
+
+    def data_received(self, data: bytes) -> None:
+        if self._idle and self._idle_timer is None:  # the first bytes of the next request
             self._arm()
+        super().data_received(data)
 
     def _drop(self) -> None:
         self._forget()
@@ -155,7 +163,7 @@ class GuardedHttp(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._arm()
+        self._disarm()
 
     def handle_websocket_upgrade(self) -> None:
         """The connection now belongs to a WebSocket: neither idle by this measure nor counted here."""
@@ -164,6 +172,9 @@ class GuardedHttp(HttpToolsProtocol):
 
     def _forget(self) -> None:
         self._open.get(self.server_state, {}).pop(self, None)
+        self._disarm()
+
+    def _disarm(self) -> None:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
@@ -228,6 +239,7 @@ class LocalServer:
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=3,
+                timeout_keep_alive=int(KEEPALIVE_S),
                 http=GuardedHttp,
             )
         )

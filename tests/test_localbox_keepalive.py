@@ -1,0 +1,43 @@
+"""The embedded endpoint keeps a connection between requests for as long as an SDK client pools it."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from bench.localbox.server import HEADER_TIMEOUT_S, KEEPALIVE_S, LocalEndpoint
+
+
+def response_head(conn: socket.socket) -> bytes:
+    """The status line and headers of one response (b"" when the server closed the connection)."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return received
+        received += chunk
+    return received.split(b"\r\n\r\n", 1)[0]
+
+
+def test_the_endpoint_keeps_an_idle_connection_longer_than_the_sdks_pool_does() -> None:
+    """A server that closes a pooled connection as the client reuses it resets that request (a create failed
+    with `Connection reset by peer` under load): the client must be the one to close it."""
+    from e2b.api import pool_idle_timeout  # the SDK's pooled-connection expiry (E2B_KEEPALIVE_EXPIRY)
+
+    assert pool_idle_timeout < KEEPALIVE_S
+
+
+def test_a_connection_idle_past_the_header_timeout_serves_its_next_request(endpoint: LocalEndpoint) -> None:
+    port = int(endpoint.api_url.rsplit(":", 1)[1])
+    request = f"GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {endpoint.api_key}\r\n\r\n".encode()
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.settimeout(60)
+        conn.sendall(request)
+        first = response_head(conn)
+        time.sleep(HEADER_TIMEOUT_S + 1)  # idle between requests, as a client's pooled connection is
+
+        conn.sendall(request)
+        second = response_head(conn)
+
+    assert first.startswith(b"HTTP/1.1 200 ")
+    assert second.startswith(b"HTTP/1.1 200 ")

@@ -42,6 +42,7 @@ from .stats import summarize
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USERS_FILE = Path(__file__).resolve().parent / "loadusers.py"
 LOCUST_MAIN = "bench.loadmain"  # Locust with its own patching, except threads (see there)
+LOAD_PINS = ("locust", "gevent")  # the load engine, recorded in the header
 SCHEMA = "e2b-bench/load/1"
 LOCAL_USERS, LOCAL_DURATION_S = 5, 30.0
 TIMELINE_POINTS = 60  # at most this many buckets in the timeline
@@ -428,7 +429,7 @@ class LoadRun:
         from .lifecycle import harness_pins
 
         info = {k: getattr(self.endpoint, k) for k in ("api_url", "sandbox_url", "kind", "key_env")}
-        pins = {"harness": harness_pins(), "locust": {"locust": importlib.metadata.version("locust")}}
+        pins = {"harness": harness_pins(), "locust": {name: importlib.metadata.version(name) for name in LOAD_PINS}}
         header = make_header({**info, "name": self.name}, pins, list(self.options.argv) or sys.argv)
         run_dir = RunDir.create(self.options.results_dir, self.options.mode, self.name, header, self.redactor)
         run_id = run_dir.path.name

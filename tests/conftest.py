@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from unittest import mock
 
 import pytest
 
@@ -12,17 +13,8 @@ from bench.localbox.server import LocalEndpoint, serving
 
 @pytest.fixture(scope="session")
 def endpoint() -> Iterator[LocalEndpoint]:
-    with serving() as local:
-        saved = {k: os.environ.get(k) for k in local.env()}
-        os.environ.update(local.env())
-        try:
-            yield local
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with serving() as local, mock.patch.dict(os.environ, local.env()):  # restored as it was after
+        yield local
 
 
 @pytest.fixture

@@ -6,17 +6,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import pytest
 from e2b import NotEnoughSpaceException, Sandbox
-from test_localbox_serve import REPO, alive, sandbox_pids, sandbox_via, start_serve
+from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, start_serve
 
 from bench.localbox.server import LocalEndpoint, serving
 
@@ -30,17 +30,8 @@ ENOSPC_LINE = "dd: error writing '{path}': No space left on device\nstatus=1\n"
 
 @pytest.fixture(scope="module")
 def small_disks() -> Iterator[LocalEndpoint]:
-    with serving(disk_size_mb=DISK_MB) as local:
-        saved = {k: os.environ.get(k) for k in local.env()}
-        os.environ.update(local.env())
-        try:
-            yield local
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    with serving(disk_size_mb=DISK_MB) as local, mock.patch.dict(os.environ, local.env()):  # restored as it was after
+        yield local
 
 
 @pytest.fixture
@@ -219,14 +210,7 @@ def test_a_crashed_servers_mounted_disks_are_removed_by_the_next_server() -> Non
     running = sandbox_pids(server_dir)
     mounted = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(server_dir) in line]
 
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in running) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second, _ = start_serve()
-    second.send_signal(signal.SIGTERM)
-    second.wait(timeout=30)
+    crash_then_serve_again(process, running)
 
     assert len(mounted) >= 1  # the sandbox's disk (and those of the pool)
     assert str(server_dir) not in Path("/proc/self/mountinfo").read_text()

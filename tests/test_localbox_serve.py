@@ -65,6 +65,19 @@ def state_dir(tmp_path: Path) -> Iterator[Path]:
     yield tmp_path / "state"
 
 
+def crash_then_serve_again(process: subprocess.Popen[str], running: set[int]) -> None:
+    """SIGKILL a serve, give its sandboxes' processes a bounded while to end, then start and stop a second serve
+    (which finds the first one's leftovers)."""
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in running) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    second, _ = start_serve()
+    second.send_signal(signal.SIGTERM)
+    second.wait(timeout=30)
+
+
 def sandbox_via(exports: dict[str, str]) -> Sandbox:
     return Sandbox.create(
         timeout=60,
@@ -101,14 +114,7 @@ def test_a_crashed_server_leaves_nothing_running_and_the_next_one_cleans_its_fil
     leftovers = [p for p in Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*")]
     running = set().union(*(sandbox_pids(p) for p in leftovers))
 
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in running) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    second, _ = start_serve()
-    second.send_signal(signal.SIGTERM)
-    second.wait(timeout=30)
+    crash_then_serve_again(process, running)
 
     assert len(leftovers) == 1 and len(running) >= 2
     assert {pid for pid in running if alive(pid)} == set()

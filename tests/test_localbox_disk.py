@@ -89,7 +89,7 @@ def test_an_upload_into_a_full_disk_is_refused_with_envds_507(sbx: Sandbox, smal
     sizes = sbx.commands.run("stat -c %s /home/user/by-sdk /home/user/by-rest").stdout.split()
 
     assert raw.status_code == 507
-    assert raw.json() == {"code": 507, "message": "not enough disk space"}
+    assert raw.json() == {"code": 507, "message": "not enough disk space available"}  # envd.yaml's example of a 507
     assert all(int(size) < 2**20 for size in sizes)
 
 

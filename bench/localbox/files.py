@@ -43,7 +43,7 @@ def file_error(exc: AgentError, path: str) -> ApiError:
         errno.ENOTDIR: (400, f"a parent of '{path}' is not a directory"),
         errno.EACCES: (403, f"permission denied: '{path}'"),
         errno.EPERM: (403, f"permission denied: '{path}'"),
-        errno.ENOSPC: (507, "not enough disk space"),
+        errno.ENOSPC: (507, "not enough disk space available"),
         errno.ENAMETOOLONG: (400, f"path '{path}' is too long"),
         errno.ELOOP: (400, f"path '{path}' goes through a link that leaves the sandbox or loops"),
         errno.EINVAL: (400, f"path '{path}' is not a regular file"),
@@ -244,7 +244,7 @@ class Files:
             parser.finalize()
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise ApiError(507, "not enough disk space") from exc
+                raise ApiError(507, "not enough disk space available") from exc
             raise
         finally:
             if sink is not None:
@@ -369,7 +369,7 @@ async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: 
         raise ApiError(400, f"gzip body is invalid: {exc}") from exc
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise ApiError(507, "not enough disk space") from exc
+            raise ApiError(507, "not enough disk space available") from exc
         raise
 
 

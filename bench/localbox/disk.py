@@ -25,6 +25,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ LO_FLAGS_READ_ONLY, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 1, 4, 16
 # struct loop_config: fd, block_size, struct loop_info64 (device, inode, rdevice, offset, sizelimit, number,
 # encrypt_type, encrypt_key_size, flags, file_name[64], crypt_name[64], encrypt_key[32], init[2]), reserved[8]
 LOOP_CONFIG = struct.Struct("=II QQQQQ IIII 64s64s32s 2Q 8Q")
+RELEASE_WAIT_S = 10.0  # at most, for the kernel to free a disk's loop device after its unmount
 LOOP_ATTEMPTS = 64  # another process may take the free device between asking for it and configuring it
 MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 # No journal (a sandbox's disk does not outlive a host crash), no reserved blocks (the sandbox's root and
@@ -130,14 +132,59 @@ class Disks:
 
 
 def unmount(target: Path) -> None:
-    """Unmount a disk; still in use somewhere (a sandbox namespace being torn down), it goes when that ends."""
-    if libc.umount2(bytes(target), 0) == 0:
-        return
-    err = ctypes.get_errno()
-    if err == errno.EBUSY:
+    """Unmount a disk and wait (bounded) until its loop device has let go of the image: the kernel releases
+    the file system when its last user is gone (the sandbox's mount namespace, torn down as its last
+    process exits) and then frees the device in the background, a few milliseconds after the unmount
+    returns. Still in use somewhere, the disk is detached and goes when that ends."""
+    loop = _loop_of(target)
+    if libc.umount2(bytes(target), 0) != 0:
+        err = ctypes.get_errno()
+        if err == errno.EINVAL:  # not a mount point (any more)
+            return
+        if err != errno.EBUSY:
+            raise DiskError(err, f"unmounting {target}: {os.strerror(err)}")
         libc.umount2(bytes(target), MNT_DETACH)
-    elif err != errno.EINVAL:  # EINVAL: not a mount point (any more)
-        raise DiskError(err, f"unmounting {target}: {os.strerror(err)}")
+    if loop is not None and not _released(*loop):
+        log.warning(
+            "e2b-bench: the disk unmounted from %s still holds %s after %.0f s; the kernel frees it when its "
+            "last user ends",
+            target,
+            loop[0],
+            RELEASE_WAIT_S,
+        )
+
+
+def _loop_of(target: Path) -> tuple[str, str] | None:
+    """(loop device name, its backing file) of the disk mounted at `target`, if a loop device backs it."""
+    source = None
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            fields, _, tail = line.partition(" - ")
+            if _unescape(fields.split(" ", 5)[4]) == str(target):
+                source = tail.split(" ", 2)[1]  # the topmost mount there is the last one listed
+    if source is None or not source.startswith("/dev/loop"):
+        return None
+    name = source.removeprefix("/dev/")
+    try:
+        return name, Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+    except OSError:
+        return None
+
+
+def _released(name: str, backing: str) -> bool:
+    """Whether loop device `name` stops naming `backing` within RELEASE_WAIT_S (it may be bound anew)."""
+    deadline, pause = time.monotonic() + RELEASE_WAIT_S, 0.001
+    while True:
+        try:
+            now = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+        except OSError:  # no backing file: the device is free
+            return True
+        if not now.startswith(backing):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def mounts_under(root: Path) -> list[Path]:

@@ -184,7 +184,7 @@ class BenchSession:
     # --- running ------------------------------------------------------------------------------
     def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
         """The observed result of one step; the first call starts every selected runner at once."""
-        if not self.jobs:
+        if self._pool is None:  # set first: a Ctrl-C inside a submit leaves a runner started but no job kept
             by_name = {r.name: r for r in self.runners}
             self._pool = ThreadPoolExecutor(max_workers=max(len(self.selected), 1), thread_name_prefix="runner")
             for key in self.selected:
@@ -272,8 +272,8 @@ class BenchSession:
         return record, verdict.note or ""
 
     def end(self, status: str, exit_code: int) -> int:
-        """Leak sweep (when runners ran), then JUnit, footer and report; returns the exit code."""
-        if self.jobs and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
+        """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""
+        if self._pool is not None and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
             exit_code = ExitCode.NONCONFORMANT
         self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
         return self.exit_code

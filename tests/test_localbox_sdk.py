@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,6 +24,7 @@ from e2b import (
 )
 from e2b.sandbox.filesystem.filesystem import WriteEntry
 
+from bench.localbox.box import default_state_root
 from bench.localbox.files import MAX_READ_AHEAD
 from bench.localbox.server import LocalEndpoint
 
@@ -350,27 +352,48 @@ def test_watch_dir_polling_reports_creates_and_writes(sandbox: Sandbox) -> None:
 # --- lifecycle --------------------------------------------------------------------------------
 
 
+COUNTER = (  # written aside and renamed: a reader never sees the file truncated but not yet written
+    "nohup bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count;"
+    " sleep 0.05; done' >/dev/null 2>&1 &"
+)
+
+
+def count_reaching(sandbox: Sandbox, at_least: int) -> int:
+    """The counter once it reaches `at_least` (or where it stood after a minute: it stopped)."""
+    deadline = time.monotonic() + 60
+    while True:
+        value = int(sandbox.commands.run("cat /tmp/count").stdout)
+        if value >= at_least or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def in_upper_layer(sandbox_id: str, path: str) -> Path:
+    """A file the sandbox wrote, as the host sees it in the sandbox's upper layer (read only by the test)."""
+    found = list(default_state_root().glob(f"server-*/boxes/{sandbox_id}/upper{path}"))
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_pause_freezes_processes_and_resume_keeps_their_memory(endpoint: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=60)
     try:
-        sbx.commands.run(
-            # written aside and renamed: a `cat` never sees the file truncated but not yet written
-            "nohup bash -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count;"
-            " sleep 0.05; done' >/dev/null 2>&1 &"
-        )
-        time.sleep(0.5)
+        sbx.commands.run(COUNTER)
+        before = count_reaching(sbx, 3)
         assert sbx.pause() is True
-        time.sleep(0.8)
+        counter = in_upper_layer(sbx.sandbox_id, "/tmp/count")
+        while_paused = [counter.read_text()]
+        time.sleep(0.5)  # ten ticks of a counter that is not frozen
+        while_paused.append(counter.read_text())
         resumed = Sandbox.connect(sbx.sandbox_id)
         right_after = int(resumed.commands.run("cat /tmp/count").stdout)
-        time.sleep(0.5)
-        later = int(resumed.commands.run("cat /tmp/count").stdout)
+        later = count_reaching(resumed, right_after + 1)
     finally:
         Sandbox.kill(sbx.sandbox_id)
 
-    # Frozen for 0.8 s: the counter resumed from where it stopped (about 10 ticks in 0.5 s), not from 0.
-    assert 4 <= right_after <= 25
-    assert later > right_after
+    assert while_paused[0] == while_paused[1]  # frozen: no process of the sandbox ran
+    assert before <= int(while_paused[0]) <= right_after  # it went on from where it stopped, not from 0
+    assert later > right_after  # and the process, with its count in memory, runs on
 
 
 def test_the_timeout_kills_the_sandbox_at_end_at(endpoint: LocalEndpoint) -> None:

@@ -359,10 +359,11 @@ COUNTER = (  # written aside and renamed: a reader never sees the file truncated
 
 
 def count_reaching(sandbox: Sandbox, at_least: int) -> int:
-    """The counter once it reaches `at_least` (or where it stood after a minute: it stopped)."""
+    """The counter once it reaches `at_least` (or where it stood after a minute: it stopped); 0 before the
+    counter wrote its first value."""
     deadline = time.monotonic() + 60
     while True:
-        value = int(sandbox.commands.run("cat /tmp/count").stdout)
+        value = int(sandbox.commands.run("cat /tmp/count 2>/dev/null || echo 0").stdout)
         if value >= at_least or time.monotonic() > deadline:
             return value
         time.sleep(0.05)

@@ -157,11 +157,9 @@ def unmount(target: Path) -> None:
 def _loop_of(target: Path) -> tuple[str, str] | None:
     """(loop device name, its backing file) of the disk mounted at `target`, if a loop device backs it."""
     source = None
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
-        for line in table:
-            fields, _, tail = line.partition(" - ")
-            if _unescape(fields.split(" ", 5)[4]) == str(target):
-                source = tail.split(" ", 2)[1]  # the topmost mount there is the last one listed
+    for point, mounted in _mount_table():
+        if point == str(target):
+            source = mounted  # the topmost mount there is the last one listed
     if source is None or not source.startswith("/dev/loop"):
         return None
     name = source.removeprefix("/dev/")
@@ -190,12 +188,7 @@ def _released(name: str, backing: str) -> bool:
 def mounts_under(root: Path) -> list[Path]:
     """Mount points at or under `root` in this mount namespace, deepest first."""
     prefix = str(root).rstrip("/")
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
-        for line in table:
-            point = _unescape(line.split(" ", 5)[4])
-            if point == prefix or point.startswith(prefix + "/"):
-                found.append(Path(point))
+    found = [Path(point) for point, _ in _mount_table() if point == prefix or point.startswith(prefix + "/")]
     return sorted(found, key=lambda p: len(p.parts), reverse=True)
 
 
@@ -208,6 +201,14 @@ def unmount_under(root: Path) -> list[str]:
         except OSError:
             left.append(str(point))
     return left
+
+
+def _mount_table() -> Iterator[tuple[str, str]]:
+    """(mount point, mount source) of every mount in this mount namespace, in /proc/self/mountinfo's order."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
+        for line in table:
+            fields, _, tail = line.partition(" - ")
+            yield _unescape(fields.split(" ", 5)[4]), tail.split(" ", 2)[1]
 
 
 def _unescape(field: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import httpx
-from driver import Context, Fail, Observed, Skip, exception_details, excerpt, expect, main, step
+from driver import Context, Fail, Observed, Skip, exception_details, excerpt, expect, main, rest, step
 
 SUITES = {"behaviours"}
 LOOP = asyncio.new_event_loop()
@@ -182,12 +182,6 @@ def _runner(flavour: str, body: Body) -> Callable[[Context, Observed], None]:
 
 
 # --- the second path: the REST API ----------------------------------------------------------------
-
-
-def rest() -> httpx.Client:
-    return httpx.Client(
-        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
-    )
 
 
 def rest_get(sandbox_id: str) -> httpx.Response:

@@ -16,6 +16,7 @@ observed SDK failure (`fail`).
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import sys
 import time
@@ -99,6 +100,15 @@ class Context:
 Observed = dict[str, Any]
 StepFunction = Callable[[Context, Observed], None]
 STEPS: dict[str, StepFunction] = {}
+
+
+def rest() -> Any:
+    """An httpx client of the endpoint's REST API with the run's key: the second path many steps check by."""
+    import httpx  # every SDK runner has it (the SDK's own HTTP client)
+
+    return httpx.Client(
+        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
+    )
 
 
 def step(step_id: str) -> Callable[[StepFunction], StepFunction]:

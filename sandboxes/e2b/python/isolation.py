@@ -16,8 +16,7 @@ import textwrap
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-from driver import Context, Observed, expect, main, step
+from driver import Context, Observed, expect, main, rest, step
 
 SUITES = {"isolation"}
 
@@ -160,8 +159,7 @@ DISK_SLACK = 1 << 20  # left free by the fill, so the write after it is what run
 
 def advertised_disk(sandbox: Any) -> int:
     """diskSizeMB of GET /sandboxes/{id} (get_info does not carry it), in bytes."""
-    config = sandbox.connection_config
-    with httpx.Client(base_url=config.api_url, headers={"X-API-KEY": config.api_key}, timeout=30) as client:
+    with rest() as client:
         return int(client.get(f"/sandboxes/{sandbox.sandbox_id}").json().get("diskSizeMB") or 0) << 20
 
 

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import httpx
-from driver import Context, Deviation, Observed, Refused, excerpt, expect, main, step
+from driver import Context, Deviation, Observed, Refused, excerpt, expect, main, rest, step
 
 SUITES = {"probes", "refusals", "tokens"}
 ERROR_CODES = re.compile(r"\b(unsupported_option|not_implemented|envd_token_invalid|invalid_argument)\b")
@@ -64,12 +64,6 @@ def observe(obs: Observed, observed: Any, e2b: Any) -> None:
     obs["e2b"] = e2b
     if observed != e2b:
         raise Deviation(f"observed {json.dumps(observed)}, E2B: {json.dumps(e2b)}")
-
-
-def api() -> httpx.Client:
-    return httpx.Client(
-        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
-    )
 
 
 def envd_url(sandbox_id: str) -> str:
@@ -260,7 +254,7 @@ def metrics(ctx: Context, obs: Observed) -> None:
 
 @step("pr11_template_build")
 def template_build(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         response = client.post("/v3/templates", json={"name": f"e2b-bench-{ctx.run_id[-8:]}", "cpuCount": 1})
     if response.status_code >= 400:
         raise http_refusal(response, "POST /v3/templates")
@@ -356,7 +350,7 @@ def _create_option(step_id: str):
     def run(ctx: Context, obs: Observed) -> None:
         body = CREATE_OPTIONS[step_id]
         obs["body"] = body
-        with api() as client:
+        with rest() as client:
             response = raw_create(ctx, client, **body)
         if response.status_code != 201:
             raise http_refusal(response, f"create with {', '.join(body)}")
@@ -371,7 +365,7 @@ for _step_id in CREATE_OPTIONS:
 @step("rf07_pause_without_memory")
 def pause_without_memory(ctx: Context, obs: Observed) -> None:
     sbx = ctx.new_sandbox()
-    with api() as client:
+    with rest() as client:
         response = client.post(f"/sandboxes/{sbx.sandbox_id}/pause", json={"memory": False})
     if response.status_code != 204:
         raise http_refusal(response, "pause with memory=false")
@@ -380,7 +374,7 @@ def pause_without_memory(ctx: Context, obs: Observed) -> None:
 @step("rf08_connect_on_resume_reboot")
 def connect_reboot(ctx: Context, obs: Observed) -> None:
     sbx = ctx.new_sandbox()
-    with api() as client:
+    with rest() as client:
         client.post(f"/sandboxes/{sbx.sandbox_id}/pause", json={})
         response = client.post(f"/v2/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 60, "memory": False})
     if response.status_code not in (200, 201):
@@ -389,7 +383,7 @@ def connect_reboot(ctx: Context, obs: Observed) -> None:
 
 @step("rf09_unknown_body_member_ignored")
 def unknown_member(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         response = raw_create(ctx, client, e2bBenchUnknownMember={"nested": [1, 2]})
     obs["status_code"] = response.status_code
     expect(response.status_code == 201, f"create with an unknown member answered {response.status_code}")
@@ -397,7 +391,7 @@ def unknown_member(ctx: Context, obs: Observed) -> None:
 
 def _envd_refusal(rpc: str, body: dict[str, Any], streaming: bool):
     def run(ctx: Context, obs: Observed) -> None:
-        with api() as client:
+        with rest() as client:
             made = raw_create(ctx, client)
         expect(made.status_code == 201, f"create answered {made.status_code}")
         sandbox_id, token = made.json()["sandboxID"], made.json().get("envdAccessToken")
@@ -459,7 +453,7 @@ for _step_id, (_rpc, _body, _streaming) in ENVD_REFUSALS.items():
 def gzip_upload(ctx: Context, obs: Observed) -> None:
     import gzip as gz
 
-    with api() as client:
+    with rest() as client:
         made = raw_create(ctx, client)
     sandbox_id, token = made.json()["sandboxID"], made.json().get("envdAccessToken") or ""
     response = httpx.post(
@@ -484,7 +478,7 @@ def template_build_refusal(ctx: Context, obs: Observed) -> None:
 
 @step("rf15_get_metrics")
 def get_metrics_refusal(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         made = raw_create(ctx, client)
         response = client.get(f"/sandboxes/{made.json()['sandboxID']}/metrics")
     if response.status_code != 200:
@@ -497,7 +491,7 @@ def get_metrics_refusal(ctx: Context, obs: Observed) -> None:
 
 @step("tk01_list_and_get_hide_the_token")
 def token_hidden(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         made = raw_create(ctx, client)
         sandbox_id = made.json()["sandboxID"]
         detail = client.get(f"/sandboxes/{sandbox_id}").text
@@ -510,7 +504,7 @@ def token_hidden(ctx: Context, obs: Observed) -> None:
 
 @step("tk02_every_refused_token_gets_the_same_401")
 def same_401(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         made = raw_create(ctx, client).json()
         sandbox_id, token = made["sandboxID"], made["envdAccessToken"]
         url = f"{envd_url(sandbox_id)}/filesystem.Filesystem/Stat"
@@ -535,7 +529,7 @@ def same_401(ctx: Context, obs: Observed) -> None:
 
 @step("tk03_connect_rotates_the_token")
 def rotation(ctx: Context, obs: Observed) -> None:
-    with api() as client:
+    with rest() as client:
         made = raw_create(ctx, client).json()
         sandbox_id, first = made["sandboxID"], made["envdAccessToken"]
         second = client.post(f"/v2/sandboxes/{sandbox_id}/connect", json={"timeout": 60}).json()["envdAccessToken"]

@@ -35,7 +35,7 @@ from . import baselines as base
 from . import selection
 from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
 from .endpoints import Endpoint, EndpointError, resolve
-from .exits import ExitCode
+from .exits import ExitCode, defer_interrupts
 from .expectations import Expectations, ExpectationsError, judge
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR
@@ -275,6 +275,7 @@ class Benchmark:
             status, exit_code = "aborted", ExitCode.NONCONFORMANT
         finally:
             timer.cancel()
+        defer_interrupts()  # from here on the results are written; a signal now lets them finish
         elapsed = time.monotonic() - started
         if elapsed > self.options.max_seconds or any(
             e.get("stopped") for o in self.outcomes for e in o.measures.values()

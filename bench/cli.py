@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .exits import EPILOG, ExitCode, interrupt_on_sigterm, signal_received
+from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, signal_received
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ class UsageError(Exception):
 def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt_on_sigterm():  # first, so that a SIGTERM at any moment of start-up ends like Ctrl-C
-            return _main(argv)
+            code = _main(argv)
+        return ExitCode.INTERRUPTED if interrupt_deferred() else code
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
 

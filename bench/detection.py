@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .endpoints import resolve
-from .exits import ExitCode
+from .exits import ExitCode, defer_interrupts
 from .lifecycle import Lifecycle
 from .localbox.quirks import OPTION_FIELDS
 from .paths import SANDBOXES_DIR
@@ -217,6 +217,7 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS, report: bool = 
     except Exception:
         life.finish("aborted", ExitCode.USAGE)
         raise
+    defer_interrupts()  # the footer and report of a run whose every quirk ran are written whole
     life.finish("completed", ExitCode.OK if all_detected else ExitCode.NONCONFORMANT)
     return run.path
 

@@ -23,11 +23,14 @@ EPILOG = """exit codes:
   1    some case not conformant (or a quirk not detected, a benchmark sample failed)
   2    configuration, environment or endpoint unusable (one sentence says what to fix); nothing ran
   5    the selection matched no case
-  130  interrupted (Ctrl-C or SIGTERM): runners and their sandboxes stopped, results written
+  130  interrupted (Ctrl-C or SIGTERM): runners and their sandboxes stopped, results written; a signal
+       after the last case lets the results be written as the run ended, then exits 130
 """
 
 
-_RECEIVED: list[int] = []  # signals `interrupt_on_sigterm` turned into KeyboardInterrupt
+_RECEIVED: list[int] = []  # signals `interrupt_on_sigterm` caught (the first one counts; a second exits)
+_WRITING: list[bool] = []  # non-empty once `defer_interrupts` was called: results are being written
+_DEFERRED: list[int] = []  # a first signal that arrived while they were
 
 
 def signal_received() -> bool:
@@ -35,20 +38,42 @@ def signal_received() -> bool:
     return bool(_RECEIVED)
 
 
+def defer_interrupts() -> None:
+    """From here on the command writes its results: a first Ctrl-C or SIGTERM no longer cuts that short (a
+    footer without its report, a report without `latest.json`) but is kept, and `main` exits 130 once the
+    results are written. A second signal still exits at once."""
+    _WRITING.append(True)
+
+
+def interrupt_deferred() -> bool:
+    """Did a first signal arrive after `defer_interrupts` (so the command must still end with 130)?"""
+    return bool(_DEFERRED)
+
+
 @contextlib.contextmanager
 def interrupt_on_sigterm() -> Iterator[None]:
     """SIGTERM behaves like Ctrl-C (KeyboardInterrupt, so the run ends `interrupted`); a second SIGTERM or
-    Ctrl-C while that clean-up runs exits at once with 130."""
+    Ctrl-C while that clean-up runs exits at once with 130. Once results are being written
+    (`defer_interrupts`), the first signal lets them finish."""
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         if _RECEIVED:
             os._exit(ExitCode.INTERRUPTED)
         _RECEIVED.append(signum)
+        if _WRITING:
+            _DEFERRED.append(signum)
+            # os.write, not print: a handler may run in the middle of another write to stderr
+            os.write(2, b"e2b-bench: interrupted while writing the results: finishing them first, then exit 130 "
+                        b"(signal again to exit at once)\n")  # fmt: skip
+            return
         raise KeyboardInterrupt
 
+    for state in (_RECEIVED, _WRITING, _DEFERRED):
+        state.clear()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
+        _WRITING.clear()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
-from .exits import ExitCode
+from .exits import ExitCode, defer_interrupts
 from .housekeeping import RUN_METADATA_KEY, Sweep, leak_record, sweep
 from .junit import write_junit
 from .loadview import LOAD_JSON
@@ -447,6 +447,7 @@ class LoadRun:
             load = run_phase("load", "AgentUser", users, duration, self.options, env, run_id)
         except KeyboardInterrupt:
             status, interrupted = "interrupted", True
+        defer_interrupts()  # the sweep, load.json, footer and report are written whole
         endpoint_cpu = _own_cpu() - cpu_before if self.endpoint.provider.embedded and load else None
         count_end = count_sandboxes(self.endpoint, self.key)
         found, sweep_error = self._sweep(run_id)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conformance import BenchSession, RunOptions
-from .exits import ExitCode
+from .exits import ExitCode, defer_interrupts
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
@@ -200,6 +200,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     bench = _bench(session.config)
     if bench is None or bench.lifecycle.run_dir is None or bench.preflight_error:
         return
+    defer_interrupts()  # a signal after the last case must not cut the leak sweep, footer or report short
     interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
     code: int = (
         ExitCode.OK

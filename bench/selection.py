@@ -88,8 +88,8 @@ def check_model(
     The base URL must answer HTTP at all (any status: a model server may want a key for `/models`), the model
     must be named and the key variable, when named, must be set."""
     if not base_url:
-        if model or key_env:
-            flag = "--model" if model else "--model-key-env"
+        if model is not None or key_env is not None:  # given, even empty: it would be ignored silently
+            flag = "--model" if model is not None else "--model-key-env"
             raise SelectionError(f"{flag} applies to a real model only: give --model-base-url too, or drop {flag}")
         return
     parsed = urlsplit(base_url)

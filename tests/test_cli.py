@@ -26,6 +26,7 @@ MISTAKES = {
     "negative step timeout": (["run", "--step-timeout", "-1"], "--step-timeout must be positive", "not -1"),
     "zero attempts": (["run", "--attempts", "0"], "--attempts must be positive", "not 0"),
     "model name without a model": (["run", "--model", "m"], "--model applies to a real model only", "--model-base-url"),
+    "empty model name, no model": (["run", "--model", ""], "--model applies to a real model only", "drop --model"),
     "empty model name": (["run", "--model-base-url", MODEL, "--model", ""], "--model is empty", "name the model"),
     "unset model key variable": (
         ["run", "--model-base-url", MODEL, "--model", "m", "--model-key-env", "E2B_BENCH_TEST_NO_SUCH_KEY"],

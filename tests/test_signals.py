@@ -1,8 +1,10 @@
 """SIGTERM (what `timeout`, GitLab and Jenkins send) ends a run like Ctrl-C: runners and their sandboxes
-stopped, footer `interrupted`, JUnit, summary and report written, exit 130; a second signal exits at once."""
+stopped, footer `interrupted`, JUnit, summary and report written, exit 130; a second signal exits at once.
+A signal after the last case lets the results be written as the run ended, then exits 130."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from run_cli import REPO
+from run_cli import REPO, only_run_dir
 
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.server import LocalEndpoint
@@ -90,3 +92,52 @@ def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
 
     assert (done.returncode, done.stdout) == (130, "cleaning up\n")
+
+
+def test_while_results_are_written_a_first_signal_waits_for_them_and_a_second_exits_at_once() -> None:
+    script = (
+        "import os, signal, sys, time\n"
+        "from bench.exits import defer_interrupts, interrupt_deferred, interrupt_on_sigterm\n"
+        "with interrupt_on_sigterm():\n"
+        "    defer_interrupts()\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.2)\n"
+        "    print('written', interrupt_deferred(), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+        "    print('never', flush=True)\n"
+    )
+
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+
+    assert (done.returncode, done.stdout) == (130, "written True\n")
+    assert done.stderr.startswith("e2b-bench: interrupted while writing the results: finishing them first")
+
+
+def test_a_signal_after_the_last_case_lets_every_result_be_written_then_exits_130(
+    endpoint: LocalEndpoint, tmp_path: Path
+) -> None:
+    process = started(["run", "quickstart", "-k", "py03", "--runner", RUNNER], endpoint, tmp_path)
+    # junit.xml is the first file the write-up makes; the coverage, footer, report (which imports pandas and
+    # renders templates) and latest.json follow, so the signal lands in the middle of the write-up.
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("*/junit.xml")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[0][-3000:]
+        time.sleep(0.002)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+
+    assert process.returncode == 130, output[-3000:]
+    assert "interrupted while writing the results: finishing them first" in output
+    run = read_run(only_run_dir(tmp_path))
+    # Every selected case ran: the run's record says so, and says how it went.
+    assert run.footer is not None and (run.footer["status"], run.footer["exit_code"]) == ("completed", 0)
+    assert [case.case for case in run.cases if case.suite == "quickstart"] == ["py03_run_nonzero_exit_raises"]
+    assert "GATE PASSED" in (run.path / "summary.md").read_text("utf-8")
+    assert "GATE PASSED" in (run.path / "report.html").read_text("utf-8")
+    latest = json.loads((tmp_path / "latest.json").read_text("utf-8"))
+    assert (latest["run_dir"], latest["status"], latest["summary"]) == (
+        str(run.path.resolve()),
+        "completed",
+        str((run.path / "summary.md").resolve()),
+    )

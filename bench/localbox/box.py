@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 import uuid
@@ -39,7 +40,9 @@ SIGNAL_NAMES: dict[int, str] = {
     signal.SIGALRM: "alarm clock", signal.SIGFPE: "floating point exception", signal.SIGILL: "illegal instruction",
 }  # fmt: skip
 READ_CHUNK = 1 << 16
-END_ON_EXIT_GRACE_S = 0.25
+END_ON_EXIT_POLL_S = 0.01  # how often a command that ended early looks whether its sandbox has gone quiet
+END_ON_EXIT_MAX_S = 60.0  # what still runs this long after the command's process exited is cut off
+IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
 
 
 @dataclass(frozen=True)
@@ -846,9 +849,51 @@ class Box:
         record.exit = ExitStatus.from_wait_status(raw_status)
         record.reaped.set()
         if self.settings.end_on_exit and record.outputs:
-            # Such an endpoint ends a command shortly after its process exits, whatever is still to come.
-            asyncio.get_running_loop().call_later(END_ON_EXIT_GRACE_S, self._finish, record, record.exit)
+            # Such an endpoint ends a command soon after its process exits, whatever is still to come.
+            asyncio.get_running_loop().create_task(self._end_when_quiet(record))
         self._maybe_finish(record)
+
+    async def _end_when_quiet(self, record: ProcessRecord) -> None:
+        """End a command whose process exited (with the `end_on_exit` quirk) once its sandbox is quiet.
+
+        "Soon" is not a fixed time, which on a loaded host would decide by load what gets through: the end
+        comes when every process of the sandbox but pid 1 waits (or is gone) and the command's output
+        holds nothing unread, twice in a row. So a leftover that is still running (`setsid sh -c pwd`)
+        gets its output delivered, one that waits first (`sleep 1; echo late`) does not; after
+        END_ON_EXIT_MAX_S the end comes anyway."""
+        deadline = asyncio.get_running_loop().time() + END_ON_EXIT_MAX_S
+        quiet = 0
+        while not record.done.is_set() and asyncio.get_running_loop().time() < deadline:
+            quiet = quiet + 1 if self._quiet(record) else 0
+            if quiet == 2:
+                break
+            await asyncio.sleep(END_ON_EXIT_POLL_S)
+        if not record.done.is_set() and record.exit is not None:
+            self._finish(record, record.exit)
+
+    def _quiet(self, record: ProcessRecord) -> bool:
+        """No output unread and no thread of the sandbox (but pid 1's) running or runnable."""
+        for fd in record.outputs:
+            with contextlib.suppress(OSError):
+                if int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder):
+                    return False
+        root = self._root_pid()
+        for pid in self.cgroup.pids(root):
+            if pid == root:
+                continue
+            try:
+                tasks = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # gone
+            for task in tasks:
+                try:
+                    stat_line = Path(f"/proc/{pid}/task/{task}/stat").read_text()
+                except OSError:
+                    continue
+                # "pid (comm) S ...": the comm may hold spaces and parentheses, the state follows the last ")"
+                if stat_line[stat_line.rindex(")") + 2] not in IDLE_STATES:
+                    return False
+        return True
 
     def _maybe_finish(self, record: ProcessRecord) -> None:
         if record.exit is not None and not record.outputs:

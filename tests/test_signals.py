@@ -74,41 +74,44 @@ def test_sigterm_mid_run_stops_the_runners_and_writes_every_result(
         assert tagged_sandboxes(client, run_id) == []
 
 
-def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
-    script = (
-        "import os, signal, time\n"
-        "from bench.exits import interrupt_on_sigterm\n"
-        "with interrupt_on_sigterm():\n"
-        "    try:\n"
-        "        os.kill(os.getpid(), signal.SIGTERM)\n"
-        "        time.sleep(30)\n"
-        "    except KeyboardInterrupt:\n"
-        "        print('cleaning up', flush=True)\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "        time.sleep(30)\n"
-        "        print('clean-up finished', flush=True)\n"
+def handled(*body: str) -> subprocess.CompletedProcess[str]:
+    """Run the lines of `body` in a Python process of their own, inside the CLI's `interrupt_on_sigterm()`."""
+    script = "\n".join(
+        [
+            "import os, signal, time",
+            "from bench.exits import defer_interrupts, interrupt_deferred, interrupt_on_sigterm",
+            "with interrupt_on_sigterm():",
+            *(f"    {line}" for line in body),
+        ]
     )
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
 
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+
+def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
+    done = handled(
+        "try:",
+        "    os.kill(os.getpid(), signal.SIGTERM)",
+        "    time.sleep(30)",
+        "except KeyboardInterrupt:",
+        "    print('cleaning up', flush=True)",
+        "    os.kill(os.getpid(), signal.SIGINT)",
+        "    time.sleep(30)",
+        "    print('clean-up finished', flush=True)",
+    )
 
     assert (done.returncode, done.stdout) == (130, "cleaning up\n")
 
 
 def test_while_results_are_written_a_first_signal_waits_for_them_and_a_second_exits_at_once() -> None:
-    script = (
-        "import os, signal, sys, time\n"
-        "from bench.exits import defer_interrupts, interrupt_deferred, interrupt_on_sigterm\n"
-        "with interrupt_on_sigterm():\n"
-        "    defer_interrupts()\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "    time.sleep(0.2)\n"
-        "    print('written', interrupt_deferred(), flush=True)\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    time.sleep(30)\n"
-        "    print('never', flush=True)\n"
+    done = handled(
+        "defer_interrupts()",
+        "os.kill(os.getpid(), signal.SIGTERM)",
+        "time.sleep(0.2)",
+        "print('written', interrupt_deferred(), flush=True)",
+        "os.kill(os.getpid(), signal.SIGINT)",
+        "time.sleep(30)",
+        "print('never', flush=True)",
     )
-
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
 
     assert (done.returncode, done.stdout) == (130, "written True\n")
     assert done.stderr.startswith("e2b-bench: interrupted while writing the results: finishing them first")

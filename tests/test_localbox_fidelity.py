@@ -446,13 +446,15 @@ def test_an_envd_route_not_served_answers_501_from_envd(plain_envd: httpx.Client
 # --- the server never blocks on a sandbox, and client errors are 4xx (#12) ---------------------------------
 
 
-def test_a_fifo_download_neither_hangs_nor_stalls_the_server(sandbox: Sandbox) -> None:
+def test_a_fifo_download_is_refused_without_waiting_for_a_writer(sandbox: Sandbox) -> None:
     sandbox.commands.run("mkfifo /home/user/fifo")
 
-    content = sandbox.files.read("/home/user/fifo")
+    with pytest.raises(InvalidArgumentException) as refused:
+        sandbox.files.read("/home/user/fifo")
     other = sandbox.commands.run("echo answered").stdout
 
-    assert (content, other) == ("", "answered\n")
+    assert "is not a regular file" in str(refused.value)
+    assert other == "answered\n"
 
 
 def test_an_upload_to_a_fifo_is_refused_without_waiting_for_a_reader(sandbox: Sandbox) -> None:

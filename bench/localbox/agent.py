@@ -826,13 +826,23 @@ class Agent:
         return {"pending": err == errno.EINPROGRESS}, [sock.detach()]
 
     def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        """A file to download, opened non-blocking (a FIFO without a writer reads as empty, never hangs)."""
+        """A regular file to download (through links or not), as envd serves only those: a device, FIFO or
+        socket is refused before it is opened (opening one can act, reading one need never end), and again
+        after, should the path have changed in between. Opened non-blocking, so nothing here waits."""
+        path = message["path"]
         with self._creds(message)[0]:
-            fd = open_in_sandbox(message["path"], os.O_RDONLY | os.O_NONBLOCK)
+            found = open_in_sandbox(path, os.O_PATH)  # names the file without opening it
+            try:
+                _refuse_irregular(os.fstat(found).st_mode, path)
+            finally:
+                os.close(found)
+            fd = open_in_sandbox(path, os.O_RDONLY | os.O_NONBLOCK)
         st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
+        try:
+            _refuse_irregular(st.st_mode, path)
+        except OSError:
             os.close(fd)
-            raise IsADirectoryError(errno.EISDIR, "path is a directory", message["path"])
+            raise
         stat_size = st.st_size
         if stat.S_ISREG(st.st_mode) and st.st_dev == os.stat("/proc").st_dev:
             fd = read_here(fd)  # what a /proc file says depends on who reads it: the sandbox, not the server
@@ -868,6 +878,13 @@ class Agent:
             os.close(fd)
             raise
         return {}, [fd]
+
+
+def _refuse_irregular(mode: int, path: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
 
 
 def run_agent(config: dict, sock: socket.socket, lower_fds: list[int]) -> None:

@@ -139,10 +139,9 @@ class Files:
             return Response(b"", media_type="application/octet-stream", headers=headers)
         if compress:
             headers["Content-Encoding"] = "gzip"
-        elif info["regular"] and info["size"] > 0:
-            # A size of 0 (files in /proc) or a FIFO says nothing of the length: such bodies are chunked.
+        else:
             headers["Content-Length"] = str(info["size"])
-        reads = _read_regular(fd) if info["regular"] else _read_stream(fd)
+        reads = _read_regular(fd, info["size"])
         return StreamingResponse(_encoded(reads, compress), media_type="application/octet-stream", headers=headers)
 
     async def upload(self, request: Request) -> Response:
@@ -373,50 +372,17 @@ async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: 
         raise
 
 
-async def _read_regular(fd: int) -> AsyncIterator[bytes]:
-    """A regular file, read by a thread: a read of a file on disk (or in /proc) never waits on the event loop."""
+async def _read_regular(fd: int, size: int) -> AsyncIterator[bytes]:
+    """A regular file's first `size` bytes (its size when opened, as envd sends it), read by a thread: a file
+    a sandbox keeps appending to ends all the same, and each read lets the event loop serve others."""
     loop = asyncio.get_running_loop()
+    left = size
     try:
-        while chunk := await loop.run_in_executor(_readers, os.read, fd, CHUNK):
+        while left > 0 and (chunk := await loop.run_in_executor(_readers, os.read, fd, min(CHUNK, left))):
+            left -= len(chunk)
             yield chunk
     finally:
         os.close(fd)
-
-
-async def _read_stream(fd: int) -> AsyncIterator[bytes]:
-    """A FIFO, pipe or device: read when readable, so a writer that never writes holds no thread or loop."""
-    loop = asyncio.get_running_loop()
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, CHUNK)
-            except BlockingIOError:
-                readable = loop.create_future()
-                try:
-                    loop.add_reader(fd, _wake, readable)
-                except PermissionError:  # a device that cannot be polled: a thread waits for it instead
-                    chunk = await loop.run_in_executor(_readers, _read_when_ready, fd)
-                else:
-                    try:
-                        await readable
-                    finally:
-                        loop.remove_reader(fd)
-                    continue
-            if not chunk:
-                return
-            yield chunk
-    finally:
-        os.close(fd)
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():  # readiness is reported until the reader is removed
-        waiter.set_result(None)
-
-
-def _read_when_ready(fd: int) -> bytes:
-    os.set_blocking(fd, True)
-    return os.read(fd, CHUNK)
 
 
 async def _encoded(chunks: AsyncIterator[bytes], compress: bool) -> AsyncIterator[bytes]:

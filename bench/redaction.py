@@ -20,6 +20,8 @@ SECRET_NAMES = frozenset(
         "Authorization",
         "envdAccessToken",
         "trafficAccessToken",
+        "traffic_access_token",
+        "e2b-traffic-access-token",
         "api_key",
         "apiKey",
         "E2B_API_KEY",

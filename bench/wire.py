@@ -35,7 +35,15 @@ import uvicorn
 
 REDACTED = "[REDACTED]"
 SECRET_HEADERS = frozenset(
-    {"x-api-key", "x-access-token", "authorization", "proxy-authorization", "cookie", "set-cookie"}
+    {
+        "x-api-key",
+        "x-access-token",
+        "e2b-traffic-access-token",
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "set-cookie",
+    }
 )
 SECRET_QUERY_PARAMS = frozenset({"signature", "access_token", "key"})
 # Response members that carry secrets the runner will use later; learnt so no log line shows them.

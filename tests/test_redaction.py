@@ -18,6 +18,8 @@ SECRET = "s3cr3t-v4lue-0042"
         ("key e2b_0123456789abcdef01234567 used", f"key {REDACTED} used"),
         ('{"X-API-KEY": "abc", "n": 1}', f'{{"X-API-KEY": "{REDACTED}", "n": 1}}'),
         ("x-access-token: tok123\nnext", f"x-access-token: {REDACTED}\nnext"),
+        ("e2b-traffic-access-token: tok123\nnext", f"e2b-traffic-access-token: {REDACTED}\nnext"),
+        ("Sandbox(traffic_access_token='tok123')", f"Sandbox(traffic_access_token='{REDACTED}')"),
         ("Authorization: Bearer abc.def", f"Authorization: {REDACTED}"),
         ("Authorization: Basic cm9vdDo=", f"Authorization: {REDACTED}"),
         (
@@ -98,6 +100,7 @@ def test_redact_obj_secret_named_keys_and_substrings() -> None:
         ("X-API-KEY", True),
         ("x-api-key", True),
         ("Authorization", True),
+        ("E2B-Traffic-Access-Token", True),
         ("APIKEY", True),
         ("openai_api_key", True),
         ("MY_SERVICE_TOKEN", True),

@@ -255,6 +255,14 @@ def test_access_tokens_from_create_are_learnt_and_never_logged(proxy: WireProxy)
     assert log_lines(proxy)[1]["request_headers"]["x-debug"] == "token=[REDACTED]"
 
 
+def test_a_traffic_token_header_is_never_logged_even_when_not_learnt(proxy: WireProxy) -> None:
+    httpx.get(f"{proxy.url}/health", headers={"e2b-traffic-access-token": "never-seen-before-token"})
+
+    [line] = log_lines(proxy)
+    assert line["request_headers"]["e2b-traffic-access-token"] == "[REDACTED]"
+    assert "never-seen-before-token" not in proxy.log_path.read_text()
+
+
 def test_unreachable_upstream_gives_a_502_json_error_and_a_logged_line(tmp_path: Path) -> None:
     upstream = f"http://127.0.0.1:{closed_port()}"
 

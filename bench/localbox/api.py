@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from .agentlink import AgentError
 from .box import EGRESS_FILTER
-from .network import EgressRules, NetworkError
+from .network import EgressRules, Ingress, NetworkError
 from .registry import CPU_COUNT, ENVD_VERSION, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
 from .template import RECIPES, TemplateError
@@ -159,8 +159,7 @@ class Api:
         return sandbox
 
     def _created(self, sandbox: Sandbox, token: str, status: int) -> JSONResponse:
-        body = {**sandbox.summary(), "envdAccessToken": token, "trafficAccessToken": None}
-        return JSONResponse(body, status_code=status)
+        return JSONResponse(_tokens(sandbox, token), status_code=status)
 
     def _detail(self, sandbox: Sandbox) -> dict[str, Any]:
         return {
@@ -177,7 +176,9 @@ class Api:
                 "autoResume": sandbox.auto_resume,
                 "onTimeout": "pause" if sandbox.auto_pause else "kill",
             },
-            **({"network": network} if (network := sandbox.egress.wire()) else {}),
+            **(
+                {"network": network} if (network := {**(sandbox.egress.wire() or {}), **sandbox.ingress.wire()}) else {}
+            ),
         }
 
     # --- create --------------------------------------------------------------------------------
@@ -200,6 +201,7 @@ class Api:
         layers = snapshot.layers if snapshot else await self._template_layers(template_id or "base")
         try:
             egress = EgressRules.from_create(body)
+            ingress = Ingress.from_create(body)
         except NetworkError as exc:
             raise ApiError(400, str(exc)) from exc
         _refuse_unenforced(egress)
@@ -217,6 +219,7 @@ class Api:
                 auto_pause=bool(body.get("autoPause")),
                 auto_resume=bool(isinstance(auto_resume, dict) and auto_resume.get("enabled")),
                 egress=egress,
+                ingress=ingress,
             )
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
@@ -454,8 +457,9 @@ class Api:
             auto_resume=source.auto_resume,
             layers=snapshot.layers,
             egress=source.egress,
+            ingress=source.ingress.renewed(),
         )
-        return {**sandbox.summary(), "envdAccessToken": token, "trafficAccessToken": None}
+        return _tokens(sandbox, token)
 
     async def template_build(self, request: Request) -> Response:
         await json_body(request)
@@ -486,6 +490,11 @@ class Api:
             "diskTotal": disk_total,
         }
         return JSONResponse([sample])
+
+
+def _tokens(sandbox: Sandbox, envd_token: str) -> dict[str, Any]:
+    """A create, connect or fork answer: the sandbox and the tokens its client needs."""
+    return {**sandbox.summary(), "envdAccessToken": envd_token, "trafficAccessToken": sandbox.ingress.traffic_token}
 
 
 def _unix_param(request: Request, name: str) -> int | None:

@@ -1,10 +1,13 @@
-"""Egress rules of a sandbox (`PUT /sandboxes/{id}/network`, create's `network`), read and checked as E2B's
-API reads them, and written as the nftables ruleset that enforces them in the sandbox's network namespace."""
+"""A sandbox's network settings as E2B's API reads them from create's `network` (and `PUT /sandboxes/{id}/network`):
+egress rules, written as the nftables ruleset that enforces them in the sandbox's network namespace, and
+ingress, which the port proxy enforces (`allowPublicTraffic: false` -> a traffic access token)."""
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import re
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +17,54 @@ ALL_TRAFFIC = "0.0.0.0/0"
 DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 
 
+TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
+
+
 class NetworkError(ValueError):
-    """An egress configuration E2B's API would refuse with 400."""
+    """A network configuration E2B's API would refuse with 400."""
+
+
+@dataclass(frozen=True, repr=False)
+class Ingress:
+    """Who may reach the sandbox's ports through the port proxy, as E2B's proxy decides it: anyone, or (with
+    `allowPublicTraffic: false`) only requests carrying the sandbox's traffic access token. The raw token lives
+    in memory only, as envd access tokens do; the create and connect answers hand it out."""
+
+    traffic_token: str | None = None
+
+    @classmethod
+    def from_create(cls, body: dict[str, Any]) -> Ingress:
+        network = body.get("network") or {}
+        if not isinstance(network, dict):
+            raise NetworkError("'network' must be an object")
+        public = network.get("allowPublicTraffic")
+        if public is None:
+            return cls()
+        if not isinstance(public, bool):
+            raise NetworkError("'allowPublicTraffic' must be a boolean")
+        return cls() if public else cls.secured()
+
+    @classmethod
+    def secured(cls) -> Ingress:
+        return cls(secrets.token_urlsafe(32))
+
+    def renewed(self) -> Ingress:
+        """The same policy with a token of its own (a fork is a sandbox of its own)."""
+        return self.secured() if self.traffic_token else self
+
+    def refusal(self, presented: str) -> str | None:
+        """Why a proxied request is refused (E2B's message), or None when it may pass."""
+        if self.traffic_token is None:
+            return None
+        if not presented:
+            return f"Sandbox is secured with traffic access token. Token header '{TRAFFIC_TOKEN_HEADER}' is missing"
+        if not hmac.compare_digest(presented.encode(), self.traffic_token.encode()):
+            return "Sandbox is secured with traffic access token. Provided token is invalid."
+        return None
+
+    def wire(self) -> dict[str, Any]:
+        """Its members of a sandbox's `network` detail: only a change from the default is shown."""
+        return {} if self.traffic_token is None else {"allowPublicTraffic": False}
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,8 @@
 As E2B's sandbox proxy: the port comes from `E2b-Sandbox-Port` (with `E2b-Sandbox-Id`) or from a
 `<port>-<sandbox id>.` host name; HTTP bodies stream both ways and WebSocket upgrades are relayed message by
 message. The connection is made inside the sandbox by its agent, so it reaches the sandbox's network stack.
+A sandbox created with `allowPublicTraffic: false` is reached only with its traffic access token, and the
+credentials of this endpoint (API key, envd and traffic tokens, `Authorization`) never reach the sandbox.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from .agentlink import AgentError
+from .network import TRAFFIC_TOKEN_HEADER
 from .registry import Registry, Sandbox
 
 ENVD_PORT = 49983
@@ -29,6 +32,9 @@ HOP_HEADERS = {
     b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
     b"proxy-authorization", b"proxy-authenticate", b"e2b-sandbox-id", b"e2b-sandbox-port",
 }  # fmt: skip
+# The endpoint's own credentials: what the sandbox's server would learn from them is the caller's account.
+CREDENTIAL_HEADERS = {b"x-api-key", b"authorization", b"x-access-token", TRAFFIC_TOKEN_HEADER.encode()}
+NOT_PASSED = HOP_HEADERS | CREDENTIAL_HEADERS
 READ_CHUNK = 1 << 16
 WS_MAX_MESSAGE = 16 << 20
 
@@ -64,6 +70,8 @@ class PortProxy:
             refusal = proxy_error(502, f"The sandbox {sandbox_id} was not found", sandbox_id, port)
         elif sandbox.state != "running":
             refusal = proxy_error(502, f"The sandbox {sandbox_id} is paused", sandbox_id, port)
+        elif (denied := sandbox.ingress.refusal(_header(scope, TRAFFIC_TOKEN_HEADER.encode()))) is not None:
+            refusal = JSONResponse({"sandboxId": sandbox_id, "message": denied, "code": 403}, 403)
         if refusal is not None or sandbox is None:
             await _refuse(scope, receive, send, refusal)
             return
@@ -90,7 +98,7 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, response: JSONResp
 def _request_head(scope: Scope) -> tuple[h11.Request, bool]:
     """The request as it goes on to the sandbox, and whether a body follows."""
     original = {k.lower(): v for k, v in scope["headers"]}
-    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_HEADERS]
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in NOT_PASSED]
     chunked = b"chunked" in original.get(b"transfer-encoding", b"").lower()
     if chunked:
         headers.append((b"transfer-encoding", b"chunked"))
@@ -187,7 +195,7 @@ async def _relay_websocket(
         await _first_to_end(_client_to_sandbox(receive, upstream), _sandbox_to_client(upstream, send))
 
 
-PASSED_WS = {b"cookie", b"authorization", b"origin", b"user-agent"}
+PASSED_WS = {b"cookie", b"origin", b"user-agent"}
 
 
 async def _first_to_end(*relays: Awaitable[None]) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
 from .codeinterp import START_COMMANDS
 from .disk import Disks, unmount_under
-from .network import EgressRules
+from .network import EgressRules, Ingress
 from .quirks import Quirks
 from .template import ensure_template
 
@@ -62,6 +62,7 @@ class Sandbox:
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
+    ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
@@ -242,6 +243,7 @@ class Registry:
         sandbox_id: str | None = None,
         layers: str | None = None,
         egress: EgressRules | None = None,
+        ingress: Ingress | None = None,
     ) -> tuple[Sandbox, str]:
         box = await self._take_box(internet, sandbox_id, layers)
         if egress is not None and not egress.unrestricted:
@@ -267,6 +269,7 @@ class Registry:
             started_at=now,
             end_at=now + timeout_s,
             egress=egress or EgressRules(),
+            ingress=ingress or Ingress(),
         )
         box.on_exit = lambda: self._box_exited(sandbox)
         self.sandboxes[sandbox_id] = sandbox

@@ -285,7 +285,7 @@ def test_a_tree_deeper_than_any_path_is_removed(tmp_path: Path) -> None:
     assert not top.exists()
 
 
-def test_a_sandbox_layer_is_shifted_to_template_ids_at_any_depth_keeping_setuid(tmp_path: Path) -> None:
+def test_a_sandbox_layer_is_shifted_to_template_ids_at_any_depth_dropping_setuid(tmp_path: Path) -> None:
     top = tmp_path / "layer"
     deep_tree(top, 2000, ID_BASE + 1000)
 
@@ -303,7 +303,7 @@ def test_a_sandbox_layer_is_shifted_to_template_ids_at_any_depth_keeping_setuid(
         remove_tree(top)  # pytest's own clean-up of tmp_path is recursive
     assert set(owners.splitlines()) == {"1000:1000"}
     assert len(owners.splitlines()) == 1 + 2000 * 2 + 1  # top, each dir and its f, the setuid s
-    assert stat.S_IMODE(setuid) == 0o4755
+    assert stat.S_IMODE(setuid) == 0o755  # a layer holds no setuid file (#25)
 
 
 def test_a_sandbox_with_a_deep_tree_answers_metrics_and_is_cleaned_up(server: LocalServer) -> None:

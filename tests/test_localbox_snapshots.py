@@ -7,6 +7,8 @@ sandboxes, and the listing and deletion through the SDK and the REST API.
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 from pathlib import Path
 
 import httpx
@@ -14,7 +16,9 @@ import pytest
 from e2b import AsyncSandbox, Sandbox, SandboxException
 from js_sdk import run_js
 
+from bench.localbox.box import shift_ids
 from bench.localbox.server import LocalEndpoint
+from bench.localbox.snapshots import SnapshotError, _copy_tree
 
 STATE = "cat ~/state.txt; test -e /etc/issue && echo issue || echo no-issue; pgrep -x sleep | wc -l"
 
@@ -125,3 +129,69 @@ def test_the_npm_sdk_snapshots_and_forks(endpoint: LocalEndpoint, tmp_path: Path
     )
 
     assert seen == ["js-snap:default", "from js", "from js"]
+
+
+# --- any file tree (#25 item 5) ----------------------------------------------------------------------------
+
+ODD_TREE = (
+    "mkdir -p ~/odd && cd ~/odd && echo data > a && ln a b && mkfifo f && ln -s a link"
+    " && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"s\")'"
+    " && touch \"$(printf 'name-\\377')\" && cp /bin/true su && sudo chown root su && sudo chmod 4755 su"
+)
+DESCRIBE = (
+    'cd ~/odd && stat -c \'%n %F %h %a\' a f link s su; test "$(stat -c %i a)" = "$(stat -c %i b)" && echo linked;'
+    " ls | od -An -c | tr -s ' ' | grep -c '377'; cat b"
+)
+
+
+def test_a_tree_with_hard_links_fifos_sockets_odd_names_and_setuid_snapshots_and_forks(endpoint: LocalEndpoint) -> None:
+    source = Sandbox.create(timeout=120)
+    made: list[Sandbox] = [source]
+    try:
+        source.commands.run(ODD_TREE)
+        before = source.commands.run(DESCRIBE).stdout
+        child = Sandbox.create(template=source.create_snapshot().snapshot_id, timeout=120)
+        made.append(child)
+        forks = [f for f in source.fork(count=1, timeout=60) if isinstance(f, Sandbox)]
+        made += forks
+        seen = [sbx.commands.run(DESCRIBE).stdout for sbx in (child, *forks)]
+    finally:
+        for sbx in made:
+            sbx.kill()
+
+    assert before.splitlines()[:5] == [
+        "a regular file 2 644",
+        "f fifo 1 644",
+        "link symbolic link 1 777",
+        "s socket 1 755",
+        "su regular file 1 4755",
+    ]
+    expected = before.replace("su regular file 1 4755", "su regular file 1 755")  # setuid dropped, as documented
+    assert seen == [expected, expected]
+    assert expected.splitlines()[5:] == ["linked", "1", "data"]
+
+
+def test_a_copy_that_fails_leaves_nothing_and_names_no_host_path(tmp_path: Path) -> None:
+    source, target = tmp_path / "upper", tmp_path / "copy"
+    (source / "d").mkdir(parents=True)
+    (source / "a").write_text("copied first")
+    target.mkdir()
+    (target / "d").write_text("a file where the sandbox has a directory")
+
+    with pytest.raises(SnapshotError) as failed:
+        _copy_tree(source, target, 0)
+
+    assert "/d" in str(failed.value) and str(tmp_path) not in str(failed.value)
+    assert not target.exists()
+
+
+def test_a_layer_keeps_overlay_whiteouts_and_drops_device_nodes(tmp_path: Path) -> None:
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    os.mknod(layer / "whiteout", 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+    os.mknod(layer / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.mknod(layer / "disk", 0o600 | stat.S_IFBLK, os.makedev(7, 0))
+
+    shift_ids(layer, 0)
+
+    assert sorted(p.name for p in layer.iterdir()) == ["whiteout"]

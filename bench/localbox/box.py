@@ -1129,15 +1129,25 @@ def remove_tree(root: Path) -> bool:
 
 
 def shift_ids(root: Path, by: int) -> None:
-    """Add `by` to the owner and group of every entry of a tree (setuid/setgid bits kept), e.g. to turn a
-    sandbox's upper directory (owned by its host id range) into a layer owned by ids 0..65535 as the
-    template is, which any later sandbox mounts idmapped to its own range. Dead, frozen or copied trees only."""
+    """Add `by` to the owner and group of every entry of a tree, e.g. to turn a sandbox's upper directory (owned
+    by its host id range) into a layer owned by ids 0..65535 as the template is, which any later sandbox mounts
+    idmapped to its own range. Each inode is shifted once, however many hard links it has. A layer holds no
+    setuid/setgid file (chown clears the bits and they stay cleared: on the host such a file would belong to
+    root) and no device node but overlay's whiteouts (0:0). Dead, frozen or copied trees only."""
+    shifted: set[tuple[int, int]] = set()
 
     def shift(fd: int | None, name: str, st: os.stat_result | None = None) -> None:
         st = st or os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISBLK(st.st_mode) or (stat.S_ISCHR(st.st_mode) and st.st_rdev != 0):
+            os.unlink(name, dir_fd=fd)
+            return
+        if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+            if (st.st_dev, st.st_ino) in shifted:
+                return
+            shifted.add((st.st_dev, st.st_ino))
         os.chown(name, st.st_uid + by, st.st_gid + by, dir_fd=fd, follow_symlinks=False)
-        if st.st_mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(st.st_mode):
-            os.chmod(name, stat.S_IMODE(st.st_mode), dir_fd=fd)  # chown cleared them
+        if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(name, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID), dir_fd=fd)
 
     walk_down(root, shift, shift)
     shift(None, str(root))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .box import shift_ids
+from .box import remove_tree, shift_ids
 from .disk import Disks
 from .registry import ID_ALPHABET, Registry, Sandbox
 
@@ -109,12 +108,26 @@ def _copy_image(disks: Disks, image: Path, target: Path, id_base: int) -> None:
 
 def _copy_tree(source: Path, target: Path, id_base: int) -> None:
     """Everything of an upper directory, whiteouts and overlay xattrs included (shared blocks where possible),
-    owned by ids 0..65535 like the template, so any sandbox mounts it idmapped to its own range."""
-    done = subprocess.run(
-        ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        shutil.rmtree(target, ignore_errors=True)
-        raise SnapshotError(f"copying the sandbox's files failed: {done.stderr.strip()[-500:]}")
-    if id_base:
+    owned by ids 0..65535 like the template, so any sandbox mounts it idmapped to its own range. Hard links stay
+    links, FIFOs and sockets are copied, setuid/setgid bits and device nodes are dropped (`shift_ids`). On any
+    failure nothing of the copy is left, and the error names paths as the sandbox sees them."""
+    try:
+        done = subprocess.run(
+            ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SnapshotError(f"copying the sandbox's files failed: {_in_sandbox(done.stderr, source, target)}")
         shift_ids(target, -id_base)
+    except BaseException as exc:
+        remove_tree(target)
+        if isinstance(exc, OSError):
+            name = _in_sandbox(str(exc.filename or ""), source, target)
+            raise SnapshotError(f"the sandbox's files could not be copied: {exc.strerror} ({name})") from exc
+        raise
+
+
+def _in_sandbox(text: str, source: Path, target: Path) -> str:
+    """Host paths of the copy's source and target turned into the paths the sandbox sees (`/home/user/...`)."""
+    for root in (f"{source}/.", str(source), f"{target}/.", str(target)):
+        text = text.replace(root, "")
+    return text.strip()[-500:]

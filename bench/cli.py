@@ -326,6 +326,8 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     active = quirks.active()
     print(f"# e2b-bench embedded endpoint (profile {args.profile}{f', quirks {active}' if active else ''})")
     for name, value in endpoint.env().items():
+        if name == "E2B_API_KEY":  # a terminal's scrollback and a CI log are no place for it
+            value = f'"$(cat {server.key_file()})"'
         print(f"export {name}={value}")
     if args.debug_ports:
         print("# also answering E2B_DEBUG=true clients on 127.0.0.1:3000 (API) and 127.0.0.1:49983 (envd)")

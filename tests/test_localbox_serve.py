@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -38,8 +39,11 @@ def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[subproce
         line = process.stdout.readline()
         if not line:
             raise AssertionError(f"serve exited early: {process.stderr.read() if process.stderr else ''}")
-        if match := re.match(r"export (E2B_\w+)=(\S+)", line):
-            exports[match.group(1)] = match.group(2)
+        if match := re.match(r"export (E2B_\w+)=(.+)", line):
+            value = match.group(2)
+            if key_file := re.fullmatch(r'"\$\(cat (.+)\)"', value):  # the key is named by its file, never printed
+                value = Path(key_file.group(1)).read_text().strip()
+            exports[match.group(1)] = value
     return process, exports
 
 
@@ -105,6 +109,31 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
     assert {pid for pid in running if alive(pid)} == set()
     assert not state_dir.exists() or not any(state_dir.rglob("upper"))
     assert str(state_dir) not in Path("/proc/mounts").read_text()
+
+
+def test_serve_names_the_file_holding_its_api_key_and_never_prints_the_key(state_dir: Path) -> None:
+    key = "e2b_" + "2" * 40
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", "serve", "--state-dir", str(state_dir), "--api-key", key],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        banner = [process.stdout.readline() for _ in range(5)]
+        [export] = [line for line in banner if line.startswith("export E2B_API_KEY=")]
+        exported = subprocess.run(["sh", "-c", f"{export.strip()}; echo $E2B_API_KEY"], capture_output=True, text=True)
+        mode = stat.S_IMODE((state_dir / "api-key").stat().st_mode)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+    assert key not in "".join(banner)
+    assert export.strip() == f'export E2B_API_KEY="$(cat {state_dir / "api-key"})"'
+    assert exported.stdout == key + "\n"  # the line still works as it is pasted
+    assert mode == 0o600
+    assert not (state_dir / "api-key").exists()  # gone with the server
 
 
 def test_a_crashed_server_leaves_nothing_running_and_the_next_one_cleans_its_files(tmp_path: Path) -> None:

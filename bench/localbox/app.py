@@ -10,6 +10,7 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,6 +20,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from .api import Api, ApiError, error_response, unimplemented
+from .box import default_state_root
 from .envd import envd_apps, rpc_paths
 from .files import Files
 from .ports import PortProxy, port_target
@@ -54,6 +56,23 @@ def _header(scope: Scope, name: bytes) -> str:
     return ""
 
 
+class HostPaths:
+    """Host paths out of error messages: a path inside a sandbox's root becomes the path the sandbox sees, any
+    other path of the endpoint's (state, template cache) becomes `[host path]`."""
+
+    def __init__(self, roots: list[Path]) -> None:
+        found = sorted({str(root) for root in roots}, key=len, reverse=True)
+        prefix = "|".join(map(re.escape, found))
+        self._in_box = re.compile(
+            rf"(?:{prefix})/(?:[^\s'\"/]+/)*boxes/[^\s'\"/]+/(?:upper|merged)(?P<rest>/[^\s'\"]*)?"
+        )
+        self._other = re.compile(rf"(?:{prefix})[^\s'\":,)]*")
+
+    def scrub(self, message: str) -> str:
+        message = self._in_box.sub(lambda m: m["rest"] or "/", message)
+        return self._other.sub("[host path]", message)
+
+
 def signature(path: str, operation: str, user: str, token: str, expiration: str | None) -> str:
     raw = f"{path}:{operation}:{user}:{token}" + (f":{expiration}" if expiration else "")
     return "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).decode().rstrip("=")
@@ -65,6 +84,15 @@ class LocalboxApp:
     def __init__(self, registry: Registry, debug: bool = False) -> None:
         self.registry = registry
         self.debug = debug
+        config = registry.config
+        self.host_paths = HostPaths(
+            [
+                default_state_root(),
+                config.state_dir,
+                config.template_root.parent,
+                *([config.cache_dir] if config.cache_dir else []),
+            ]
+        )
         self._debug_lock = asyncio.Lock()
         self.rest = Starlette(
             routes=Api(registry).routes(),
@@ -285,10 +313,9 @@ class LocalboxApp:
         raise ApiError(501, "composing files (POST /files/compose) is not implemented by this endpoint")
 
     # --- errors --------------------------------------------------------------------------------
-    @staticmethod
-    async def _api_error(request: Request, exc: Exception) -> Response:
+    async def _api_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, exc.message, exc.error_code)
+        return error_response(exc.status, self.host_paths.scrub(exc.message), exc.error_code)
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -298,10 +325,9 @@ class LocalboxApp:
         message = {404: f"route {request.method} {request.url.path} not found"}.get(exc.status_code, exc.detail)
         return error_response(exc.status_code, str(message))
 
-    @staticmethod
-    async def _crash(request: Request, exc: Exception) -> Response:
+    async def _crash(self, request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+        return error_response(500, self.host_paths.scrub(f"internal error: {type(exc).__name__}: {exc}"))
 
 
 def _limited(receive: Receive, limit: int) -> Receive:

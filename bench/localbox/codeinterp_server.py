@@ -328,7 +328,7 @@ class Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         try:
             body = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
             raise RequestError(400, f"request body is not valid JSON: {exc}") from exc
         if not isinstance(body, dict):
             raise RequestError(400, "request body must be a JSON object")

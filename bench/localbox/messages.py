@@ -39,7 +39,13 @@ def connect_error(exc: AgentError) -> ConnectError:
         return ConnectError(Code.UNAVAILABLE, "sandbox is not running")
     code = ERRNO_CODES.get(exc.errno or 0, Code.INTERNAL)
     target = f": {exc.filename}" if exc.filename else ""
-    return ConnectError(code, f"{exc}{target}")
+    return ConnectError(code, valid_text(f"{exc}{target}"))
+
+
+def valid_text(text: str) -> str:
+    """A file name as a protobuf string can carry it: bytes that are not UTF-8 (kept by Python as surrogates)
+    become U+FFFD, so a directory holding such a name still lists."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def entry_message(info: dict, go_dir_bit: bool = False) -> fs_pb.EntryInfo:
@@ -51,16 +57,16 @@ def entry_message(info: dict, go_dir_bit: bool = False) -> fs_pb.EntryInfo:
     shown = info.get("target_type", kind) if is_symlink else kind
     mtime = info["mtime_ns"]
     return fs_pb.EntryInfo(
-        name=info["name"],
+        name=valid_text(info["name"]),
         type=FILE_TYPES.get(shown, fs_pb.FileType.UNSPECIFIED),
-        path=info["path"],
+        path=valid_text(info["path"]),
         size=info["size"],
         mode=mode,
         permissions=info["permissions"],
         owner=info["owner"],
         group=info["group"],
         modified_time=Timestamp(seconds=mtime // 1_000_000_000, nanos=mtime % 1_000_000_000),
-        symlink_target=info.get("symlink_target"),
+        symlink_target=valid_text(info["symlink_target"]) if "symlink_target" in info else None,
         metadata=info.get("metadata") or {},
         is_symlink=is_symlink,
     )

@@ -244,6 +244,15 @@ class LocalServer:
             )
         )
 
+    def key_file(self) -> Path:
+        """The API key in a file only host root can read (the state directory is 0700, the file 0600, both gone
+        with the server): `serve` names the file and never prints the key."""
+        path = private_dir(self.registry.config.state_dir) / "api-key"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as key:
+            key.write(self.api_key + "\n")
+        return path
+
     @property
     def endpoint(self) -> LocalEndpoint:
         url = f"http://{self.host}:{self.port}"

@@ -171,8 +171,17 @@ def _free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
+FETCH = (
+    "import urllib.request, urllib.error\n"
+    "try:\n"
+    "    print(urllib.request.urlopen('http://127.0.0.1:49983/files?path=/etc/hostname', timeout=60).status)\n"
+    "except urllib.error.HTTPError as refused:\n"
+    "    print(refused.code)\n"
+)
+
+
 @pytest.mark.skipif(not (_free(3000) and _free(49983)), reason="ports 3000 and 49983 are taken on this host")
-def test_debug_ports_serve_clients_that_never_call_the_api() -> None:
+def test_debug_ports_serve_clients_that_never_call_the_api_if_they_run_as_the_servers_user() -> None:
     process, _ = start_serve("--debug-ports")
     try:
         code = (
@@ -193,12 +202,21 @@ def test_debug_ports_serve_clients_that_never_call_the_api() -> None:
             timeout=60,
             check=False,
         )
+        run_as = {"own user": [], "another user": ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]}
+        fetched = {
+            who: subprocess.run(
+                [*prefix, "/usr/bin/python3", "-c", FETCH], capture_output=True, text=True, timeout=120, check=False
+            ).stdout.strip()
+            for who, prefix in run_as.items()
+        }
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["debug_sandbox_id", "debug_sandbox_id", "/home/user/d.txt"]
+    # E2B_DEBUG clients send no token: a process of another host user gets envd's 401, the server's own user runs.
+    assert fetched == {"own user": "200", "another user": "401"}
 
 
 def read_envelopes(body: bytes) -> list[tuple[int, dict]]:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
+import ipaddress
 import logging
+import os
 import re
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -71,6 +75,32 @@ class HostPaths:
     def scrub(self, message: str) -> str:
         message = self._in_box.sub(lambda m: m["rest"] or "/", message)
         return self._other.sub("[host path]", message)
+
+
+def peer_uid(scope: Scope) -> int | None:
+    """The host user owning the client's end of a loopback TCP connection (None when it cannot be told)."""
+    client, server = scope.get("client"), scope.get("server")
+    if not client or not server:
+        return None
+    try:
+        ends = {_proc_net_address(client[0], client[1]), _proc_net_address(server[0], server[1])}
+    except ValueError:
+        return None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            next(rows)
+            for row in rows:
+                fields = row.split()
+                if fields[1] == _proc_net_address(client[0], client[1]) and {fields[1], fields[2]} == ends:
+                    return int(fields[7])
+    return None
+
+
+def _proc_net_address(host: str, port: int) -> str:
+    """An address as /proc/net/tcp{,6} writes it: the address's 32-bit words in host order, then the port."""
+    packed = ipaddress.ip_address(host).packed
+    words = [packed[i : i + 4] for i in range(0, len(packed), 4)]
+    return "".join(struct.pack("=I", int.from_bytes(w, "big")).hex().upper() for w in words) + f":{port:04X}"
 
 
 def signature(path: str, operation: str, user: str, token: str, expiration: str | None) -> str:
@@ -182,6 +212,9 @@ class LocalboxApp:
         refused = quirks.token_error
         sandbox_id = _header(scope, b"e2b-sandbox-id")
         if self.debug and sandbox_id in (DEBUG_SANDBOX_ID, ""):
+            # E2B_DEBUG clients send no token: the shared sandbox is for processes of this server's own user.
+            if peer_uid(scope) != os.getuid():
+                return refused
             return await self._debug_sandbox()
         if not sandbox_id and (match := HOST_ROUTE.match(_header(scope, b"host"))):
             sandbox_id = match.group(1)

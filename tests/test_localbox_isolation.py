@@ -13,8 +13,10 @@ import pytest
 from e2b import Sandbox
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from run_cli import e2b_bench, only_run_dir
 
 from bench.localbox.server import LocalEndpoint
+from bench.results import read_run
 
 
 def host_pids_of(sandbox: Sandbox) -> set[int]:
@@ -238,3 +240,41 @@ def test_an_envd_request_without_a_sandbox_id_reaches_only_the_sandbox_its_token
     sizes = [str(len(sbx.sandbox_id)) for sbx in (first, second)]  # int64 is a string in Connect's JSON
     assert [(r.status_code, r.json()["entry"]["size"]) for r in stats] == [(200, size) for size in sizes]
     assert [r.status_code for r in unknown] == [401, 401]
+
+
+# --- the isolation suite's probes of #25 (is13..is16), run as a user runs them -----------------------------
+
+SERVER_PROBES = (
+    "is13_device_download_does_not_stall_others",
+    "is14_port_proxy_hides_credentials",
+    "is15_traffic_token_enforced",
+    "is16_hard_linked_tree_snapshots",
+)
+
+
+def test_the_isolation_suites_server_probes_pass_on_the_embedded_endpoint_and_say_what_they_saw(
+    tmp_path: Path,
+) -> None:
+    done = e2b_bench(
+        "run",
+        "isolation",
+        "--runner",
+        "py-e2b-2.63.0",
+        "-k",
+        " or ".join(SERVER_PROBES),
+        "--results-dir",
+        str(tmp_path),
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = {c.case: c for c in read_run(only_run_dir(tmp_path)).cases if c.suite == "isolation"}
+    assert sorted(cases) == sorted(SERVER_PROBES)
+    assert {c.outcome for c in cases.values()} == {"pass"}
+    details = {name: case.details for name, case in cases.items()}
+    assert details["is13_device_download_does_not_stall_others"]["ping_status"] == 200
+    assert "is not a regular file" in details["is13_device_download_does_not_stall_others"]["download"]["error"]
+    seen = details["is14_port_proxy_hides_credentials"]["headers_seen"]
+    assert "x-e2b-bench-probe" in seen and not {"x-api-key", "authorization", "x-access-token"} & set(seen)
+    assert details["is15_traffic_token_enforced"]["statuses"] == {"none": 403, "wrong": 403, "valid": 200}
+    linked = details["is16_hard_linked_tree_snapshots"]["seen"]
+    assert linked[0] == linked[1] and linked[0].startswith("2 ") and linked[2] == "linked"

@@ -16,7 +16,7 @@ import textwrap
 from typing import Any
 from urllib.parse import urlsplit
 
-from driver import Context, Observed, expect, main, rest, step
+from driver import Context, Observed, excerpt, expect, main, rest, step
 
 SUITES = {"isolation"}
 
@@ -201,6 +201,136 @@ def disk_limit(ctx: Context, obs: Observed) -> None:
         obs["write_after_removal"].endswith("status=0"),
         f"the sandbox could not write after its files were removed: {obs['write_after_removal']}",
     )
+
+
+# --- what a sandbox or a client can do to the server and to other clients (#25) ---------------------------
+
+HEADER_LOG = textwrap.dedent("""
+    import sys
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            with open("/tmp/e2b-bench-headers", "a") as log:
+                log.write(" ".join(name.lower() for name in self.headers) + "\\n")
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+""")
+LOG_PORT = 7392
+CREDENTIALS = ("x-api-key", "authorization", "x-access-token", "e2b-traffic-access-token")
+TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
+
+
+def serve_header_log(sandbox: Any) -> None:
+    """The case's own listener: a server on LOG_PORT of the sandbox's loopback writing the header names it gets."""
+    sandbox.files.write("/tmp/e2b-bench-header-log.py", HEADER_LOG)
+    sandbox.commands.run(f"python3 /tmp/e2b-bench-header-log.py {LOG_PORT} >/dev/null 2>&1 &")
+    shell(sandbox, f"for i in $(seq 100); do curl -s -o /dev/null localhost:{LOG_PORT} && break; sleep 0.1; done")
+    shell(sandbox, "rm -f /tmp/e2b-bench-headers")
+
+
+def port_get(sandbox: Any, port: int, headers: dict[str, str]) -> Any:
+    """A GET of the sandbox's port through the endpoint: by headers at E2B_SANDBOX_URL when one is set (a single
+    sandbox URL), else at the host name `get_host` gives, as E2B routes it."""
+    import httpx
+
+    base = os.environ.get("E2B_SANDBOX_URL")
+    if base:
+        routed = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port)}
+        return httpx.get(base, headers={**routed, **headers}, timeout=30)
+    return httpx.get(f"https://{sandbox.get_host(port)}", headers=headers, timeout=30)
+
+
+@step("is13_device_download_does_not_stall_others")
+def device_download(ctx: Context, obs: Observed) -> None:
+    import threading
+    import time
+
+    first, _ = pair(ctx)
+    shell(first, "ln -sf /dev/zero /tmp/e2b-bench-zero")
+    outcome: dict[str, Any] = {}
+
+    def download() -> None:
+        try:
+            outcome["bytes"] = len(first.files.read("/tmp/e2b-bench-zero", format="bytes", request_timeout=30))
+        except Exception as exc:  # the refusal (or the cut) is what the case records
+            outcome["error"] = f"{type(exc).__name__}: {excerpt(str(exc))}"
+
+    reader = threading.Thread(target=download, daemon=True)
+    reader.start()
+    started = time.monotonic()
+    with rest() as client:
+        ping = client.get(f"/sandboxes/{first.sandbox_id}")
+    obs["ping_status"], obs["ping_ms"] = ping.status_code, round((time.monotonic() - started) * 1000, 1)
+    reader.join(60)
+    obs["download"] = outcome or "still streaming after 60 s"
+    expect(
+        ping.status_code == 200, f"another client was not answered while /dev/zero was downloaded: {ping.status_code}"
+    )
+    expect(bool(outcome), "a download of /dev/zero was still streaming after 60 s")
+
+
+@step("is14_port_proxy_hides_credentials")
+def port_credentials(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    serve_header_log(first)
+    sent = {
+        "X-API-Key": os.environ.get("E2B_API_KEY", ""),
+        "Authorization": "Bearer " + os.environ.get("E2B_API_KEY", ""),
+        "X-Access-Token": getattr(first, "_envd_access_token", None) or "e2b-bench-probe",
+        "X-E2B-Bench-Probe": "kept",
+    }
+    answer = port_get(first, LOG_PORT, sent)
+    seen = shell(first, "cat /tmp/e2b-bench-headers").split()
+    obs.update(status=answer.status_code, headers_seen=seen)
+    expect(answer.status_code == 200, f"the sandbox's port answered {answer.status_code}")
+    expect("x-e2b-bench-probe" in seen, "the request did not reach the sandbox's server")
+    leaked = [name for name in CREDENTIALS if name in seen]
+    expect(not leaked, f"the port proxy passed the caller's credentials into the sandbox: {leaked}")
+
+
+@step("is15_traffic_token_enforced")
+def traffic_token(ctx: Context, obs: Observed) -> None:
+    secured = ctx.new_sandbox(network={"allow_public_traffic": False})
+    token = secured.traffic_access_token
+    obs["has_token"] = bool(token)
+    expect(bool(token), "a sandbox created with allowPublicTraffic: false has no traffic_access_token")
+    serve_header_log(secured)
+    statuses = {
+        "none": port_get(secured, LOG_PORT, {}).status_code,
+        "wrong": port_get(secured, LOG_PORT, {TRAFFIC_TOKEN_HEADER: token[:-2] + "xx"}).status_code,
+        "valid": port_get(secured, LOG_PORT, {TRAFFIC_TOKEN_HEADER: token}).status_code,
+    }
+    reached = len(shell(secured, "cat /tmp/e2b-bench-headers").splitlines())
+    obs.update(statuses=statuses, requests_reached=reached)
+    expect(statuses == {"none": 403, "wrong": 403, "valid": 200}, f"traffic token not enforced as E2B does: {statuses}")
+    expect(reached == 1, f"{reached} requests reached the sandbox's server, not only the one with the token")
+
+
+@step("is16_hard_linked_tree_snapshots")
+def hard_links(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox
+
+    first, _ = pair(ctx)
+    shell(first, "mkdir -p ~/e2b-bench-links && cd ~/e2b-bench-links && echo linked > a && ln -f a b")
+    snapshot = first.create_snapshot()
+    obs["snapshot"] = snapshot.snapshot_id
+    try:
+        child = Sandbox.create(template=snapshot.snapshot_id, timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+        ctx.created.append(child.sandbox_id)
+        seen = shell(child, "cd ~/e2b-bench-links && stat -c '%h %i' a b && cat b").splitlines()
+    finally:
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+    obs["seen"] = seen
+    expect(len(seen) == 3 and seen[2] == "linked", f"the snapshot's files are not the source's: {seen}")
+    expect(seen[0] == seen[1] and seen[0].startswith("2 "), f"the hard link did not stay one file: {seen[:2]}")
 
 
 if __name__ == "__main__":

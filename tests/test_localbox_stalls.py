@@ -109,3 +109,11 @@ def test_sigterm_stops_serve_while_a_client_holds_a_download_and_another_asks_fo
 
     assert held and refused == [400]
     assert process.returncode == 0
+
+
+def test_a_signed_url_to_a_device_is_refused_the_same_way(sandbox: Sandbox) -> None:
+    sandbox.commands.run("ln -s /dev/zero ~/zero-link")
+
+    answer = httpx.get(sandbox.download_url("/home/user/zero-link", use_signature_expiration=60), timeout=60)
+
+    assert (answer.status_code, answer.json()["message"]) == (400, "path '/home/user/zero-link' is not a regular file")

@@ -110,7 +110,10 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "upload_ignores_gzip": (*both("gzip"), "probes/pr07_gzip"),
 }  # fmt: skip
 # Behaviours a refused create/pause/connect option also breaks.
-OPTION_BEHAVIOURS: dict[str, tuple[str, ...]] = {"pauseWithoutMemory": both("pause_filesystem")}
+OPTION_BEHAVIOURS: dict[str, tuple[str, ...]] = {
+    "pauseWithoutMemory": both("pause_filesystem"),
+    "network": ("refusals/rf16_create_private_traffic",),  # allowPublicTraffic is a network member too
+}
 # Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
 FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "dir_mode_go_bit": both("dir_mode"),
@@ -121,6 +124,7 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "kill_returns_early": both("background_list_kill"),
     "signed_url_generic_error": both("signed_url_refusals"),
     "metrics_ignore_window": both("metrics_window"),
+    "ignore_traffic_token": ("refusals/rf16_create_private_traffic",),
     "pause_keeps_memory": both("pause_filesystem"),
     "files_write_as_user": both("file_metadata_replaced"),
     "unknown_route_404": both("rest_statuses"),

@@ -48,6 +48,7 @@ class Quirks:
     pause_keeps_memory: bool = False  # a pause with memory: false still keeps every process
     files_write_as_user: bool = False  # POST /files writes with the user's rights (403 under root's dirs)
     unknown_route_404: bool = False  # an unimplemented route answers a bare 404
+    ignore_traffic_token: bool = False  # allowPublicTraffic: false is accepted and ignored (no trafficAccessToken)
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
 

@@ -362,6 +362,19 @@ for _step_id in CREATE_OPTIONS:
     step(_step_id)(_create_option(_step_id))
 
 
+@step("rf16_create_private_traffic")
+def create_private_traffic(ctx: Context, obs: Observed) -> None:
+    body = {"network": {"allowPublicTraffic": False}}
+    obs["body"] = body
+    with rest() as client:
+        response = raw_create(ctx, client, **body)
+    if response.status_code != 201:
+        raise http_refusal(response, "create with network.allowPublicTraffic false")
+    token = response.json().get("trafficAccessToken")
+    obs["has_traffic_token"] = bool(token)  # the token itself is a secret: only whether it came
+    expect(isinstance(token, str) and bool(token), "allowPublicTraffic: false was accepted with no trafficAccessToken")
+
+
 @step("rf07_pause_without_memory")
 def pause_without_memory(ctx: Context, obs: Observed) -> None:
     sbx = ctx.new_sandbox()

@@ -29,6 +29,7 @@ from .envd import envd_apps, rpc_paths
 from .files import Files
 from .ports import PortProxy, port_target
 from .registry import Registry, Sandbox
+from .template import default_cache_dir
 
 log = logging.getLogger("e2b-bench.localbox")
 
@@ -120,7 +121,7 @@ class LocalboxApp:
                 default_state_root(),
                 config.state_dir,
                 config.template_root.parent,
-                *([config.cache_dir] if config.cache_dir else []),
+                config.cache_dir or default_cache_dir(),
             ]
         )
         self._debug_lock = asyncio.Lock()

@@ -312,3 +312,22 @@ def test_a_server_told_to_prepare_an_unknown_template_says_which_exist() -> None
     assert (
         str(refused.value) == "there is no built-in template 'code-interpreter-v9' (known: base, code-interpreter-v1)"
     )
+
+
+def test_the_code_interpreters_port_follows_the_traffic_token_rules(endpoint: LocalEndpoint) -> None:
+    ensure_template(name="code-interpreter-v1")
+    sbx = Sandbox.create(timeout=120, network={"allow_public_traffic": False})
+    try:
+        ran = sbx.run_code("6 * 7").results[0].text  # the SDK sends the sandbox's traffic token itself
+        port = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"}
+        without = httpx.get(f"{endpoint.sandbox_url}/health", headers=port)
+        with_token = httpx.get(
+            f"{endpoint.sandbox_url}/health",
+            headers={**port, "e2b-traffic-access-token": sbx.traffic_access_token or ""},
+        )
+    finally:
+        sbx.kill()
+
+    assert ran == "42"
+    assert (without.status_code, without.json()["code"]) == (403, 403)
+    assert with_token.status_code == 200

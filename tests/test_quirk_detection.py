@@ -61,7 +61,7 @@ def test_the_faithful_profile_flags_nothing(tmp_path: Path) -> None:
 
     assert flagged(baseline) == []
     # probes, refusals, the Python behaviours under both clients, the leak check
-    assert len(read_run(baseline).cases) == 17 + 15 + 2 * BEHAVIOURS + 1
+    assert len(read_run(baseline).cases) == 17 + 16 + 2 * BEHAVIOURS + 1
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))

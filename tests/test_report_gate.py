@@ -18,10 +18,7 @@ PREFLIGHT = (
     "preflight failed, no case ran: endpoint staging at http://127.0.0.1:9 is unreachable (connection refused): "
     "check E2B_API_URL"
 )
-RERUN_PY02 = (
-    "./e2b-bench run --endpoint staging --step-timeout 120 --runner py-e2b-2.63.0 --include-slow "
-    "sandboxes/e2b/test_quickstart.py -k 'test_quickstart[py-e2b-2.63.0/py02_run_echo]'"
-)
+RERUN_PY02 = "./e2b-bench run --endpoint staging --step-timeout 120 --case quickstart/py-e2b-2.63.0/py02_run_echo"
 
 
 def rendered(tmp_path: Path, *names: str) -> ReportPaths:

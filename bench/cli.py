@@ -22,6 +22,7 @@ ENVIRONMENT = """environment variables read:
   E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
   E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
+  E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """
 SUITE_MARK = re.compile(r"""@pytest\.mark\.suite\(["'](?P<suite>[\w-]+)["']\)\s*\ndef (?P<function>\w+)""")

@@ -30,6 +30,7 @@ from bench.verdict import preflight_error, rerun_command, verdict
 
 CAUSES_JSON = "causes.json"
 CI_INTERVAL_S = 30.0  # a progress line this often when the terminal is not a TTY (CI logs)
+INTERVAL_ENV = "E2B_BENCH_PROGRESS_S"  # overrides it
 TTY_INTERVAL_S = 1.0  # the live bar's redraw
 BAR_WIDTH = 24
 LISTED_FAILURES = 10  # non-conformant cases shown with their re-run line before the verdict
@@ -45,6 +46,15 @@ class Pair:
     failing: set[str] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
     ended: float | None = None
+
+
+def ci_interval() -> float:
+    """Seconds between progress lines off a TTY: `E2B_BENCH_PROGRESS_S` when it is a positive number."""
+    try:
+        value = float(os.environ.get(INTERVAL_ENV, ""))
+    except ValueError:
+        return CI_INTERVAL_S
+    return value if value > 0 else CI_INTERVAL_S
 
 
 def origin(url: str) -> str:
@@ -122,7 +132,7 @@ class Console:
         # A copy of the terminal taken now, before pytest captures fd 1 for each test.
         self.out = stream or os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, errors="replace")
         self.tty = self.out.isatty() if tty is None else tty
-        self.interval_s = interval_s or (TTY_INTERVAL_S if self.tty else CI_INTERVAL_S)
+        self.interval_s = interval_s or (TTY_INTERVAL_S if self.tty else ci_interval())
         self.bench: BenchSession | None = None
         self.pairs: dict[tuple[str, str], Pair] = {}
         self.item_cases: dict[str, tuple[str, str, str]] = {}  # pytest node id -> (suite, runner, step)
@@ -346,22 +356,26 @@ class Console:
 
 
 def empty_selection(narrowing: Sequence[tuple[str, int]], config: pytest.Config) -> str:
-    """One sentence naming what left no case: the suites and runners, -k/-m, --case or --shard."""
+    """One sentence naming what left no case: the suites, paths and runners, -k/-m, --case or --shard."""
     emptied = next((index for index, (_, left) in enumerate(narrowing) if left == 0), None)
+    lead = "no case matched the selection"
     if emptied is None:
-        return "no case matched the selection"
+        return lead
     stage, before = narrowing[emptied][0], narrowing[emptied - 1][1] if emptied else 0
     if stage == "suites and runners":
         runners = ", ".join(config.getoption("runner")) or "the default runners"
-        return f"the suites given have no case for {runners}: pick runners that have them (`e2b-bench runners`)"
+        return (
+            f"{lead}: the suites or paths given have no case for {runners} "
+            "(`e2b-bench runners` lists the runners, `e2b-bench run --help` the suites)"
+        )
     if stage == "-k/-m":
         given = [f"{flag} {value!r}" for flag, value in (("-k", config.option.keyword), ("-m", config.option.markexpr))
                  if value]  # fmt: skip
-        return f"{' and '.join(given) or '-k/-m'} left none of the {before} case(s) of the suites given"
+        return f"{lead}: {' and '.join(given) or '-k/-m'} left none of the {before} case(s) of the suites given"
     if stage == "--case":
         patterns = " ".join(f"--case {p!r}" for p in config.getoption("case"))
         return (
-            f"{patterns} matched none of the {before} case(s) selected (a case id is suite/runner/case, e.g. "
-            "quickstart/py-e2b-2.63.0/py01_create; fnmatch patterns like 'behaviours/*/sync_files_*' work too)"
+            f"{lead}: {patterns} matched none of the {before} case(s) selected (a case id is suite/runner/case, "
+            "e.g. quickstart/py-e2b-2.63.0/py01_create; fnmatch patterns like 'behaviours/*/sync_files_*' work too)"
         )
-    return f"shard {config.getoption('shard')} got none of the {before} case(s) selected: use fewer shards"
+    return f"{lead}: shard {config.getoption('shard')} got none of the {before} case(s) selected: use fewer shards"

@@ -48,6 +48,10 @@ class Pair:
     ended: float | None = None
 
 
+def _listed(value: object) -> str:
+    return ",".join(sorted(map(str, value))) if isinstance(value, list | tuple | set | frozenset) else str(value)
+
+
 def ci_interval() -> float:
     """Seconds between progress lines off a TTY: `E2B_BENCH_PROGRESS_S` when it is a positive number."""
     try:
@@ -273,8 +277,9 @@ class Console:
         endpoint = bench.endpoint
         where = "embedded" if endpoint.provider.embedded else origin(endpoint.api_url) or endpoint.kind
         quirks = bench.lifecycle.quirks
-        active = quirks.active() if quirks is not None else None
-        shaped = f", quirks {active}" if active else ""
+        active = quirks.active() if quirks is not None else {}
+        shown = [name if value is True else f"{name}={_listed(value)}" for name, value in active.items()]
+        shaped = f", quirks {' '.join(shown)}" if shown else ""
         runners = sorted({runner for _, runner in bench.selected})
         cases = sum(pair.total for pair in self.pairs.values())
         return [

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .benchdoc import read_bench
 from .results import CaseRecord, Run, RunError
+from .runners.manifest import load_manifest
 
 PREFLIGHT_JSON = "preflight.json"
 # `run` flags that decide what a case meets: repeated in the re-run command as the run used them.
@@ -109,10 +110,22 @@ def _flags(argv: Sequence[str]) -> list[str]:
     return kept
 
 
+def case_suites() -> set[str]:
+    """The suites whose cases `run --case` selects: those with steps in a manifest."""
+    return {
+        suite
+        for suite, tables in load_manifest().items()
+        if any(isinstance(table, dict) and table.get("steps") for table in tables.values())
+    }
+
+
 def rerun_command(run: Run, case: CaseRecord) -> str:
     """A command that runs just this case again (`--case <id>`, which also picks its runner and lets a slow case
-    run) against the same endpoint, with the flags the run used."""
+    run) against the same endpoint, with the flags the run used. A case no suite holds (the leak check, a
+    benchmark measure, a missing shard) comes from the whole command: that command again."""
     argv = [str(item) for item in run.header.get("argv", [])]
+    if case.suite not in case_suites():
+        return shlex.join(["./e2b-bench", *argv[1:]]) if len(argv) > 1 else "./e2b-bench run"
     flags = _flags(argv)
     if "--endpoint" not in flags:
         endpoint = run.header["endpoint"]

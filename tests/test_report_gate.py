@@ -10,6 +10,8 @@ import pytest
 
 from bench.junit import write_junit
 from bench.report import ReportPaths, render
+from bench.results import read_run
+from bench.verdict import rerun_command
 from tests.html_dom import select
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
@@ -263,3 +265,26 @@ def test_a_sandbox_named_in_the_error_picks_the_wire_excerpt(tmp_path: Path) -> 
         "  02:00:12.300 GET http://127.0.0.1:9/sandboxes/i4k2sm0x7v1c9q3e5t8z/metrics → 404 (3.5 ms)\n"
         "02:00:13.000 POST http://127.0.0.1:9/process.Process/Start → 200 (40.0 ms)\n"
     ) in case.text
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "case", "rerun"),
+    [
+        (
+            RUNS / "nightly-02",
+            "housekeeping/harness/leak_check",
+            "./e2b-bench run --endpoint staging --step-timeout=120",
+        ),
+        (
+            RUNS.parent / "bench-history" / "20261130T105815Z-bench-local",
+            "bench/py-e2b-2.63.0/upload",
+            "./e2b-bench bench -n 3 --runner py-e2b-2.63.0 --modes sequential --transfer-mib 1 "
+            "--results-dir /tmp/gate-bench --no-report",
+        ),
+    ],
+)
+def test_a_case_no_suite_holds_is_rerun_by_the_command_that_made_it(run_dir: Path, case: str, rerun: str) -> None:
+    run = read_run(run_dir, allow_truncated=True)
+    record = next(record for record in run.cases if record.id == case)
+
+    assert rerun_command(run, record) == rerun

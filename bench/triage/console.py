@@ -117,7 +117,7 @@ class HarnessLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.console.verbosity > 0:
-            self.console.say(self.format(record))
+            self.console._write(self.format(record))
         else:
             self.hidden += 1
 
@@ -134,6 +134,7 @@ class Console:
     ) -> None:
         self.verbosity = verbosity
         # A copy of the terminal taken now, before pytest captures fd 1 for each test.
+        self.owned = stream is None
         self.out = stream or os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, errors="replace")
         self.tty = self.out.isatty() if tty is None else tty
         self.interval_s = interval_s or (TTY_INTERVAL_S if self.tty else ci_interval())
@@ -355,9 +356,12 @@ class Console:
             lines.append(f"… and {len(failing) - LISTED_FAILURES} more non-conformant case(s) in the report")
         return lines
 
+    @pytest.hookimpl(trylast=True)  # after the bench plugin stopped the embedded endpoint (its disks log here)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         logging.getLogger(HARNESS_LOGGER).removeHandler(self.log)
         logging.getLogger(HARNESS_LOGGER).propagate = True
+        if self.owned:
+            self.out.close()
 
 
 def empty_selection(narrowing: Sequence[tuple[str, int]], config: pytest.Config) -> str:

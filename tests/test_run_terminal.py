@@ -4,7 +4,9 @@ on a real terminal (tmux), looked at on its screen."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
 import shlex
 import shutil
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.triage.console import verdict_line
+from bench.triage.console import Console, verdict_line
 from tests.run_cli import REPO, e2b_bench, only_run_dir
 
 PY = "py-e2b-2.63.0"
@@ -129,3 +131,17 @@ def test_on_a_terminal_a_live_bar_shows_each_suite_and_runner_then_gives_way_to_
     assert bars and all(line.startswith(f"  quickstart/{PY} [") for line in bars)
     assert not [line for line in final if re.search(r"\[[#-]{24}\]", line)]  # the bar is gone at the end
     assert any(line.startswith("CONFORMANT: 5 cases; gate passed; report: ") for line in final)
+
+
+@pytest.mark.parametrize(("verbosity", "shown"), [(0, ""), (1, "e2b-bench: the disk still holds /dev/loop7\n")])
+def test_a_harness_warning_reaches_the_terminal_only_with_verbose(verbosity: int, shown: str) -> None:
+    out = io.StringIO()
+    console = Console(verbosity=verbosity, stream=out, tty=False)
+    localbox = logging.getLogger("e2b-bench.localbox")
+    logging.getLogger("e2b-bench").addHandler(console.log)
+    try:
+        localbox.warning("e2b-bench: the disk still holds %s", "/dev/loop7")
+    finally:
+        logging.getLogger("e2b-bench").removeHandler(console.log)
+
+    assert (out.getvalue(), console.log.hidden) == (shown, 0 if shown else 1)

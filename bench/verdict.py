@@ -30,6 +30,7 @@ ENDPOINT_FLAGS = (
     "--attempts",
     "--results-dir",
 )
+WIRE_BODIES = "--wire-bodies"  # what the wire log keeps, repeated too
 STATUS_REASONS = {
     "interrupted": "interrupted (Ctrl-C or SIGTERM) before every selected case ran",
     "aborted": "aborted before every selected case ran",
@@ -101,6 +102,10 @@ def _flags(argv: Sequence[str]) -> list[str]:
     items = list(argv)
     for index, item in enumerate(items):
         name, equals, value = item.partition("=")
+        if name == WIRE_BODIES:  # its BYTES are optional: kept only when given
+            following = items[index + 1] if index + 1 < len(items) else ""
+            kept += [name, value] if equals else [name, following] if following.isdigit() else [name]
+            continue
         if name not in ENDPOINT_FLAGS:
             continue
         if equals:

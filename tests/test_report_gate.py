@@ -288,3 +288,22 @@ def test_a_case_no_suite_holds_is_rerun_by_the_command_that_made_it(run_dir: Pat
     record = next(record for record in run.cases if record.id == case)
 
     assert rerun_command(run, record) == rerun
+
+
+@pytest.mark.parametrize(
+    ("argv", "flags"),
+    [
+        (["run", "--wire-bodies", "--quirk=end_on_exit", "probes"], "--wire-bodies --quirk end_on_exit"),
+        (["run", "--wire-bodies", "512", "--attempts", "3"], "--wire-bodies 512 --attempts 3"),
+        (
+            ["run", "--profile", "b3os-beta", "--matrix", "-k", "py0", "--wire-bodies=64"],
+            "--profile b3os-beta --wire-bodies 64",
+        ),
+    ],
+)
+def test_the_rerun_repeats_the_flags_that_decide_what_a_case_meets(argv: list[str], flags: str) -> None:
+    run = read_run(RUNS / "nightly-02", allow_truncated=True)
+    run.header["argv"] = ["/ci/.venv/bin/e2b-bench", *argv]
+    case = next(record for record in run.cases if record.id == f"quickstart/{PY}/py02_run_echo")
+
+    assert rerun_command(run, case) == f"./e2b-bench run --endpoint staging {flags} --case {case.id}"

@@ -117,7 +117,7 @@ class HarnessLog(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.console.verbosity > 0:
-            self.console._write(self.format(record))
+            self.console.write(self.format(record))
         else:
             self.hidden += 1
 
@@ -148,10 +148,10 @@ class Console:
         self.finished = threading.Event()
         self.ticker: threading.Thread | None = None
         self.log = HarnessLog(self)
-        self.collect_errors: list[str] = []
 
     # --- writing ----------------------------------------------------------------------------------
-    def _write(self, text: str) -> None:
+    def write(self, text: str) -> None:
+        """A line on the terminal, the live bar kept below it."""
         with self.lock:
             self._erase()
             self.out.write(text + "\n")
@@ -161,7 +161,7 @@ class Console:
     def say(self, line: str) -> None:
         """A message while the run prepares or runs (not with -q)."""
         if self.verbosity >= 0:
-            self._write(f"e2b-bench: {line}")
+            self.write(f"e2b-bench: {line}")
 
     def _erase(self) -> None:
         if self.drawn:
@@ -251,11 +251,10 @@ class Console:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
             text = str(report.longrepr).strip()
-            self.collect_errors.append(text)
             last = text.splitlines()[-1] if text else "collection failed"
-            self._write(f"e2b-bench: cannot collect {report.nodeid or 'the suites'}: {last}")
+            self.write(f"e2b-bench: cannot collect {report.nodeid or 'the suites'}: {last}")
             if self.verbosity > 0:
-                self._write(text)
+                self.write(text)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -272,7 +271,7 @@ class Console:
                 self.item_cases[item.nodeid] = (case[0], case[1].name, case[2])
         if self.verbosity >= 0:
             for line in self.header(bench):
-                self._write(line)
+                self.write(line)
 
     def header(self, bench: BenchSession) -> list[str]:
         endpoint = bench.endpoint
@@ -297,7 +296,7 @@ class Console:
         if bench is None or bench.lifecycle.run_dir is None or bench.preflight_error:
             return
         if self.verbosity >= 0:
-            self._write(f"  run directory: {bench.lifecycle.run_dir.path}")
+            self.write(f"  run directory: {bench.lifecycle.run_dir.path}")
         self.ticker = threading.Thread(target=self._tick, name="console", daemon=True)
         self.ticker.start()
 
@@ -309,7 +308,7 @@ class Console:
         self._count(suite, runner, step, not report.failed)
         if self.verbosity > 0 and (report.when == "call" or report.skipped):
             word = "ok" if report.passed else "skip" if report.skipped else "NOT CONFORMANT"
-            self._write(f"  {word}: {case_id(suite, runner, step)}")
+            self.write(f"  {word}: {case_id(suite, runner, step)}")
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -333,11 +332,11 @@ class Console:
         run_path = bench.lifecycle.run_dir.path
         if self.verbosity >= 0:
             for line in self.failures(run_path):
-                self._write(line)
+                self.write(line)
             if self.log.hidden:
-                self._write(f"e2b-bench: {self.log.hidden} harness warning(s) not shown (-v shows them)")
+                self.write(f"e2b-bench: {self.log.hidden} harness warning(s) not shown (-v shows them)")
         report = bench.lifecycle.report_paths
-        self._write(verdict_line(run_path, report.html if report is not None else None))
+        self.write(verdict_line(run_path, report.html if report is not None else None))
 
     def failures(self, run_path: Path) -> list[str]:
         """The non-conformant cases, each with its symptom and the command that re-runs it."""

@@ -285,7 +285,7 @@ class Benchmark:
         if exit_code == ExitCode.OK and not all(record.conformant for record in records):
             exit_code = ExitCode.NONCONFORMANT
         code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
-        print_table(json.loads((run_dir.path / BENCH_JSON).read_text("utf-8")), self.out)
+        print_table(json.loads((run_dir.path / BENCH_JSON).read_text("utf-8")), self.out, gate=self.options.gate)
         print(f"run directory: {run_dir.path}", file=self.out)
         if self.lifecycle.report_paths is not None:
             print(f"report: {self.lifecycle.report_paths.html}", file=self.out)
@@ -513,7 +513,7 @@ def _drift(baseline: Mapping[str, Any]) -> float | None:
     return (after - before) / before if before and after is not None else None
 
 
-def print_table(document: Mapping[str, Any], out: TextIO) -> None:
+def print_table(document: Mapping[str, Any], out: TextIO, gate: bool = False) -> None:
     print(f"e2b-bench bench · endpoint {document['header']['endpoint']['name']} · "
           f"{document['header']['run_id']}", file=out)  # fmt: skip
     print("baselines: " + " · ".join(
@@ -538,6 +538,10 @@ def print_table(document: Mapping[str, Any], out: TextIO) -> None:
             print(f"{runner:16} {entry['error']}", file=out)
     for note in document["notes"]:
         print(f"note: {note}", file=out)
+    missed = [doc for entry in document["runners"].values() for doc in entry["measures"].values()
+              if doc["target"] is not None and not doc["target"]["met"]]  # fmt: skip
+    if missed and not gate:
+        print(f"targets missed (not gated): {len(missed)}; `bench --gate` fails on a missed target", file=out)
     cleanup = document["cleanup"]
     if cleanup["survivors"] or cleanup["error"]:
         print(f"clean-up: killed {len(cleanup['survivors'])} surviving sandbox(es) {cleanup['error'] or ''}", file=out)

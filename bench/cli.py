@@ -22,6 +22,7 @@ ENVIRONMENT = """environment variables read:
   E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
   E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
+  E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """
 SUITE_MARK = re.compile(r"""@pytest\.mark\.suite\(["'](?P<suite>[\w-]+)["']\)\s*\ndef (?P<function>\w+)""")
@@ -97,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default=None, help="model name to ask for (with --model-base-url)")
     run.add_argument("--model-key-env", default=None, help="NAME of the variable holding the model's key")
     run.add_argument("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
+    run.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="only the cases whose id (suite/runner/case, as in the report) is PATTERN or matches it as an fnmatch "
+        "pattern, repeatable; picks the runner it names and runs a slow case too",
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="print only the closing verdict line")
+    run.add_argument("-v", "--verbose", action="store_true", help="also each case as it ends and harness warnings")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k: only cases matching the expression")
     run.add_argument("-m", dest="markexpr", default=None, help="pytest -m (default: not slow and not bench)")
     run.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first non-conformant case")
@@ -141,7 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--baseline", type=Path, default=None, help="RUN to compare the one run directory with")
     report.add_argument("--fail-on-new", action="store_true", help="with --baseline: exit 1 on a new failure")
     report.add_argument("--duration-factor", type=float, default=2.0, help="with --baseline: slower/faster factor")
-    report.add_argument("--history", type=Path, default=None, help="DIR of runs: timeline, flaky cases, trends")
+    report.add_argument(
+        "--history", type=Path, default=None, help="DIR of runs: the cases whose outcome changed, flaky cases, trends"
+    )
+    report.add_argument("--all", action="store_true", dest="every_case", help="with --history: every case's row")
     report.set_defaults(handler=cmd_report)
 
     bench = _command(
@@ -215,7 +229,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
-    markexpr = args.markexpr or ("" if args.include_slow else "not slow and not bench")
+    # Cases named with --case run even when slow: they were asked for by name.
+    markexpr = args.markexpr or ("" if args.include_slow else "not bench" if args.case else "not slow and not bench")
     pytest_args = [
         *suites,
         "--bench",
@@ -241,15 +256,20 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-m", markexpr] if markexpr else []),
         *(["-x"] if args.exitfirst else []),
         *(["--shard", args.shard] if args.shard else []),
+        *(f"--case={pattern}" for pattern in args.case),
         *extra,
     ]  # fmt: skip
     if args.wire_bodies is not None:
         from .wire import WIRE_BODIES_ENV
 
         os.environ[WIRE_BODIES_ENV] = str(args.wire_bodies)  # read by every wire proxy of the run
-    code = int(pytest.main(pytest_args))
+    from .triage.console import Console
+
+    console = Console(verbosity=-1 if args.quiet else 1 if args.verbose else 0)
+    code = int(pytest.main(pytest_args, plugins=[console]))
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
-        print("e2b-bench run: no case matched the selection (check -k, -m and the suite names)", file=sys.stderr)
+        why = console.empty_selection or "no case matched the selection (check -k, -m, --case and the suite names)"
+        print(f"e2b-bench run: {why}", file=sys.stderr)
         return ExitCode.NO_CASES
     # pytest's own codes for a bad command line or an interruption before the run started
     if code == pytest.ExitCode.USAGE_ERROR:
@@ -394,6 +414,7 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
             args.out,
             baseline=args.baseline,
             history=args.history,
+            every_case=args.every_case,
             fail_on_new=args.fail_on_new,
             factor=args.duration_factor,
         )

@@ -181,8 +181,16 @@ def flaky(runs: Sequence[Run]) -> list[dict[str, Any]]:
     ]
 
 
-def history_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
+def changed(key: str, cases: Sequence[dict[str, CaseRecord]]) -> bool:
+    """Did the case's outcome (or whether it conformed) differ between the runs that recorded it?"""
+    return len({(by_id[key].outcome, by_id[key].conformant) for by_id in cases if key in by_id}) > 1
+
+
+def history_model(runs: Sequence[Run], redactor: Redactor, every_case: bool = False) -> dict[str, Any]:
+    """The timeline keeps the cases whose outcome changed between runs (`every_case`: all of them)."""
     cases = [_last(run) for run in runs]
+    keys = sorted(set().union(*cases))
+    shown = keys if every_case else [key for key in keys if changed(key, cases)]
     timeline = [
         {
             "case": key,
@@ -198,7 +206,7 @@ def history_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
                 for by_id in cases
             ],
         }
-        for key in sorted(set().union(*cases))
+        for key in shown
     ]
     columns = []
     for run in runs:
@@ -208,15 +216,24 @@ def history_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
         )
     documents = bench_documents(runs)
     model: dict[str, Any] = redactor.redact_obj(
-        {"columns": columns, "timeline": timeline, "flaky": flaky(runs), "symbols": SYMBOLS}
+        {
+            "columns": columns,
+            "timeline": timeline,
+            "flaky": flaky(runs),
+            "symbols": SYMBOLS,
+            "every_case": every_case,
+            "case_count": len(keys),
+        }
     )
     model["bench"] = bench_comparison(documents, redactor)
     return model
 
 
-def render_history(runs: Sequence[Run], out_dir: Path, redactor: Redactor | None = None) -> ReportPaths:
+def render_history(
+    runs: Sequence[Run], out_dir: Path, redactor: Redactor | None = None, every_case: bool = False
+) -> ReportPaths:
     redactor = redactor or Redactor()
-    model = history_model(runs, redactor)
+    model = history_model(runs, redactor, every_case)
     environment = template_environment(TEMPLATES)
     paths = ReportPaths(html=out_dir / "history.html", markdown=out_dir / "history.md")
     for template, path in (("history.html.j2", paths.html), ("history.md.j2", paths.markdown)):
@@ -233,6 +250,7 @@ def report_command(
     *,
     baseline: Path | None = None,
     history: Path | None = None,
+    every_case: bool = False,
     fail_on_new: bool = False,
     factor: float = DURATION_FACTOR,
     stdout: TextIO = sys.stdout,
@@ -244,10 +262,12 @@ def report_command(
         runs = find_runs(history)
         if not runs:
             raise RunError(f"{history}: no run directory (no run.json) found under it")
-        paths = render_history(runs, out)
+        paths = render_history(runs, out, every_case=every_case)
         print(f"history of {len(runs)} run(s): {paths.html}", file=stdout)
         print(f"summary: {paths.markdown}", file=stdout)
         return 0
+    if every_case:
+        raise RunError("--all applies to --history DIR only: give --history, or drop --all")
     if not run_dirs:
         raise RunError("give the run directories to render (or --history DIR)")
     if baseline is None:

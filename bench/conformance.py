@@ -62,7 +62,9 @@ class BenchSession:
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
+    narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
+    on_step: Callable[[str, str, dict[str, Any]], None] | None = None  # (suite, runner, step event) as reported
 
     @property
     def endpoint(self) -> Endpoint:
@@ -220,7 +222,7 @@ class BenchSession:
                 task,
                 step_timeout_s=self.options.step_timeout_s,
                 env=runner.environment(endpoint_env),
-                on_event=lambda event: self._on_event(runner, event),
+                on_event=lambda event: self._on_event(suite, runner, event),
                 stop=self.stop,
             )
         self.created.update((result.footer or {}).get("cleanup") or {})
@@ -238,8 +240,11 @@ class BenchSession:
             "attempts": self.options.attempts,
         }
 
-    def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
-        """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+    def _on_event(self, suite: str, runner: Runner, event: dict[str, Any]) -> None:
+        """A step is told to `on_step` as it is reported; a runner's transcript goes to `<runner>.json`, with
+        the scripted model's side of it."""
+        if event.get("type") == "step" and self.on_step is not None:
+            self.on_step(suite, runner.name, event)
         run_dir = self.lifecycle.run_dir
         if event.get("type") != "transcript" or run_dir is None:
             return

@@ -90,10 +90,15 @@ class Expectations:
         """The exact declaration for `case_id`, else the longest matching pattern (first in file on ties)."""
         if case_id in self.cases:
             return self.cases[case_id]
-        matching = [pattern for pattern in self.cases if fnmatchcase(case_id, pattern)]
+        matching = [pattern for pattern in self.cases if case_matches(case_id, pattern)]
         if not matching:
             return DEFAULT
         return self.cases[max(matching, key=len)]
+
+
+def case_matches(case_id: str, pattern: str) -> bool:
+    """Does `pattern` (an exact id or an fnmatch pattern over `suite/runner/case`) name this case?"""
+    return case_id == pattern or fnmatchcase(case_id, pattern)
 
 
 def _check_keys(path: Path, prefix: str, table: Mapping[str, Any], allowed: frozenset[str]) -> None:

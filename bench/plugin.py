@@ -19,12 +19,14 @@ import pytest
 
 from .conformance import BenchSession, RunOptions
 from .exits import ExitCode, defer_interrupts
+from .expectations import case_matches
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
+from .results import case_id
 from .runners.catalog import Runner, default_runners
 from .runners.manifest import load_steps
-from .selection import SelectionError, select
+from .selection import SelectionError, runners_named, select
 from .shards import Shard, ShardError, deselect_items
 
 __all__ = ["BenchSession", "check_case"]  # what suite modules import
@@ -67,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
     group.addoption("--shard", default=None, help="K/N: run only shard K of N (whole runners; see `e2b-bench merge`)")
+    group.addoption(
+        "--case",
+        action="append",
+        default=[],
+        help="PATTERN: only the cases whose id (suite/runner/case) is PATTERN or matches it as fnmatch (repeatable)",
+    )
 
 
 def _suite_mode(config: pytest.Config) -> bool:
@@ -92,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
             profile=config.getoption("quirk_profile"),
             quirks=config.getoption("quirk"),
             expectations=config.getoption("expectations"),
-            runners=config.getoption("runner"),
+            runners=config.getoption("runner") or runners_named(config.getoption("case")),
             matrix=config.getoption("matrix"),
         )
         shard = Shard.parse(config.getoption("shard")) if config.getoption("shard") else None
@@ -151,18 +159,52 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", cases)
 
 
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection: record only what will really run
+def _case(item: pytest.Item) -> tuple[str, Runner, str] | None:
+    """The (suite, runner, step) an item runs; None for anything else, e.g. pytest's placeholder for a suite
+    that none of the selected runners has."""
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("case") if callspec else None
+    return case if isinstance(case, tuple) else None
+
+
+def _keep(config: pytest.Config, items: list[pytest.Item], wanted: Callable[[pytest.Item], bool]) -> None:
+    """Keep the `wanted` items in place; the others are reported deselected."""
+    dropped = [item for item in items if not wanted(item)]
+    if dropped:
+        items[:] = [item for item in items if wanted(item)]
+        config.hook.pytest_deselected(items=dropped)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -k/-m: how many cases the suites and runners gave
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     session = _bench(config)
     if session is None:
         return
+    _keep(config, items, lambda item: _case(item) is not None or item.get_closest_marker("suite") is None)
+    session.narrowing.append(("suites and runners", len(items)))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")  # after -k/-m: record only what will run
+def pytest_select_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    session = _bench(config)
+    if session is None:
+        return
+    session.narrowing.append(("-k/-m", len(items)))
+    patterns = config.getoption("case")
+    if patterns:
+
+        def named(item: pytest.Item) -> bool:
+            case = _case(item)
+            return case is not None and any(case_matches(case_id(case[0], case[1].name, case[2]), p) for p in patterns)
+
+        _keep(config, items, named)
+        session.narrowing.append(("--case", len(items)))
     if session.shard is not None:
         session.shard_header = deselect_items(config, items, session.shard)
+        session.narrowing.append(("--shard", len(items)))
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        # Not a tuple: pytest's placeholder for a suite that none of the selected runners has (skipped).
-        if callspec and isinstance(callspec.params.get("case"), tuple):
-            suite, runner, step = callspec.params["case"]
+        if (case := _case(item)) is not None:
+            suite, runner, step = case
             session.suites.add(suite)
             session.selected.setdefault((suite, runner.name), []).append(step)
 

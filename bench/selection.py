@@ -77,6 +77,16 @@ def select_runners(names: Sequence[str], matrix: bool = False) -> list[Runner]:
     return [known[name] for name in names]
 
 
+def runners_named(patterns: Sequence[str]) -> list[str]:
+    """The runners a `--case` selection needs when no `--runner` is given: the default ones, plus any other
+    pin a pattern names (`quickstart/py-e2b-2.45.1/*`), so a case id alone re-runs a case of a matrix run."""
+    if not patterns:
+        return []
+    defaults = [runner.name for runner in default_runners()]
+    named = [name for name in available_runners() if name not in defaults and any(name in p for p in patterns)]
+    return [*defaults, *named] if named else []
+
+
 MODEL_PROBE_TIMEOUT_S = 10.0
 
 

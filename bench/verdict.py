@@ -12,18 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .results import CaseRecord, Run
+from .benchdoc import read_bench
+from .results import CaseRecord, Run, RunError
+from .runners.manifest import load_manifest
 
 PREFLIGHT_JSON = "preflight.json"
-# Where each suite's pytest items `test_<suite>[<runner>/<step>]` live, so `-k` can select one case.
-SUITE_FILES = {
-    "quickstart": "sandboxes/e2b/test_quickstart.py",
-    "probes": "sandboxes/e2b/test_probes.py",
-    "refusals": "sandboxes/e2b/test_probes.py",
-    "tokens": "sandboxes/e2b/test_probes.py",
-    "frameworks": "frameworks/test_frameworks.py",
-    "code-interpreter": "sandboxes/code-interpreter/test_code_interpreter.py",
-}
 # `run` flags that decide what a case meets: repeated in the re-run command as the run used them.
 ENDPOINT_FLAGS = (
     "--endpoint",
@@ -34,7 +27,10 @@ ENDPOINT_FLAGS = (
     "--model-base-url",
     "--model",
     "--model-key-env",
+    "--attempts",
+    "--results-dir",
 )
+WIRE_BODIES = "--wire-bodies"  # what the wire log keeps, repeated too
 STATUS_REASONS = {
     "interrupted": "interrupted (Ctrl-C or SIGTERM) before every selected case ran",
     "aborted": "aborted before every selected case ran",
@@ -47,6 +43,7 @@ class Verdict:
     passed: bool
     headline: str
     problems: list[str]
+    missed_targets: int = 0  # benchmark targets missed without `--gate`: passed, but never "GATE PASSED"
 
 
 def preflight_error(run_path: Path) -> str | None:
@@ -81,7 +78,22 @@ def verdict(runs: Sequence[Run], cases: Sequence[CaseRecord] | None = None) -> V
     passed = not problems and nonconformant == 0 and bool(records)
     counts = f"{len(records)} case(s), {len(records) - nonconformant} conformant, {nonconformant} non-conformant"
     suffix = f"; {len(problems)} run(s) did not finish normally" if problems else ""
-    return Verdict(passed, f"GATE {'PASSED' if passed else 'FAILED'}: {counts}{suffix}", problems)
+    missed = sum(missed_targets(run.path) for run in runs)
+    if passed and missed:
+        return Verdict(passed, f"TARGETS MISSED (not gated): {missed} target(s) missed; {counts}", problems, missed)
+    return Verdict(passed, f"GATE {'PASSED' if passed else 'FAILED'}: {counts}{suffix}", problems, missed)
+
+
+def missed_targets(run_path: Path) -> int:
+    """How many of a benchmark run's performance targets were missed (0 for any other run)."""
+    try:
+        document = read_bench(run_path)
+    except (OSError, ValueError, RunError):
+        return 0
+    if document is None:
+        return 0
+    measures = [doc for entry in document.get("runners", {}).values() for doc in entry.get("measures", {}).values()]
+    return sum(1 for doc in measures if doc.get("target") is not None and not doc["target"].get("met"))
 
 
 def _flags(argv: Sequence[str]) -> list[str]:
@@ -90,6 +102,10 @@ def _flags(argv: Sequence[str]) -> list[str]:
     items = list(argv)
     for index, item in enumerate(items):
         name, equals, value = item.partition("=")
+        if name == WIRE_BODIES:  # its BYTES are optional: kept only when given
+            following = items[index + 1] if index + 1 < len(items) else ""
+            kept += [name, value] if equals else [name, following] if following.isdigit() else [name]
+            continue
         if name not in ENDPOINT_FLAGS:
             continue
         if equals:
@@ -99,15 +115,24 @@ def _flags(argv: Sequence[str]) -> list[str]:
     return kept
 
 
+def case_suites() -> set[str]:
+    """The suites whose cases `run --case` selects: those with steps in a manifest."""
+    return {
+        suite
+        for suite, tables in load_manifest().items()
+        if any(isinstance(table, dict) and table.get("steps") for table in tables.values())
+    }
+
+
 def rerun_command(run: Run, case: CaseRecord) -> str:
-    """A command that runs just this case again against the same endpoint, as the run did."""
+    """A command that runs just this case again (`--case <id>`, which also picks its runner and lets a slow case
+    run) against the same endpoint, with the flags the run used. A case no suite holds (the leak check, a
+    benchmark measure, a missing shard) comes from the whole command: that command again."""
     argv = [str(item) for item in run.header.get("argv", [])]
+    if case.suite not in case_suites():
+        return shlex.join(["./e2b-bench", *argv[1:]]) if len(argv) > 1 else "./e2b-bench run"
     flags = _flags(argv)
     if "--endpoint" not in flags:
         endpoint = run.header["endpoint"]
         flags = ["--endpoint", "local" if endpoint.get("kind") == "local" else endpoint["name"], *flags]
-    command = ["./e2b-bench", "run", *flags]
-    if case.suite in SUITE_FILES:
-        selection = f"test_{case.suite.replace('-', '_')}[{case.runner}/{case.case}]"
-        command += ["--runner", case.runner, "--include-slow", SUITE_FILES[case.suite], "-k", selection]
-    return shlex.join(command)
+    return shlex.join(["./e2b-bench", "run", *flags, "--case", case.id])

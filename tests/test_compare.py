@@ -231,3 +231,41 @@ def test_report_history_shows_benchmark_ratio_trends(tmp_path: Path) -> None:
     ]
     assert len(select(html, "td", class_="regression")) == 5
     assert html.count("<svg") == 1
+
+
+def test_report_history_lists_only_the_cases_whose_outcome_changed_and_all_with_all(tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    shutil.copytree(RUNS, history / "results")
+    changed = [f"frameworks/{AG2}/fw01_proof_task", f"probes/{PY}/pr10_metrics", f"quickstart/{PY}/py02_run_echo"]
+    steady = [f"quickstart/{PY}/py01_create", f"quickstart/{PY}/py03_files", f"quickstart/{JS}/ts01_create"]
+
+    for flags, rows in (([], changed), (["--all"], sorted([*changed, *steady, "housekeeping/harness/leak_check"]))):
+        out = tmp_path / ("all" if flags else "changed")
+        done = e2b_bench("report", "--history", str(history), *flags, "--out", str(out))
+
+        html = (out / "history.html").read_text()
+        md = (out / "history.md").read_text()
+        assert done.returncode == 0, done.stderr
+        assert [tr.attrs["data-case"] for tr in select(html, "tr") if "data-case" in tr.attrs] == rows
+        assert [line.split("`")[1] for line in md.splitlines() if line.startswith("| `")] == rows
+
+
+def test_all_without_history_is_a_usage_error(tmp_path: Path) -> None:
+    done = e2b_bench("report", str(RUNS / "nightly-01"), "--all", "--out", str(tmp_path))
+
+    assert (done.returncode, done.stderr) == (
+        2,
+        "e2b-bench report: --all applies to --history DIR only: give --history, or drop --all\n",
+    )
+
+
+def test_a_benchmark_with_a_missed_target_and_no_gate_never_reads_gate_passed(tmp_path: Path) -> None:
+    bench_run = RUNS.parent / "bench-history" / "20261130T105815Z-bench-local"  # upload missed its target
+
+    done = e2b_bench("report", str(bench_run), "--out", str(tmp_path))
+
+    first = (tmp_path / "summary.md").read_text().splitlines()[0]
+    verdict = select((tmp_path / "report.html").read_text(), "p", id="verdict")[0].text
+    assert done.returncode == 0, done.stderr
+    assert first.startswith("## e2b-bench: ⚠️ TARGETS MISSED (not gated): 1 target(s) missed; ")
+    assert verdict == first.split(" ", 3)[3] and "GATE PASSED" not in verdict

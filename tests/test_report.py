@@ -180,10 +180,7 @@ def test_markdown_lists_nonconformant_cases_with_a_short_error_and_a_rerun_comma
     assert len(listed) == 1
     assert listed[0].startswith(f"- `quickstart/{RUNNER}/py02_run` (local · {RUNNER} · ")
     assert listed[0].endswith(f": `{LONG_ERROR[:199]}…`")
-    assert rerun == (
-        f"  `./e2b-bench run --endpoint local --runner {RUNNER} --include-slow "
-        f"sandboxes/e2b/test_quickstart.py -k 'test_quickstart[{RUNNER}/py02_run]'`"
-    )
+    assert rerun == f"  `./e2b-bench run --endpoint local --case quickstart/{RUNNER}/py02_run`"
 
 
 def test_everything_written_is_redacted(tmp_path: Path) -> None:

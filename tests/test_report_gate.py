@@ -10,6 +10,8 @@ import pytest
 
 from bench.junit import write_junit
 from bench.report import ReportPaths, render
+from bench.results import read_run
+from bench.verdict import rerun_command
 from tests.html_dom import select
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
@@ -18,10 +20,7 @@ PREFLIGHT = (
     "preflight failed, no case ran: endpoint staging at http://127.0.0.1:9 is unreachable (connection refused): "
     "check E2B_API_URL"
 )
-RERUN_PY02 = (
-    "./e2b-bench run --endpoint staging --step-timeout 120 --runner py-e2b-2.63.0 --include-slow "
-    "sandboxes/e2b/test_quickstart.py -k 'test_quickstart[py-e2b-2.63.0/py02_run_echo]'"
-)
+RERUN_PY02 = "./e2b-bench run --endpoint staging --step-timeout 120 --case quickstart/py-e2b-2.63.0/py02_run_echo"
 
 
 def rendered(tmp_path: Path, *names: str) -> ReportPaths:
@@ -266,3 +265,45 @@ def test_a_sandbox_named_in_the_error_picks_the_wire_excerpt(tmp_path: Path) -> 
         "  02:00:12.300 GET http://127.0.0.1:9/sandboxes/i4k2sm0x7v1c9q3e5t8z/metrics → 404 (3.5 ms)\n"
         "02:00:13.000 POST http://127.0.0.1:9/process.Process/Start → 200 (40.0 ms)\n"
     ) in case.text
+
+
+@pytest.mark.parametrize(
+    ("run_dir", "case", "rerun"),
+    [
+        (
+            RUNS / "nightly-02",
+            "housekeeping/harness/leak_check",
+            "./e2b-bench run --endpoint staging --step-timeout=120",
+        ),
+        (
+            RUNS.parent / "bench-history" / "20261130T105815Z-bench-local",
+            "bench/py-e2b-2.63.0/upload",
+            "./e2b-bench bench -n 3 --runner py-e2b-2.63.0 --modes sequential --transfer-mib 1 "
+            "--results-dir /tmp/gate-bench --no-report",
+        ),
+    ],
+)
+def test_a_case_no_suite_holds_is_rerun_by_the_command_that_made_it(run_dir: Path, case: str, rerun: str) -> None:
+    run = read_run(run_dir, allow_truncated=True)
+    record = next(record for record in run.cases if record.id == case)
+
+    assert rerun_command(run, record) == rerun
+
+
+@pytest.mark.parametrize(
+    ("argv", "flags"),
+    [
+        (["run", "--wire-bodies", "--quirk=end_on_exit", "probes"], "--wire-bodies --quirk end_on_exit"),
+        (["run", "--wire-bodies", "512", "--attempts", "3"], "--wire-bodies 512 --attempts 3"),
+        (
+            ["run", "--profile", "b3os-beta", "--matrix", "-k", "py0", "--wire-bodies=64"],
+            "--profile b3os-beta --wire-bodies 64",
+        ),
+    ],
+)
+def test_the_rerun_repeats_the_flags_that_decide_what_a_case_meets(argv: list[str], flags: str) -> None:
+    run = read_run(RUNS / "nightly-02", allow_truncated=True)
+    run.header["argv"] = ["/ci/.venv/bin/e2b-bench", *argv]
+    case = next(record for record in run.cases if record.id == f"quickstart/{PY}/py02_run_echo")
+
+    assert rerun_command(run, case) == f"./e2b-bench run --endpoint staging {flags} --case {case.id}"

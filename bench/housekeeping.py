@@ -74,6 +74,26 @@ def sweep(api_url: str, key: str | None, run_id: str, own: Collection[str] = (),
     return result
 
 
+KILLED = {200: "killed", 204: "killed", 404: "already gone"}
+
+
+def kill_left(api_url: str, key: str | None, sandbox_ids: Collection[str], timeout_s: float = 15) -> dict[str, str]:
+    """Kill the sandboxes a run left itself (created, never killed: an interrupted or stopped runner's), best
+    effort; what each kill did: `killed`, `already gone` or why it failed. Never the endpoint's fault."""
+    done: dict[str, str] = {}
+    if not sandbox_ids:
+        return done
+    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout_s) as client:
+        for sandbox_id in sandbox_ids:
+            try:
+                status = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code
+            except httpx.HTTPError as exc:
+                done[sandbox_id] = f"kill failed: {exc}"
+                continue
+            done[sandbox_id] = KILLED.get(status, f"kill answered {status}")
+    return done
+
+
 def leak_record(found: Sweep, error: str | None, duration_ms: float | None = None) -> CaseRecord:
     """The `housekeeping/harness/leak_check` case: `error` when a sandbox survived or the check failed,
     `deviation` when the list filter returned sandboxes of other runs."""

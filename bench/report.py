@@ -7,7 +7,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pandas as pd
 from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
+from bench.remote.budget import cost_line
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
 from bench.verdict import rerun_command, run_problem, verdict
 
@@ -64,6 +65,8 @@ class RunSummary:
     pins: dict[str, dict[str, str]]
     problem: str | None
     coverage: dict[str, Any] | None
+    cost: str | None = None  # the footer's cost figure in one line
+    left: dict[str, str] = field(default_factory=dict)  # sandboxes the run left itself -> what their kill did
 
 
 def run_stamp(run: Run) -> str:
@@ -110,6 +113,8 @@ def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
                 pins=run.header["pins"],
                 problem=run_problem(run),
                 coverage=_coverage(run.path),
+                cost=cost_line(run.footer["cost"]) if run.footer and run.footer.get("cost") else None,
+                left=dict((run.footer or {}).get("left_by_run") or {}),
             )
         )
     return summaries

@@ -34,6 +34,7 @@ import httpx
 import uvicorn
 
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
+from bench.remote.slowness import scaled
 
 REDACTED = "[REDACTED]"
 SECRET_HEADERS = frozenset(
@@ -60,6 +61,7 @@ HOP_BY_HOP = frozenset(
 ENVD_PATH_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/", "/files/")
 ENVD_PATHS = frozenset({"/files", "/health"})
 ENVD_PORT = 49983
+START_S = 10.0  # the proxy up (or down), or an upstream connection made, on a quiet host (scaled by slowness)
 # Control-plane JSON responses are small; beyond this they are streamed unread.
 LEARN_LIMIT_BYTES = 1 << 20
 WIRE_BODIES_ENV = "E2B_BENCH_WIRE_BODIES"  # bytes of each body to log; unset or 0: none
@@ -188,7 +190,7 @@ class WireProxy:
             target=self._serve, args=(listener,), name=f"wire-proxy-{self.runner}", daemon=True
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(START_S)
         while not self._server.started:
             if self._failure is not None or not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
@@ -200,7 +202,7 @@ class WireProxy:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=scaled(START_S))
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -224,7 +226,7 @@ class WireProxy:
         assert self._server is not None
         # Reads have no timeout: a server-streaming RPC may stay silent as long as its command runs.
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
+            timeout=httpx.Timeout(connect=scaled(START_S), read=None, write=None, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
             follow_redirects=False,
             trust_env=False,

@@ -4,6 +4,7 @@ needing it `error` "depends on", and a fresh runner runs the others (their prere
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,3 +80,20 @@ def test_a_step_deadline_grows_with_the_duration_its_manifest_declares() -> None
     ]
 
     assert step_deadlines(steps, 90.0) == {"quick": 90.0, "short": 90.0, "long": 270.0}
+
+
+def test_a_step_is_held_to_its_own_deadline_from_its_start_event_not_to_the_silence_deadline(tmp_path: Path) -> None:
+    task = make_task(
+        "quickstart", "fixture", "run-1", steps=["s1", "s2"], depends={"s1": [], "s2": []},
+        options={"hang_in": "s2", "ran": str(tmp_path / "ran.txt")},
+    )  # fmt: skip
+    started = time.monotonic()
+
+    result = run_runner(SPEC, sys.executable, task, step_timeout_s=300, deadlines={"s2": DEADLINE_S}, kill_grace_s=2)
+
+    assert time.monotonic() - started < 300  # the silence deadline never came into it
+    assert [(r.id, r.outcome, r.error) for r in result.step_results()] == [
+        ("s1", "pass", None),
+        ("s2", "error", f"no answer in {DEADLINE_S:.0f} s in step s2"),
+    ]
+    assert (result.hung_in, result.hung_after_s) == ("s2", DEADLINE_S)

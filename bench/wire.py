@@ -317,7 +317,7 @@ class WireProxy:
     def _observe(self, exchange: _Exchange, path: str) -> None:
         if self.ledger is not None and exchange.status is not None:
             body = _json_object(exchange.lifecycle_body)
-            self.ledger.observe(exchange.method, path, exchange.status, body)
+            self.ledger.observe(exchange.method, path, exchange.status, body, exchange.response_json)
 
     async def _forward(
         self,

@@ -99,3 +99,25 @@ def test_the_quota_comes_from_the_endpoints_table_and_is_the_free_tier_for_e2b_c
     assert resolve("local", environ={}).budget.max_sandboxes is None
     with pytest.raises(EndpointError, match=r"max_sandboxes must be a whole number of at least 1, not 0"):
         resolve("bad", config_path=config)
+
+
+def test_the_ledger_counts_running_time_only_and_knows_which_sandboxes_the_run_left() -> None:
+    now = [0.0]
+    ledger = SandboxLedger(clock=lambda: now[0])
+    ledger.created("a", "quickstart", "r", timeout_s=100)
+    ledger.created("b", "probes", "r", timeout_s=30)
+    ledger.created("c", "probes", "r", timeout_s=None)
+    now[0] = 10
+    ledger.observe("POST", "/sandboxes/a/pause", 204, None)  # a ran 10 s, then paused
+    ledger.observe("POST", "/sandboxes/c/fork", 201, {"timeout": 5}, [{"sandbox": {"sandboxID": "d"}}, {"error": {}}])
+    now[0] = 20
+    ledger.observe("POST", "/sandboxes/a/connect", 201, {"timeout": 100})  # resumed for 100 s more
+    ledger.observe("DELETE", "/sandboxes/c", 204, None)  # c ran 20 s
+    now[0] = 40
+
+    # a: 10 + 20; b: expired at 30; c: 20; d (c's fork): 5 s, its timeout
+    assert ledger.sandbox_seconds() == {"quickstart": 30.0, "probes": 30.0 + 20.0 + 5.0}
+    # Never killed and possibly alive: a (running), b and d (just past their expiry); c was killed.
+    assert sorted(s.id for s in ledger.left()) == ["a", "b", "d"]
+    now[0] = 100
+    assert [s.id for s in ledger.left()] == ["a"]  # b and d ended long ago by their timeouts; a runs until 120

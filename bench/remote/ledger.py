@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SANDBOX_PATH = re.compile(r"^/sandboxes/(?P<id>[^/]+)(?P<action>/timeout|/pause|/resume|/connect)?$")
+SANDBOX_PATH = re.compile(r"^/sandboxes/(?P<id>[^/]+)(?P<action>/timeout|/pause|/resume|/connect|/fork)?$")
 CREATE_PATH = re.compile(r"^/(v2/)?sandboxes$")
 ADMIT_POLL_S = 0.05
 EXPIRY_GRACE_S = 30.0  # a sandbox past its expiry by less than this may still be alive through no fault
@@ -81,8 +81,9 @@ class SandboxLedger:
             self.pending = max(self.pending - 1, 0)
             self.sandboxes[sandbox_id] = Sandbox(sandbox_id, suite, runner, now, _expiry(now, timeout_s))
 
-    def observe(self, method: str, path: str, status: int, body: Mapping[str, Any] | None) -> None:
-        """A lifecycle call on one sandbox answered `status` (`body`: the request's JSON, if any)."""
+    def observe(self, method: str, path: str, status: int, body: Mapping[str, Any] | None, answer: Any = None) -> None:
+        """A lifecycle call on one sandbox answered `status` (`body`: the request's JSON, if any; `answer`: the
+        response's). A fork's new sandboxes are counted (not queued: one call may make up to a hundred)."""
         match = SANDBOX_PATH.match(path)
         if match is None or (status >= 300 and status != 404):
             return
@@ -94,7 +95,13 @@ class SandboxLedger:
             action = match["action"] or ""
             timeout = (body or {}).get("timeout")
             timeout_s = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
-            if status == 404 or (method == "DELETE" and not action):
+            if action == "/fork" and status < 300:
+                for fork in answer if isinstance(answer, list) else []:
+                    made = (fork.get("sandbox") or {}).get("sandboxID") if isinstance(fork, dict) else None
+                    if isinstance(made, str):
+                        expires = _expiry(now, timeout_s)
+                        self.sandboxes[made] = Sandbox(made, sandbox.suite, sandbox.runner, now, expires)
+            elif status == 404 or (method == "DELETE" and not action):
                 self._stop(sandbox, now)
                 sandbox.killed = method == "DELETE"
             elif action == "/pause":

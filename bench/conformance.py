@@ -253,10 +253,8 @@ class BenchSession:
             for result in results.values():
                 deliver(result)
             return results
+        task = make_task(suite, runner.name, self.run_id, **planned, options=self._options(runner))
         factor = slowness()
-        # A sandbox a suite shares must outlive the run's steps: on a slow host they take longer.
-        options = {**self._options(runner), "sandbox_timeout_s": round(SANDBOX_LIFETIME_S * factor)}
-        task = make_task(suite, runner.name, self.run_id, **planned, options=options)
         deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
         wire = run_dir.wire_path(runner.name)
         with WireProxy(
@@ -408,7 +406,6 @@ class BenchSession:
         return self.exit_code
 
 
-SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on a quiet host
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"

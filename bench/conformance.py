@@ -253,8 +253,9 @@ class BenchSession:
             for result in results.values():
                 deliver(result)
             return results
-        task = make_task(suite, runner.name, self.run_id, **planned, options=self._options(runner))
         factor = slowness()
+        options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor)}
+        task = make_task(suite, runner.name, self.run_id, **planned, options=options)
         deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
         wire = run_dir.wire_path(runner.name)
         with WireProxy(
@@ -406,10 +407,19 @@ class BenchSession:
         return self.exit_code
 
 
+SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on a quiet host
+# A lifetime stays below the 300 s the quickstart's set_timeout step sets (it checks that end_at moves later).
+MAX_SANDBOX_LIFETIME_S = 290
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
+
+
+def sandbox_lifetime_s(factor: float) -> int:
+    """What the SDK runners' sandboxes live on a host `factor` times slower than a quiet one: their steps take
+    longer there, and a sandbox a suite shares must not expire under them."""
+    return min(round(SANDBOX_LIFETIME_S * factor), MAX_SANDBOX_LIFETIME_S)
 
 
 @dataclass(frozen=True)

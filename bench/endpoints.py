@@ -24,6 +24,7 @@ import httpx
 
 from .paths import CONFIG_PATH, EXPECTATIONS_DIR
 from .remote.budget import E2B_CLOUD_DOMAIN, E2B_FREE_TIER_SANDBOXES, Budget, BudgetError
+from .remote.slowness import scaled
 
 DEFAULT_KEY_ENV = "E2B_API_KEY"
 # The embedded server accepts the key the harness generates and exports under this name.
@@ -217,14 +218,15 @@ def _e2b_quota(api_url: str) -> int | None:
 # --- preflight -------------------------------------------------------------------------------------
 
 
-def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float | None = None) -> None:
     """List one sandbox with the key; raise PreflightError with one actionable sentence if that fails."""
     if not key:
         raise PreflightError(
             f"{endpoint.key_env} is not set: export it with the API key of endpoint {endpoint.name!r} "
             f"({endpoint.api_url}) or choose another endpoint with --endpoint."
         )
-    with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=False) as client:
+    timeout = scaled(PREFLIGHT_TIMEOUT_S) if timeout_s is None else timeout_s  # a busy host answers late
+    with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
         response = _list_one(client, f"{endpoint.api_url}/v2/sandboxes", key)
         if response.status_code == 404:
             response = _list_one(client, f"{endpoint.api_url}/sandboxes", key)

@@ -86,11 +86,18 @@ def _frame(runs: Sequence[Run]) -> pd.DataFrame:
             **case.to_dict(),
         }
         for run in runs
-        for case in run.cases
+        for case in _by_runner(run)
     ]
     frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
     # A case recorded twice (a retry) shows its last record.
     return frame.drop_duplicates(subset=["row", "column"], keep="last").reset_index(drop=True)
+
+
+def _by_runner(run: Run) -> list[CaseRecord]:
+    """The run's cases runner by runner, in the order its header names the runners (cases are recorded as they
+    end, so runners that ran side by side interleave in cases.jsonl); each runner's cases in their order."""
+    order = {runner: index for index, runner in enumerate(run.header.get("pins") or {})}
+    return sorted(run.cases, key=lambda case: order.get(case.runner, len(order)))
 
 
 def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:

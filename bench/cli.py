@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, signal_received
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
+from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
+from .remote.slowness import STEP_TIMEOUT_HELP
 
 if TYPE_CHECKING:
     from .localbox.server import LocalServer
@@ -88,7 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runner", action="append", default=[], help="runner name, repeatable (see `e2b-bench runners`)")
     run.add_argument("--matrix", action="store_true", help="every registered runner (all SDK pins)")
     run.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
-    run.add_argument("--step-timeout", type=float, default=90.0, help="seconds a runner may stay silent")
+    run.add_argument("--step-timeout", type=float, default=90.0, help=STEP_TIMEOUT_HELP)
+    run.add_argument("--max-sandboxes", type=int, default=None, metavar="N", help=MAX_SANDBOXES_HELP)
+    run.add_argument("--max-minutes", type=float, default=None, metavar="M", help=MAX_MINUTES_HELP)
     run.add_argument("--profile", default="e2b", help="quirk profile of the embedded endpoint (local only)")
     run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     run.add_argument("--no-report", action="store_true", help="do not render the report")
@@ -257,6 +261,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-x"] if args.exitfirst else []),
         *(["--shard", args.shard] if args.shard else []),
         *(f"--case={pattern}" for pattern in args.case),
+        *(["--max-sandboxes", str(int(positive(args.max_sandboxes, "--max-sandboxes")))]
+          if args.max_sandboxes is not None else []),
+        *(["--max-minutes", str(positive(args.max_minutes, "--max-minutes"))] if args.max_minutes is not None else []),
         *extra,
     ]  # fmt: skip
     if args.wire_bodies is not None:

@@ -19,22 +19,29 @@ from typing import Any
 from .endpoints import Endpoint
 from .exits import ExitCode
 from .expectations import Expectations, judge
+from .housekeeping import KILLED, kill_left
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
+from .remote.budget import Budget, cost_line
+from .remote.ledger import SandboxLedger
+from .remote.resume import run_resuming, step_deadlines
+from .remote.slowness import slowness
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
-from .runners.protocol import StepResult, make_task, run_runner
+from .runners.protocol import INTERRUPTED, Event, RunnerResult, StepResult, make_task, run_runner
 from .shards import Shard
-from .wire import WireProxy
+from .wire import WireProxy, last_exchange
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How the runners are driven (`--step-timeout`, the model flags, `--attempts`)."""
+    """How the runners are driven (`--step-timeout`, the model flags, `--attempts`, the budgets)."""
 
-    step_timeout_s: float = 90.0
+    step_timeout_s: float = 90.0  # a step declaring no `expect_s`, on a quiet host; also the runner's silence
+    max_sandboxes: int | None = None  # None: the endpoint's quota (endpoints.toml), if any
+    max_minutes: float | None = None
     model_base_url: str | None = None
     model: str | None = None
     model_key_env: str | None = None
@@ -60,6 +67,15 @@ class BenchSession:
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
+    records: dict[tuple[str, str, str], tuple[CaseRecord, str]] = field(default_factory=dict)  # recorded cases
+    observed: dict[tuple[str, str, str], StepResult] = field(default_factory=dict)  # what each recorded case saw
+    recorded: threading.Condition = field(default_factory=threading.Condition)
+    ledger: SandboxLedger = field(default_factory=SandboxLedger)  # every sandbox the runners created
+    budget: Budget = field(default_factory=Budget)
+    stop_reason: str | None = None  # why the run stopped before its end (a budget), for the cases not run
+    left: dict[str, str] = field(default_factory=dict)  # sandboxes left by this run -> what their kill did
+    cost: dict[str, Any] | None = None  # the footer's cost figure, once the run ended
+    _timer: threading.Timer | None = None
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
@@ -106,8 +122,23 @@ class BenchSession:
         header: dict[str, Any] = {"expectations": str(expectations) if expectations else None}
         if self.shard_header is not None:
             header["shard"] = self.shard_header
+        self.budget = self.endpoint.budget.with_max(self.options.max_sandboxes)
+        self.ledger.max_sandboxes = self.budget.max_sandboxes
+        header["budget"] = {"max_sandboxes": self.budget.max_sandboxes, "max_minutes": self.options.max_minutes}
+        header["slowness"] = slowness()
         self.lifecycle.open(suite, pins, **header)
+        if self.options.max_minutes is not None:
+            self._timer = threading.Timer(self.options.max_minutes * 60, self.spent, (self.options.max_minutes,))
+            self._timer.daemon = True
+            self._timer.start()
         return True
+
+    def spent(self, minutes: float) -> None:
+        """The time budget is reached: runners stop (killing their sandboxes) and every case not finished is
+        recorded `not run` with the reason; the run then ends as an interrupted one."""
+        self.stop_reason = f"budget of {minutes:g} min reached"
+        self.progress(f"{self.stop_reason}: stopping the runners, keeping every finished case")
+        self.stop.set()
 
     def _serve(self) -> None:
         """Start the endpoint; a cold embedded one first builds its base template (tens of seconds)."""
@@ -175,6 +206,8 @@ class BenchSession:
 
     def stop_runners(self) -> None:
         """Stop every runner still going (each gets SIGTERM, so it can kill its sandboxes) and wait."""
+        if self._timer is not None:
+            self._timer.cancel()
         self.stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -185,48 +218,110 @@ class BenchSession:
 
     # --- running ------------------------------------------------------------------------------
     def step_result(self, suite: str, runner: Runner, step: str) -> StepResult:
-        """The observed result of one step; the first call starts every selected runner at once."""
+        """The observed result of one step, as soon as it is known; the first call starts every selected
+        runner at once."""
         if self._pool is None:  # set first: a Ctrl-C inside a submit leaves a runner started but no job kept
             by_name = {r.name: r for r in self.runners}
             self._pool = ThreadPoolExecutor(max_workers=max(len(self.selected), 1), thread_name_prefix="runner")
             for key in self.selected:
                 self.jobs[key] = self._pool.submit(self._run, key[0], by_name[key[1]])
         key = (suite, runner.name)
+        job = self.jobs[key]
+        with self.recorded:
+            while (suite, runner.name, step) not in self.observed and not job.done():
+                self.recorded.wait(timeout=0.5)
+            if (suite, runner.name, step) in self.observed:
+                return self.observed[(suite, runner.name, step)]
         if key not in self.results:
-            self.results[key] = self.jobs[key].result()
+            self.results[key] = job.result()
         return self.results[key][step]
 
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
+        """Run one runner for its steps, each selected step recorded as it ends; a step that outlives its
+        deadline is recorded `error` and a fresh runner goes on with the steps after it."""
         steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
-        planned = task_steps(steps, self.selected.get((suite, runner.name), []))
+        wanted = self.selected.get((suite, runner.name), [])
+        planned = task_steps(steps, wanted)
         run_dir = self.lifecycle.run_dir
         assert run_dir is not None
         executable = self.prepared[runner.name]
+
+        def deliver(result: StepResult) -> None:
+            if result.id in wanted:
+                self._deliver(suite, runner, result)
+
         if not isinstance(executable, Path):
-            return {s: StepResult(s, "error", None, executable, {}, False) for s in planned["steps"]}
-        task = make_task(suite, runner.name, self.run_id, **planned, options=self._options(runner))
+            results = {s: StepResult(s, "error", None, executable, {}, False) for s in planned["steps"]}
+            for result in results.values():
+                deliver(result)
+            return results
+        factor = slowness()
+        options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor)}
+        task = make_task(suite, runner.name, self.run_id, **planned, options=options)
+        deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
+        wire = run_dir.wire_path(runner.name)
         with WireProxy(
             self.endpoint.api_url,
             self.endpoint.sandbox_url,
-            run_dir.wire_path(runner.name),
+            wire,
             runner.name,
             self.redactor,
             domain=self.endpoint.domain,
+            ledger=self.ledger,
+            suite=suite,
         ) as proxy:
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
             if runner.has_suite(FRAMEWORKS) and self.model is not None and self.model.key_env:
                 endpoint_env[self.model.key_env] = self.model.key
-            result = run_runner(
-                runner.for_suite(suite),
-                executable,
+
+            seen: dict[str, Any] = {}  # the wire when the last deadline ran out, before the runner was stopped
+
+            def look() -> None:
+                seen.update(last_exchange=last_exchange(wire), in_flight=proxy.in_flight())
+
+            def run_once(task: dict[str, Any], heard: Callable[[Event], None]) -> RunnerResult:
+                return run_runner(
+                    runner.for_suite(suite),
+                    executable,
+                    task,
+                    step_timeout_s=self.options.step_timeout_s * factor,
+                    deadlines=deadlines,
+                    env=runner.environment(endpoint_env),
+                    on_event=heard,
+                    stop=self.stop,
+                    kill_grace_s=KILL_GRACE_S * factor,
+                    on_timeout=look,
+                )
+
+            results, runs = run_resuming(
                 task,
-                step_timeout_s=self.options.step_timeout_s,
-                env=runner.environment(endpoint_env),
+                run_once,
+                on_result=deliver,
                 on_event=lambda event: self._on_event(suite, runner, event),
-                stop=self.stop,
+                evidence=lambda: dict(seen),
             )
-        self.created.update((result.footer or {}).get("cleanup") or {})
-        return {step.id: step for step in result.step_results()}
+        for run in runs:
+            self.created.update((run.footer or {}).get("cleanup") or {})
+        return results
+
+    def _deliver(self, suite: str, runner: Runner, observed: StepResult) -> None:
+        """Record a selected step's case as soon as its result is known (once)."""
+        if not observed.reported and observed.error == INTERRUPTED and self.stop_reason:
+            observed = StepResult(observed.id, "error", None, f"not run: {self.stop_reason}", observed.details, False)
+        self.record(suite, runner, observed.id, observed)
+
+    def not_run(self, reason: str) -> int:
+        """Record every selected case that has no record yet as `error` `not run: <reason>`; how many."""
+        by_name = {r.name: r for r in self.runners}
+        missing = [
+            (suite, by_name[name], step)
+            for (suite, name), steps in self.selected.items()
+            for step in steps
+            if (suite, name, step) not in self.records
+        ]
+        for suite, runner, step in missing:
+            self.record(suite, runner, step, StepResult(step, "error", None, f"not run: {reason}", {}, False))
+        return len(missing)
 
     def _options(self, runner: Runner) -> dict[str, Any]:
         """Task options: a framework runner is told which model to use and what to ask it."""
@@ -254,6 +349,15 @@ class BenchSession:
         run_dir.write_json(f"{runner.name}.json", transcript)
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
+        """The case's record: written to cases.jsonl the first time, the same record after that."""
+        with self.recorded:
+            if (suite, runner.name, step) not in self.records:
+                self.records[(suite, runner.name, step)] = self._judged(suite, runner, step, observed)
+                self.observed[(suite, runner.name, step)] = observed
+                self.recorded.notify_all()
+            return self.records[(suite, runner.name, step)]
+
+    def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         identifier = case_id(suite, runner.name, step)
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
@@ -276,17 +380,51 @@ class BenchSession:
         self.lifecycle.run_dir.record(record)
         return record, verdict.note or ""
 
+    def footer_lines(self) -> list[str]:
+        """What the terminal says about the run's cost, its stop and the sandboxes it left."""
+        if self.lifecycle.run_dir is None or self._pool is None:
+            return []
+        lines = [f"cost: {cost_line(self.cost or self.budget.cost(self.ledger.sandbox_seconds()))}"]
+        if self.stop_reason:
+            lines.append(f"stopped: {self.stop_reason}")
+        if self.left:
+            shown = ", ".join(f"{sandbox} ({what})" for sandbox, what in self.left.items())
+            lines.append(f"left by this run and killed on the way out: {shown}")
+        return lines
+
     def end(self, status: str, exit_code: int) -> int:
-        """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""
-        if self._pool is not None and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
-            exit_code = ExitCode.NONCONFORMANT
-        self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
+        """Cases not run recorded with the reason, the sandboxes this run left killed, the leak sweep (when
+        runners were started), then JUnit, footer (with the cost) and report; returns the exit code."""
+        if status != "completed" and self.not_run(self.stop_reason or "the run was interrupted"):
+            exit_code = exit_code if exit_code != ExitCode.OK else ExitCode.NONCONFORMANT
+        if self._pool is not None:
+            self.left = kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
+            for sandbox_id, what in self.left.items():
+                if what in KILLED.values():
+                    self.ledger.observe("DELETE", f"/sandboxes/{sandbox_id}", 204, None)
+            if not self.lifecycle.sweep(self.created | self.ledger.ids()).conformant and exit_code == ExitCode.OK:
+                exit_code = ExitCode.NONCONFORMANT
+        self.cost = self.budget.cost(self.ledger.sandbox_seconds())
+        extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left}
+        if self.stop_reason:
+            extra["stop_reason"] = self.stop_reason
+        self.exit_code = self.lifecycle.finish(status, exit_code, **extra)  # type: ignore[arg-type]
         return self.exit_code
 
 
+SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on a quiet host
+# A lifetime stays below the 300 s the quickstart's set_timeout step sets (it checks that end_at moves later).
+MAX_SANDBOX_LIFETIME_S = 290
+KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
+
+
+def sandbox_lifetime_s(factor: float) -> int:
+    """What the SDK runners' sandboxes live on a host `factor` times slower than a quiet one: their steps take
+    longer there, and a sandbox a suite shares must not expire under them."""
+    return min(round(SANDBOX_LIFETIME_S * factor), MAX_SANDBOX_LIFETIME_S)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,8 @@ PARALLEL = 2  # quirk runs at a time: each has its own embedded endpoint
 IDENTITY_QUIRKS = ("token_prefix", "sandbox_id_prefix", "token_error")
 # Quirks of the server's own resources that no client can observe (its self-tests check them instead).
 SERVER_ONLY_QUIRKS = ("streams_outlive_clients",)
+# Remote conditions, not deviations: what they do to a run is the run tests' (tests/test_remote_run.py).
+CONDITION_QUIRKS = ("stream_stall",)
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",

@@ -23,6 +23,8 @@ from typing import ClassVar, Literal
 import httpx
 
 from .paths import CONFIG_PATH, EXPECTATIONS_DIR
+from .remote.budget import E2B_CLOUD_DOMAIN, E2B_FREE_TIER_SANDBOXES, Budget, BudgetError
+from .remote.slowness import scaled
 
 DEFAULT_KEY_ENV = "E2B_API_KEY"
 # The embedded server accepts the key the harness generates and exports under this name.
@@ -52,6 +54,7 @@ class Endpoint:
     domain: str | None
     key_env: str
     expectations: Path | None
+    budget: Budget = dataclasses.field(default_factory=Budget)  # quota and prices (endpoints.toml)
 
     @property
     def provider(self) -> Provider:
@@ -163,6 +166,7 @@ def _from_environ(environ: Mapping[str, str]) -> Endpoint:
         domain=domain,
         key_env=DEFAULT_KEY_ENV,
         expectations=_default_expectations("env"),
+        budget=Budget(max_sandboxes=_e2b_quota(api_url or f"https://api.{domain}")),
     )
 
 
@@ -189,6 +193,10 @@ def _from_config(name: str, config_path: Path) -> Endpoint:
     if sandbox_url is None and domain is None:
         raise EndpointError(f"[endpoints.{name}] in {config_path} needs sandbox_url or domain")
     expectations = table.get("expectations")
+    try:
+        budget = Budget.from_table(table, f"[endpoints.{name}] in {config_path}", _e2b_quota(api_url))
+    except BudgetError as exc:
+        raise EndpointError(str(exc)) from None
     return Endpoint(
         name=name,
         kind="toml",
@@ -197,20 +205,28 @@ def _from_config(name: str, config_path: Path) -> Endpoint:
         domain=domain,
         key_env=table.get("key_env", DEFAULT_KEY_ENV),
         expectations=(config_path.parent / expectations) if expectations else _default_expectations(name),
+        budget=budget,
     )
+
+
+def _e2b_quota(api_url: str) -> int | None:
+    """E2B's own cloud has a concurrency quota (its free tier's, unless the endpoint's table says more)."""
+    host = httpx.URL(api_url).host
+    return E2B_FREE_TIER_SANDBOXES if host == f"api.{E2B_CLOUD_DOMAIN}" else None
 
 
 # --- preflight -------------------------------------------------------------------------------------
 
 
-def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
+def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float | None = None) -> None:
     """List one sandbox with the key; raise PreflightError with one actionable sentence if that fails."""
     if not key:
         raise PreflightError(
             f"{endpoint.key_env} is not set: export it with the API key of endpoint {endpoint.name!r} "
             f"({endpoint.api_url}) or choose another endpoint with --endpoint."
         )
-    with httpx.Client(timeout=timeout_s, trust_env=False, follow_redirects=False) as client:
+    timeout = scaled(PREFLIGHT_TIMEOUT_S) if timeout_s is None else timeout_s  # a busy host answers late
+    with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
         response = _list_one(client, f"{endpoint.api_url}/v2/sandboxes", key)
         if response.status_code == 404:
             response = _list_one(client, f"{endpoint.api_url}/sandboxes", key)

@@ -14,9 +14,11 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from .remote.slowness import scaled
 from .results import CaseRecord, case_id
 
 RUN_METADATA_KEY = "e2b-bench-run"
+REQUEST_S = 15.0  # one list or DELETE answered, on a quiet host (scaled by the host's slowness)
 MAX_PAGES = 100
 
 
@@ -58,13 +60,16 @@ class Sweep:
     foreign: list[str] = field(default_factory=list)  # listed under the tag, not this run's: left alone
 
 
-def sweep(api_url: str, key: str | None, run_id: str, own: Collection[str] = (), timeout_s: float = 15) -> Sweep:
+def sweep(
+    api_url: str, key: str | None, run_id: str, own: Collection[str] = (), timeout_s: float | None = None
+) -> Sweep:
     """Delete every verified sandbox of `run_id` still alive.
 
     Raises `httpx.HTTPError`, or ValueError/KeyError/TypeError for a listing that is not the API's.
     """
     result = Sweep()
-    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout_s) as client:
+    timeout = scaled(REQUEST_S) if timeout_s is None else timeout_s
+    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout) as client:
         for sandbox_id in dict.fromkeys(tagged_sandboxes(client, run_id)):
             if sandbox_id not in own and not is_this_runs(client, sandbox_id, run_id):
                 result.foreign.append(sandbox_id)
@@ -72,6 +77,26 @@ def sweep(api_url: str, key: str | None, run_id: str, own: Collection[str] = (),
             result.survivors.append(sandbox_id)
             result.deletes[sandbox_id] = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code
     return result
+
+
+KILLED = {200: "killed", 204: "killed", 404: "already gone"}
+
+
+def kill_left(api_url: str, key: str | None, sandbox_ids: Collection[str]) -> dict[str, str]:
+    """Kill the sandboxes a run left itself (created, never killed: an interrupted or stopped runner's), best
+    effort; what each kill did: `killed`, `already gone` or why it failed. Never the endpoint's fault."""
+    done: dict[str, str] = {}
+    if not sandbox_ids:
+        return done
+    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=scaled(REQUEST_S)) as client:
+        for sandbox_id in sandbox_ids:
+            try:
+                status = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code
+            except httpx.HTTPError as exc:
+                done[sandbox_id] = f"kill failed: {exc}"
+                continue
+            done[sandbox_id] = KILLED.get(status, f"kill answered {status}")
+    return done
 
 
 def leak_record(found: Sweep, error: str | None, duration_ms: float | None = None) -> CaseRecord:

@@ -142,12 +142,12 @@ class Lifecycle:
         self.run_dir.write_json(PREFLIGHT_JSON, {"error": reason})
         return self.finish("aborted", ExitCode.USAGE)
 
-    def finish(self, status: Status, exit_code: int) -> ExitCode:
-        """JUnit, footer and report; returns the exit code."""
+    def finish(self, status: Status, exit_code: int, **footer: Any) -> ExitCode:
+        """JUnit, footer (with `footer`'s members, e.g. the cost) and report; returns the exit code."""
         assert self.run_dir is not None
         self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
         coverage = write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, if any
-        self.run_dir.finish(status, int(exit_code), coverage)
+        self.run_dir.finish(status, int(exit_code), coverage, **footer)
         if self.report:
             from .report import render
 

@@ -24,6 +24,8 @@ from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
 from .results import case_id
+from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
+from .remote.slowness import STEP_TIMEOUT_HELP
 from .runners.catalog import Runner, default_runners
 from .runners.manifest import load_steps
 from .selection import SelectionError, runners_named, select
@@ -51,7 +53,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--runner", action="append", default=[], help="runner name (repeatable); default: one per language")
     group.addoption("--matrix", action="store_true", help="every registered runner (all SDK pins)")
     group.addoption("--results-dir", default=str(RESULTS_DIR), help="where run directories go")
-    group.addoption("--step-timeout", type=float, default=90.0, help="seconds a runner may stay silent")
+    group.addoption("--step-timeout", type=float, default=90.0, help=STEP_TIMEOUT_HELP)
+    group.addoption("--max-sandboxes", type=int, default=None, help=MAX_SANDBOXES_HELP)
+    group.addoption("--max-minutes", type=float, default=None, help=MAX_MINUTES_HELP)
     group.addoption("--quirk-profile", default="e2b", help="quirk profile of the embedded endpoint")
     group.addoption("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     group.addoption("--no-report", action="store_true", help="do not render the report at the end")
@@ -115,6 +119,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     options = RunOptions(
         step_timeout_s=config.getoption("step_timeout"),
+        max_sandboxes=config.getoption("max_sandboxes"),
+        max_minutes=config.getoption("max_minutes"),
         model_base_url=config.getoption("model_base_url"),
         model=config.getoption("model"),
         model_key_env=config.getoption("model_key_env"),
@@ -253,6 +259,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if interrupted:
         code, status = ExitCode.INTERRUPTED, "interrupted"
         bench.stop_runners()
+    elif bench.stop_reason is not None:  # a budget ended the run: what did not run is not conformant
+        code, status = ExitCode.NONCONFORMANT, "interrupted"
+        bench.stop_runners()
     elif exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"
     code = bench.end(status, code)
@@ -268,6 +277,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if bench.preflight_error:
         terminalreporter.write_line(f"endpoint unusable: {bench.preflight_error}")
     terminalreporter.write_line(f"run directory: {bench.lifecycle.run_dir.path}")
+    for line in bench.footer_lines():
+        terminalreporter.write_line(line)
     report = bench.lifecycle.report_paths
     if report is not None:
         terminalreporter.write_line(f"report: {report.html}")

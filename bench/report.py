@@ -7,7 +7,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import pandas as pd
 from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
+from bench.remote.budget import cost_line
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
 from bench.verdict import rerun_command, run_problem, verdict
 
@@ -64,6 +65,8 @@ class RunSummary:
     pins: dict[str, dict[str, str]]
     problem: str | None
     coverage: dict[str, Any] | None
+    cost: str | None = None  # the footer's cost figure in one line
+    left: dict[str, str] = field(default_factory=dict)  # sandboxes the run left itself -> what their kill did
 
 
 def run_stamp(run: Run) -> str:
@@ -83,11 +86,18 @@ def _frame(runs: Sequence[Run]) -> pd.DataFrame:
             **case.to_dict(),
         }
         for run in runs
-        for case in run.cases
+        for case in _by_runner(run)
     ]
     frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
     # A case recorded twice (a retry) shows its last record.
     return frame.drop_duplicates(subset=["row", "column"], keep="last").reset_index(drop=True)
+
+
+def _by_runner(run: Run) -> list[CaseRecord]:
+    """The run's cases runner by runner, in the order its header names the runners (cases are recorded as they
+    end, so runners that ran side by side interleave in cases.jsonl); each runner's cases in their order."""
+    order = {runner: index for index, runner in enumerate(run.header.get("pins") or {})}
+    return sorted(run.cases, key=lambda case: order.get(case.runner, len(order)))
 
 
 def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
@@ -110,6 +120,8 @@ def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
                 pins=run.header["pins"],
                 problem=run_problem(run),
                 coverage=_coverage(run.path),
+                cost=cost_line(run.footer["cost"]) if run.footer and run.footer.get("cost") else None,
+                left=dict((run.footer or {}).get("left_by_run") or {}),
             )
         )
     return summaries

@@ -288,9 +288,11 @@ class RunDir:
         validate("run", document, where=str(self._path / self.RUN_JSON))
         atomic_write(self._path / self.RUN_JSON, json.dumps(document, indent=2) + "\n")
 
-    def finish(self, status: Status, exit_code: int, coverage: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Add the footer (counts from cases.jsonl; `coverage`: the percentages of coverage.json). A second call
-        keeps the first footer."""
+    def finish(
+        self, status: Status, exit_code: int, coverage: Mapping[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
+        """Add the footer (counts from cases.jsonl; `coverage`: the percentages of coverage.json; `extra`: more
+        footer members, e.g. `cost`). A second call keeps the first footer."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {', '.join(STATUSES)}, not {status!r}")
         document = self._load()
@@ -312,6 +314,7 @@ class RunDir:
                 "spec_percent": (coverage.get("spec") or {}).get("percent"),
                 "sdk_percent": {runner: entry["percent"] for runner, entry in (coverage.get("sdk") or {}).items()},
             }
+        document["footer"].update(extra)
         self._store(document)
         return dict(document["footer"])
 

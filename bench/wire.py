@@ -33,6 +33,9 @@ from typing import Any, BinaryIO, Protocol
 import httpx
 import uvicorn
 
+from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
+from bench.remote.slowness import scaled
+
 REDACTED = "[REDACTED]"
 SECRET_HEADERS = frozenset(
     {
@@ -66,6 +69,7 @@ HOP_BY_HOP = frozenset(
 ENVD_PATH_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/", "/files/")
 ENVD_PATHS = frozenset({"/files", "/health"})
 ENVD_PORT = 49983
+START_S = 10.0  # the proxy up (or down), or an upstream connection made, on a quiet host (scaled by slowness)
 # Control-plane JSON responses are small; beyond this they are streamed unread.
 LEARN_LIMIT_BYTES = 1 << 20
 WIRE_BODIES_ENV = "E2B_BENCH_WIRE_BODIES"  # bytes of each body to log; unset or 0: none
@@ -119,6 +123,8 @@ class _Exchange:
     logged: bool = False
     request_body: bytearray = field(default_factory=bytearray)
     response_body: bytearray = field(default_factory=bytearray)
+    lifecycle_body: bytearray | None = None  # a create/kill/timeout/...: its request, for the ledger
+    response_json: Any = None  # a control-plane JSON answer, as learnt
 
 
 class WireProxy:
@@ -135,6 +141,8 @@ class WireProxy:
         domain: str | None = None,
         host: str = "127.0.0.1",
         body_bytes: int | None = None,
+        ledger: SandboxLedger | None = None,
+        suite: str = "",
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -144,7 +152,10 @@ class WireProxy:
         self.redactor = redactor
         self.host = host
         self.body_bytes = body_bytes_from_env() if body_bytes is None else max(0, body_bytes)
+        self.ledger = ledger
+        self.suite = suite
         self.port: int | None = None
+        self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
         self._client: httpx.AsyncClient | None = None
         self._server: uvicorn.Server | None = None
@@ -187,7 +198,7 @@ class WireProxy:
             target=self._serve, args=(listener,), name=f"wire-proxy-{self.runner}", daemon=True
         )
         self._thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(START_S)
         while not self._server.started:
             if self._failure is not None or not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
@@ -199,7 +210,7 @@ class WireProxy:
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=scaled(START_S))
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -223,7 +234,7 @@ class WireProxy:
         assert self._server is not None
         # Reads have no timeout: a server-streaming RPC may stay silent as long as its command runs.
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
+            timeout=httpx.Timeout(connect=scaled(START_S), read=None, write=None, pool=None),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
             follow_redirects=False,
             trust_env=False,
@@ -232,6 +243,15 @@ class WireProxy:
             await self._server.serve(sockets=[listener])
         finally:
             await self._client.aclose()
+
+    def in_flight(self) -> list[dict[str, Any]]:
+        """The exchanges still open now (a stream that never ends is one), oldest first, redacted."""
+        now = time.monotonic()
+        shown = []
+        for e in sorted(list(self._open.values()), key=lambda e: e.started):
+            line = {"method": e.method, "url": e.url, "status": e.status, "open_s": round(now - e.started, 1)}
+            shown.append(self.redactor.redact_obj({**line, "response_bytes": e.response_bytes}))
+        return shown
 
     # --- routing ---------------------------------------------------------------------------------
 
@@ -266,11 +286,46 @@ class WireProxy:
             url = _join(self.upstream_for(scope["path"], sandbox_id), raw_path, query)
             exchange.url = _redact_query(str(url))
             control_plane = not _is_envd(scope["path"], sandbox_id)
-            await self._forward(exchange, url, headers, control_plane, receive, send)
+            followed = self.ledger is not None and control_plane and is_lifecycle(exchange.method, scope["path"])
+            if followed:
+                exchange.lifecycle_body = bytearray()
+            self._open[id(exchange)] = exchange
+            if followed and is_create(exchange.method, scope["path"]):
+                await self._create(exchange, url, headers, receive, send)
+            else:
+                await self._forward(exchange, url, headers, control_plane, receive, send)
+                if followed:
+                    self._observe(exchange, scope["path"])
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))
         finally:
+            self._open.pop(id(exchange), None)
             self._write(exchange)
+
+    async def _create(
+        self, exchange: _Exchange, url: httpx.URL, headers: list[tuple[str, str]], receive: Receive, send: Send
+    ) -> None:
+        """A create waits for a slot under the run's sandbox quota; its answer names the sandbox to count."""
+        assert self.ledger is not None
+        await self.ledger.admit()
+        made = False
+        try:
+            await self._forward(exchange, url, headers, True, receive, send)
+            answer = exchange.response_json if isinstance(exchange.response_json, dict) else {}
+            sandbox_id = answer.get("sandboxID")
+            if exchange.status is not None and exchange.status < 300 and isinstance(sandbox_id, str):
+                timeout = _json_object(exchange.lifecycle_body).get("timeout")
+                timeout_s = float(timeout) if isinstance(timeout, int | float) else None
+                self.ledger.created(sandbox_id, self.suite, self.runner, timeout_s)
+                made = True
+        finally:
+            if not made:
+                self.ledger.abandon()
+
+    def _observe(self, exchange: _Exchange, path: str) -> None:
+        if self.ledger is not None and exchange.status is not None:
+            body = _json_object(exchange.lifecycle_body)
+            self.ledger.observe(exchange.method, path, exchange.status, body, exchange.response_json)
 
     async def _forward(
         self,
@@ -320,6 +375,8 @@ class WireProxy:
             chunk = message.get("body", b"")
             exchange.request_bytes += len(chunk)
             self._keep(exchange.request_body, chunk)
+            if exchange.lifecycle_body is not None and len(exchange.lifecycle_body) < LEARN_LIMIT_BYTES:
+                exchange.lifecycle_body += chunk
             if chunk:
                 yield chunk
             if not message.get("more_body", False):
@@ -372,7 +429,7 @@ class WireProxy:
                 exchange.error = f"upstream stream broken: {_reason(exc)}"
                 raise
             if learning:
-                self._learn(b"".join(held), response.headers.get("content-encoding", ""))
+                exchange.response_json = self._learn(b"".join(held), response.headers.get("content-encoding", ""))
             self._write(exchange)
             await send({"type": "http.response.body", "body": b"".join(held) if learning else b""})
         finally:
@@ -392,15 +449,17 @@ class WireProxy:
         self._write(exchange)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
-    def _learn(self, body: bytes, encoding: str) -> None:
+    def _learn(self, body: bytes, encoding: str) -> Any:
+        """Teach the redactor the secrets of a JSON answer; returns the answer (None: not JSON)."""
         try:
             if encoding.strip().lower() in ("gzip", "deflate"):
                 body = zlib.decompress(body, zlib.MAX_WBITS | 32)
             document = json.loads(body)
         except (ValueError, zlib.error):
-            return
+            return None
         for value in _members(document, LEARNT_SECRET_MEMBERS):
             self.redactor.add(value)
+        return document
 
     def _write(self, exchange: _Exchange) -> None:
         """Append the exchange's line, once; called before the client sees the end of the response."""
@@ -436,6 +495,25 @@ class WireProxy:
     def _keep(self, kept: bytearray, chunk: bytes) -> None:
         if len(kept) < self.body_bytes:
             kept += chunk[: self.body_bytes - len(kept)]
+
+
+def last_exchange(log_path: Path) -> dict[str, Any] | None:
+    """The last line a wire log holds (already redacted), or None."""
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(handle.tell() - LEARN_LIMIT_BYTES, 0))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        keep = ("ts", "method", "url", "status", "duration_ms", "error")
+        return {key: entry[key] for key in keep if key in entry} if isinstance(entry, dict) else None
+    return None
 
 
 def body_bytes_from_env(environ: MutableMapping[str, str] | None = None) -> int:
@@ -487,6 +565,14 @@ def _envelopes(data: bytes, redactor: SecretSink) -> list[str]:
         messages.append(f"end: {text}" if flags & 2 else text)
         offset += ENVELOPE_HEADER.size + length
     return messages
+
+
+def _json_object(body: bytearray | None) -> dict[str, Any]:
+    try:
+        document = json.loads(bytes(body or b"{}") or b"{}")
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 def _is_envd(path: str, sandbox_id: str | None) -> bool:

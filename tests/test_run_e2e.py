@@ -15,6 +15,7 @@ from loopback import closed_port
 from run_cli import REPO, e2b_bench, only_run_dir
 
 from bench.localbox.server import serving
+from bench.remote.slowness import scaled
 from bench.results import read_run, validate
 from bench.runners.manifest import load_steps
 
@@ -130,7 +131,7 @@ def test_ctrl_c_leaves_a_valid_run_dir_marked_interrupted(tmp_path: Path, signum
     out, err = process.communicate(timeout=120)
 
     assert process.returncode == 130, out + err
-    assert time.monotonic() - interrupted_at < 30
+    assert time.monotonic() - interrupted_at < scaled(30)  # a busy host stops its runners more slowly
     run = read_run(only_run_dir(tmp_path))
     assert run.footer["status"] == "interrupted"
     leak = [c for c in run.cases if c.case == "leak_check"]

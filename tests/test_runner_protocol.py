@@ -65,7 +65,7 @@ def test_runner_that_hangs_is_killed_and_names_the_step_it_hung_in() -> None:
     assert time.monotonic() - started < 30  # it did not wait for the endless step (600 s)
     assert outcomes(list(result.step_results())) == [
         ("s1", "pass", None),
-        ("s2", "error", "runner timed out after 3s in step s2"),
+        ("s2", "error", "no answer in 3 s in step s2"),
         ("s3", "error", "not run: runner timed out in s2"),
         ("s4", "error", "not run: runner timed out in s2"),
     ]
@@ -93,7 +93,7 @@ def test_garbage_on_stdout_is_recorded_as_protocol_errors_not_a_crash() -> None:
         "$: 'error' is a required property; $: 'details' is a required property; "
         "$.outcome: 'maybe' is not one of ['pass', 'fail', 'refused', 'deviation', 'error', 'skip']",
         "stdout line 5: progress event does not match event.schema.json: "
-        "$.type: 'progress' is not one of ['hello', 'step', 'footer', 'transcript', 'sample', 'measure']",
+        "$.type: 'progress' is not one of ['hello', 'start', 'step', 'footer', 'transcript', 'sample', 'measure']",
     ]
     assert result.completed
 

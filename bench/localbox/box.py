@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..remote.slowness import scaled
 from .agentlink import AgentError, AgentGone, AgentLink
 from .disk import Disks, unmount
 from .network import EgressRules
@@ -42,6 +43,11 @@ SIGNAL_NAMES: dict[int, str] = {
 READ_CHUNK = 1 << 16
 END_ON_EXIT_POLL_S = 0.01  # how often a command that ended early looks whether its sandbox has gone quiet
 END_ON_EXIT_MAX_S = 60.0  # what still runs this long after the command's process exited is cut off
+# What a quiet host needs, with margin; every wait below is scaled by the host's slowness (bench/remote/slowness.py).
+START_S = 15.0  # a sandbox's agent and network up
+WARM_S = 10.0  # one login shell
+CONNECT_S = 10.0  # a TCP connect inside the sandbox
+EGRESS_S = 10.0  # one nftables transaction
 IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
 
 
@@ -481,7 +487,7 @@ class Box:
         self.on_exit: Callable[[], None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
-    async def start(self, hostname: str, timeout: float = 15.0) -> None:
+    async def start(self, hostname: str, timeout: float | None = None) -> None:
         if self.ids is None:  # a box given the range of files it reuses keeps it
             self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -506,6 +512,7 @@ class Box:
         finally:
             child_sock.close()
         (self.dir / "pid").write_text(str(self.holder.pid))
+        timeout = scaled(START_S) if timeout is None else timeout
         self.link = AgentLink(parent_sock, self._on_process_exit)
         asyncio.get_running_loop().create_task(self._watch_unshare())
         try:
@@ -578,7 +585,7 @@ class Box:
         record = await self.spawn(
             cmd="/bin/bash", args=["-l", "-c", "true"], envs={}, cwd=None, user="user", tag=None, stdin=False, pty=None
         )
-        await asyncio.wait_for(record.done.wait(), 10)
+        await asyncio.wait_for(record.done.wait(), scaled(WARM_S))
 
     async def kill(self, wait_for_files: bool = True) -> asyncio.Future | None:
         """End every process of the sandbox (all are gone on return) and remove its files.
@@ -648,7 +655,7 @@ class Box:
         await self.cgroup.freeze(False, self._root_pid())
 
     # --- ports ------------------------------------------------------------------------------
-    async def connect(self, port: int, timeout: float = 10.0) -> socket.socket:
+    async def connect(self, port: int, timeout: float | None = None) -> socket.socket:
         """A connected, non-blocking TCP socket to `port` on the sandbox's loopback."""
         result, fds = await self._call("connect", port=port)
         sock = socket.socket(fileno=fds[0])
@@ -657,7 +664,7 @@ class Box:
             writable = loop.create_future()
             loop.add_writer(sock.fileno(), _set_once, writable)
             try:
-                await asyncio.wait_for(writable, timeout)
+                await asyncio.wait_for(writable, scaled(CONNECT_S) if timeout is None else timeout)
             except BaseException:
                 sock.close()
                 raise
@@ -668,7 +675,7 @@ class Box:
                 raise AgentError(os.strerror(err), err)
         return sock
 
-    async def apply_egress(self, rules: EgressRules, timeout: float = 10.0) -> None:
+    async def apply_egress(self, rules: EgressRules, timeout: float | None = None) -> None:
         """Replace the packet filter of the sandbox's network namespace with `rules`, in one nftables
         transaction run as host root in that namespace only (the sandbox's root has no CAP_NET_ADMIN)."""
         if not EGRESS_FILTER:
@@ -681,7 +688,8 @@ class Box:
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
-            _, error = await asyncio.wait_for(process.communicate(rules.nft_script().encode()), timeout)
+            wait_s = scaled(EGRESS_S) if timeout is None else timeout
+            _, error = await asyncio.wait_for(process.communicate(rules.nft_script().encode()), wait_s)
         except BaseException:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()

@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from ..remote.slowness import scaled
 from .agentlink import AgentError
 from .box import Box
 
 TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
-READY_TIMEOUT_S = 30.0
+READY_TIMEOUT_S = 30.0  # on a quiet host; scaled by the host's slowness
 LOADER = "import sys; exec(compile(sys.stdin.read(), 'e2b-bench-code-interpreter', 'exec'))"
 START_TAG = "start_cmd"
 
@@ -35,14 +36,15 @@ async def start_server(box: Box, env_vars: dict[str, str]) -> None:
         pty=None,
     )
     events = record.subscribe()
+    ready_s = scaled(READY_TIMEOUT_S)
     try:
         await box.write_input(record, SERVER_SOURCE.read_bytes(), pty=False)
         await box.close_input(record)
-        await asyncio.wait_for(_ready(events), READY_TIMEOUT_S)
+        await asyncio.wait_for(_ready(events), ready_s)
     except TimeoutError as exc:
         with contextlib.suppress(AgentError):
             await box.signal(record.pid, 9)
-        raise AgentError(f"the code interpreter did not start listening within {READY_TIMEOUT_S:.0f}s") from exc
+        raise AgentError(f"the code interpreter did not start listening within {ready_s:.0f}s") from exc
     finally:
         record.unsubscribe(events)
 

@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..remote.slowness import scaled
+
 log = logging.getLogger("e2b-bench.localbox")
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -43,7 +45,7 @@ LO_FLAGS_READ_ONLY, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 1, 4, 16
 # struct loop_config: fd, block_size, struct loop_info64 (device, inode, rdevice, offset, sizelimit, number,
 # encrypt_type, encrypt_key_size, flags, file_name[64], crypt_name[64], encrypt_key[32], init[2]), reserved[8]
 LOOP_CONFIG = struct.Struct("=II QQQQQ IIII 64s64s32s 2Q 8Q")
-RELEASE_WAIT_S = 10.0  # at most, for the kernel to free a disk's loop device after its unmount
+RELEASE_WAIT_S = 10.0  # at most (on a quiet host), for the kernel to free a disk's loop device after its unmount
 LOOP_ATTEMPTS = 64  # another process may take the free device between asking for it and configuring it
 MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
 # No journal (a sandbox's disk does not outlive a host crash), no reserved blocks (the sandbox's root and
@@ -150,7 +152,7 @@ def unmount(target: Path) -> None:
             "last user ends",
             target,
             loop[0],
-            RELEASE_WAIT_S,
+            scaled(RELEASE_WAIT_S),
         )
 
 
@@ -171,7 +173,7 @@ def _loop_of(target: Path) -> tuple[str, str] | None:
 
 def _released(name: str, backing: str) -> bool:
     """Whether loop device `name` stops naming `backing` within RELEASE_WAIT_S (it may be bound anew)."""
-    deadline, pause = time.monotonic() + RELEASE_WAIT_S, 0.001
+    deadline, pause = time.monotonic() + scaled(RELEASE_WAIT_S), 0.001
     while True:
         try:
             now = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()

@@ -13,6 +13,7 @@ mutated stream still streams.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable
@@ -295,6 +296,77 @@ def mutate(app: ASGIApp, names: frozenset[str]) -> ASGIApp:
     if unknown:
         raise QuirkError(f"unknown mutation {unknown[0]!r}; known: {', '.join(sorted(MUTATIONS))}")
     return Mutated(app, [MUTATIONS[name] for name in sorted(names)]) if names else app
+
+
+def stall(app: ASGIApp, nth: int | None) -> ASGIApp:
+    """`app` whose `nth` command stream of the server's life (0: every one) never ends (`stream_stall`)."""
+    return app if nth is None else Stalled(app, nth)
+
+
+class Stalled:
+    """A command stream (`Process/Start`) that gives its output and then never its end: the end event and
+    the end of the stream are held back and the connection stays open until the client leaves. What a
+    remote endpoint whose stream was lost on the way looks like to a client without a read deadline."""
+
+    PATH = "/process.Process/Start"
+
+    def __init__(self, app: ASGIApp, nth: int) -> None:
+        self.app = app
+        self.nth = nth
+        self.streams = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        self.streams += 1
+        if self.nth and self.streams != self.nth:
+            await self.app(scope, receive, send)
+            return
+        left = asyncio.Event()
+
+        async def watched() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                left.set()
+            return message
+
+        await self.app(scope, watched, self._holding(scope, send, receive, left))
+
+    @staticmethod
+    def _holding(scope: Scope, send: Send, receive: Receive, left: asyncio.Event) -> Send:
+        classes = _rpc_classes(scope["path"])
+        buffer = bytearray()
+        codec: Any = None
+        held = False
+
+        async def sender(message: Message) -> None:
+            nonlocal codec, held
+            if held:
+                return  # the client has left; what the command still says goes nowhere
+            if message["type"] == "http.response.start":
+                content_type = dict(message.get("headers", [])).get(b"content-type", b"").decode()
+                codec = _codec(content_type) if content_type.startswith("application/connect+") else None
+                await send(message)
+                return
+            if codec is None or classes is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            buffer.extend(message.get("body", b""))
+            out = b""
+            for flags, payload in _envelopes(buffer):
+                if flags & 2 or _event(codec.decode(payload, classes[1]))[0] == "end":
+                    held = True
+                    break
+                out += _envelope(flags, payload)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+            if held:
+                while not left.is_set():  # the request body is read: what comes next is the client leaving
+                    if (await receive())["type"] == "http.disconnect":
+                        left.set()
+
+        return sender
 
 
 def _rpc_classes(path: str) -> tuple[type, type] | None:

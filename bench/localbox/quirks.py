@@ -51,6 +51,8 @@ class Quirks:
     ignore_traffic_token: bool = False  # allowPublicTraffic: false is accepted and ignored (no trafficAccessToken)
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
+    # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.
+    stream_stall: int | None = None
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):
@@ -130,6 +132,17 @@ B3OS_BETA = Quirks(
 PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA}
 
 
+COUNTS = frozenset({"stream_stall"})  # quirks whose value is a whole number; given bare, 0 (every one)
+
+
+def _count(name: str, value: str) -> int:
+    if not value:
+        return 0
+    if not value.isdigit():
+        raise QuirkError(f"quirk {name} takes a whole number (or none, for every one), not {value!r}")
+    return int(value)
+
+
 def build(profile: str = "e2b", overrides: Sequence[str] = ()) -> Quirks:
     """A profile plus `NAME[=VALUE]` overrides, as given to `e2b-bench serve --quirk`."""
     if profile not in PROFILES:
@@ -142,8 +155,10 @@ def build(profile: str = "e2b", overrides: Sequence[str] = ()) -> Quirks:
         if name not in known:
             raise QuirkError(f"unknown quirk {name!r}; known: {', '.join(sorted(known))}")
         current = getattr(Quirks(), name)
-        parsed: bool | frozenset[str] | str | None
-        if isinstance(current, bool):
+        parsed: bool | frozenset[str] | str | int | None
+        if name in COUNTS:
+            parsed = _count(name, value)
+        elif isinstance(current, bool):
             parsed = value.lower() not in ("0", "false", "no", "off") if value else True
         elif isinstance(current, frozenset):
             parsed = frozenset(v for v in value.split(",") if v)

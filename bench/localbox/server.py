@@ -23,10 +23,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from bench import asgi
 
+from ..remote.slowness import scaled
 from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
 from .disk import unmount_under
-from .mutations import mutate
+from .mutations import mutate, stall
 from .quirks import Quirks
 from .registry import DISK_SIZE_MB, LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
@@ -144,7 +145,7 @@ class GuardedHttp(HttpToolsProtocol):
     def _arm(self) -> None:
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        self._idle_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._expire)
+        self._idle_timer = self.loop.call_later(scaled(HEADER_TIMEOUT_S), self._expire)
 
     def _expire(self) -> None:
         self._idle_timer = None
@@ -231,6 +232,7 @@ class LocalServer:
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
         app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
+        app = stall(app, config.quirks.stream_stall)
         raise_open_file_limit()
         self.server = uvicorn.Server(
             uvicorn.Config(

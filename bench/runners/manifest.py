@@ -28,6 +28,7 @@ class Step:
     title: str
     depends: tuple[str, ...]
     slow: bool = False  # waits on purpose (e.g. a 60 s expiry): pytest marker `slow`
+    expect_s: float | None = None  # how long the step takes on a quiet host when it is longer than most
 
 
 def load_manifest(paths: Iterable[Path] = MANIFEST_PATHS) -> dict[str, Any]:
@@ -60,7 +61,13 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
         where = path or " or ".join(str(p) for p in MANIFEST_PATHS)
         raise ManifestError(f"{where} has no [{suite}.{language}] table") from None
     steps = [
-        Step(id=raw["id"], title=raw["title"], depends=tuple(raw.get("depends", ())), slow=bool(raw.get("slow")))
+        Step(
+            id=raw["id"],
+            title=raw["title"],
+            depends=tuple(raw.get("depends", ())),
+            slow=bool(raw.get("slow")),
+            expect_s=_seconds(raw, suite, language),
+        )
         for raw in table.get("steps", ())
     ]
     known: set[str] = set()
@@ -70,6 +77,15 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
             raise ManifestError(f"step {step.id} depends on {unknown}, which do not come before it")
         known.add(step.id)
     return steps
+
+
+def _seconds(raw: dict[str, Any], suite: str, language: str) -> float | None:
+    value = raw.get("expect_s")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ManifestError(f"[{suite}.{language}] step {raw.get('id')}: expect_s must be a positive number of seconds")
+    return float(value)
 
 
 def with_dependencies(steps: list[Step], requested: Iterable[str]) -> list[str]:

@@ -26,6 +26,7 @@ from bench.runners.envs import REPO_ROOT, RunnerSpec
 
 PROTOCOL = 1
 STDERR_TAIL_BYTES = 4096
+INTERRUPTED = "not run: the run was interrupted"  # a step the harness stopped its runner before
 
 Event = dict[str, Any]
 
@@ -59,6 +60,21 @@ class StepResult:
     reported: bool
 
 
+def reported_result(event: Event) -> StepResult:
+    """The result a runner reported in a `step` event."""
+    details = dict(event.get("details") or {})
+    if "skip" in event:  # the structured reason, for the judgement (e.g. `sdk_gap`)
+        details["skip_reason"] = event["skip"]["reason"]
+    return StepResult(
+        id=event["id"],
+        outcome=event["outcome"],
+        duration_ms=event.get("duration_ms"),
+        error=event.get("error"),
+        details=details,
+        reported=True,
+    )
+
+
 @dataclass
 class RunnerResult:
     """Everything observed while one runner process ran one task."""
@@ -74,6 +90,7 @@ class RunnerResult:
     timed_out: bool = False
     stopped: bool = False  # the harness stopped it (Ctrl-C)
     hung_in: str | None = None
+    hung_after_s: float | None = None  # the deadline the hung step (or the silence) ran out of
     protocol_errors: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
 
@@ -86,17 +103,7 @@ class RunnerResult:
         for step_id in self.requested:
             event = self.steps.get(step_id)
             if event is not None:
-                details = dict(event.get("details") or {})
-                if "skip" in event:  # the structured reason, for the judgement (e.g. `sdk_gap`)
-                    details["skip_reason"] = event["skip"]["reason"]
-                yield StepResult(
-                    id=step_id,
-                    outcome=event["outcome"],
-                    duration_ms=event.get("duration_ms"),
-                    error=event.get("error"),
-                    details=details,
-                    reported=True,
-                )
+                yield reported_result(event)
             else:
                 yield StepResult(
                     id=step_id,
@@ -109,10 +116,10 @@ class RunnerResult:
 
     def _missing_reason(self, step_id: str) -> str:
         if self.stopped:
-            return "not run: the run was interrupted"
+            return INTERRUPTED
         if self.timed_out:
             if step_id == self.hung_in:
-                return f"runner timed out after {self.step_timeout_s:g}s in step {step_id}"
+                return f"no answer in {self.hung_after_s or self.step_timeout_s:.0f} s in step {step_id}"
             return f"not run: runner timed out in {self.hung_in}"
         if self.footer is not None:
             return f"runner finished without reporting this step: exit code {self.exit_code}"
@@ -131,16 +138,21 @@ def run_runner(
     task: Mapping[str, Any],
     *,
     step_timeout_s: float,
+    deadlines: Mapping[str, float] | None = None,
     env: Mapping[str, str] | None = None,
     on_event: Callable[[Event], None] | None = None,
     kill_grace_s: float = 5.0,
     stop: threading.Event | None = None,
+    on_timeout: Callable[[], None] | None = None,
 ) -> RunnerResult:
     """Run `spec.entry` with `python`, feed it `task`, collect its events.
 
-    `on_event` sees every parsed event (hello, step, footer and any other type) as it arrives.
-    The silence deadline restarts with every stdout line. A runner that outlives it gets SIGTERM
-    (time to kill its sandboxes) and, `kill_grace_s` later, SIGKILL for its whole process group.
+    `on_event` sees every parsed event (hello, start, step, footer and any other type) as it arrives.
+    A step has from its `start` event until its `step` event: `deadlines[id]` seconds, else
+    `step_timeout_s`; outside a step the runner may stay silent `step_timeout_s` (restarted by every
+    line). A runner that outlives a deadline gets SIGTERM (time to kill its sandboxes) and,
+    `kill_grace_s` later, SIGKILL for its whole process group; `on_timeout` runs just before the SIGTERM
+    (to see what the runner was waiting for).
     """
     check_task(task)
     requested = tuple(task.get("steps") or ())
@@ -168,12 +180,15 @@ def run_runner(
     interrupted = False
     try:
         try:
-            _read_events(lines, result, step_timeout_s, on_event, stop)
+            _read_events(lines, result, _Clock(step_timeout_s, dict(deadlines or {})), on_event, stop)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM in this thread: stop the runner as gracefully as `stop`
             interrupted = result.stopped = True
         if not result.timed_out and not result.stopped and not _exited_within(process, step_timeout_s):
             result.timed_out = True
             result.hung_in = _first_missing(result)
+            result.hung_after_s = round(step_timeout_s, 1)
+        if result.timed_out and on_timeout is not None:
+            on_timeout()
         if result.timed_out or result.stopped:
             _signal_group(process, signal.SIGTERM)
             _exited_within(process, kill_grace_s)
@@ -189,25 +204,48 @@ def run_runner(
     return result
 
 
+class _Clock:
+    """When the runner must next say something: the deadline of the step in progress (from its `start`
+    event) or, outside a step, the silence deadline restarted by every line."""
+
+    def __init__(self, silence_s: float, deadlines: dict[str, float]) -> None:
+        self.silence_s = silence_s
+        self.deadlines = deadlines
+        self.step: str | None = None
+        self.allowed_s = silence_s
+        self.due = time.monotonic() + silence_s
+
+    def heard(self, event: Event | None) -> None:
+        kind = event.get("type") if event is not None else None
+        if kind == "start":
+            self.step = str(event["id"])  # type: ignore[index]
+            self.allowed_s = self.deadlines.get(self.step, self.silence_s)
+        elif kind == "step" or self.step is None:
+            self.step, self.allowed_s = None, self.silence_s
+        else:
+            return  # other events inside a step (transcripts) do not extend its deadline
+        self.due = time.monotonic() + self.allowed_s
+
+
 def _read_events(
     lines: queue.Queue[bytes | None],
     result: RunnerResult,
-    step_timeout_s: float,
+    clock: _Clock,
     on_event: Callable[[Event], None] | None,
     stop: threading.Event | None = None,
 ) -> None:
     number = 0
     while True:
-        deadline = time.monotonic() + step_timeout_s
         raw: bytes | None = b""
         while raw == b"":
             if stop is not None and stop.is_set():
                 result.stopped = True
                 return
-            remaining = deadline - time.monotonic()
+            remaining = clock.due - time.monotonic()
             if remaining <= 0:
                 result.timed_out = True
-                result.hung_in = _first_missing(result)
+                result.hung_in = clock.step or _first_missing(result)
+                result.hung_after_s = round(clock.allowed_s, 1)
                 return
             try:
                 raw = lines.get(timeout=min(remaining, 0.2))
@@ -217,6 +255,7 @@ def _read_events(
             return
         number += 1
         event = _parse(raw, number, result)
+        clock.heard(event)
         if event is None:
             continue
         _record(event, number, result)

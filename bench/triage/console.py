@@ -333,6 +333,8 @@ class Console:
         if self.verbosity >= 0:
             for line in self.failures(run_path):
                 self.write(line)
+            for line in bench.footer_lines():  # the run's cost, why it stopped, the sandboxes it left
+                self.write(line)
             if self.log.hidden:
                 self.write(f"e2b-bench: {self.log.hidden} harness warning(s) not shown (-v shows them)")
         report = bench.lifecycle.report_paths

@@ -3,9 +3,9 @@
 Standard library only: it runs in the pinned environments of the SDK runners (driver.py, bench_runner.py)
 and of the framework runners (frameworks/proof.py). Protocol (docs/ARCHITECTURE.md, schemas in
 bench/schemas/task.schema.json and event.schema.json): one task object on stdin; on stdout `hello`,
-then the suite's events (`step`, `sample`, `measure`, `transcript`) and a `footer` last. The task is
-the single source of what to run: `steps` (prerequisites included, in run order), `depends`, the
-sandbox `metadata` that tags the run, `env` and `options`.
+then the suite's events (`start` before each step runs, `step`, `sample`, `measure`, `transcript`) and
+a `footer` last. The task is the single source of what to run: `steps` (prerequisites included, in run
+order), `depends`, the sandbox `metadata` that tags the run, `env` and `options`.
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ class StepPlan:
             if blocked is not None:
                 self._send(step_id, "error", 0.0, f"depends on {blocked}", {}, None)
                 continue
+            self.protocol.emit({"type": "start", "id": step_id})  # the harness times the step from here
             self._started = time.perf_counter()
             yield step_id
 

@@ -1,0 +1,1 @@
+"""Running against a remote endpoint: deadlines, restarts, budgets and what a run's sandboxes cost."""

@@ -1,0 +1,169 @@
+"""Every sandbox a run's runners created, as the recording proxies saw it on the wire.
+
+Each create, kill, pause, resume/connect and timeout change passes a `WireProxy`, which tells the run's
+one `SandboxLedger`. The ledger is what `--max-sandboxes` is enforced with (a create beyond the quota
+waits for a sandbox of the run to end), what the cost figure counts (sandbox-seconds by suite: running
+time, from the create's answer to its kill, its expiry or the end of the run) and how the end of a run
+tells the sandboxes it left itself (created, never killed) from those an endpoint failed to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+SANDBOX_PATH = re.compile(r"^/sandboxes/(?P<id>[^/]+)(?P<action>/timeout|/pause|/resume|/connect|/fork)?$")
+CREATE_PATH = re.compile(r"^/(v2/)?sandboxes$")
+ADMIT_POLL_S = 0.05
+EXPIRY_GRACE_S = 30.0  # a sandbox past its expiry by less than this may still be alive through no fault
+
+
+@dataclass
+class Sandbox:
+    """One sandbox of the run: who made it, and its running intervals."""
+
+    id: str
+    suite: str
+    runner: str
+    since: float | None  # running since (None: paused or gone)
+    expires: float | None  # when its timeout ends it (None: unknown)
+    running_s: float = 0.0
+    killed: bool = False
+
+
+@dataclass
+class SandboxLedger:
+    """Thread-safe: every proxy of the run (one per runner, each in its own thread) reports here."""
+
+    max_sandboxes: int | None = None
+    clock: Callable[[], float] = time.monotonic
+    sandboxes: dict[str, Sandbox] = field(default_factory=dict)
+    pending: int = 0  # creates admitted whose answer has not come yet
+    queued_s: float = 0.0  # time creates spent waiting for a slot
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # --- the quota ---------------------------------------------------------------------------------
+    def running(self) -> int:
+        now = self.clock()
+        return sum(1 for s in self.sandboxes.values() if s.since is not None and not _expired(s, now))
+
+    def _try_admit(self) -> bool:
+        with self._lock:
+            if self.max_sandboxes is not None and self.running() + self.pending >= self.max_sandboxes:
+                return False
+            self.pending += 1
+            return True
+
+    async def admit(self) -> None:
+        """Wait (polling) until a create fits under the quota, then count it as pending."""
+        started = self.clock()
+        while not self._try_admit():
+            await asyncio.sleep(ADMIT_POLL_S)
+        waited = self.clock() - started
+        if waited > 0:
+            with self._lock:
+                self.queued_s += waited
+
+    def abandon(self) -> None:
+        """An admitted create that made no sandbox (refused, failed, client gone)."""
+        with self._lock:
+            self.pending = max(self.pending - 1, 0)
+
+    # --- what the wire showed ----------------------------------------------------------------------
+    def created(self, sandbox_id: str, suite: str, runner: str, timeout_s: float | None) -> None:
+        now = self.clock()
+        with self._lock:
+            self.pending = max(self.pending - 1, 0)
+            self.sandboxes[sandbox_id] = Sandbox(sandbox_id, suite, runner, now, _expiry(now, timeout_s))
+
+    def observe(self, method: str, path: str, status: int, body: Mapping[str, Any] | None, answer: Any = None) -> None:
+        """A lifecycle call on one sandbox answered `status` (`body`: the request's JSON, if any; `answer`: the
+        response's). A fork's new sandboxes are counted (not queued: one call may make up to a hundred)."""
+        match = SANDBOX_PATH.match(path)
+        if match is None or (status >= 300 and status != 404):
+            return
+        now = self.clock()
+        with self._lock:
+            sandbox = self.sandboxes.get(match["id"])
+            if sandbox is None:
+                return
+            action = match["action"] or ""
+            timeout = (body or {}).get("timeout")
+            timeout_s = float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool) else None
+            if action == "/fork" and status < 300:
+                for fork in answer if isinstance(answer, list) else []:
+                    made = (fork.get("sandbox") or {}).get("sandboxID") if isinstance(fork, dict) else None
+                    if isinstance(made, str):
+                        expires = _expiry(now, timeout_s)
+                        self.sandboxes[made] = Sandbox(made, sandbox.suite, sandbox.runner, now, expires)
+            elif status == 404 or (method == "DELETE" and not action):
+                self._stop(sandbox, now)
+                sandbox.killed = method == "DELETE"
+            elif action == "/pause":
+                self._stop(sandbox, now)
+            elif action in ("/resume", "/connect"):
+                if sandbox.since is None and not sandbox.killed:
+                    sandbox.since = now
+                if timeout_s is not None:
+                    sandbox.expires = _expiry(now, timeout_s)
+            elif action == "/timeout" and timeout_s is not None:
+                sandbox.expires = _expiry(now, timeout_s)
+
+    @staticmethod
+    def _stop(sandbox: Sandbox, now: float) -> None:
+        if sandbox.since is not None:
+            end = min(now, sandbox.expires) if sandbox.expires is not None else now
+            sandbox.running_s += max(end - sandbox.since, 0.0)
+            sandbox.since = None
+
+    # --- the end of the run ------------------------------------------------------------------------
+    def left(self) -> list[Sandbox]:
+        """Sandboxes the run created and never killed that may still be alive (running or paused)."""
+        now = self.clock()
+        with self._lock:
+            return [
+                s for s in self.sandboxes.values()
+                if not s.killed and not (s.expires is not None and now > s.expires + EXPIRY_GRACE_S)
+            ]  # fmt: skip
+
+    def sandbox_seconds(self) -> dict[str, float]:
+        """Running sandbox-seconds by suite, up to now."""
+        now = self.clock()
+        by_suite: dict[str, float] = {}
+        with self._lock:
+            for sandbox in self.sandboxes.values():
+                seconds = sandbox.running_s
+                if sandbox.since is not None:
+                    end = min(now, sandbox.expires) if sandbox.expires is not None else now
+                    seconds += max(end - sandbox.since, 0.0)
+                by_suite[sandbox.suite] = by_suite.get(sandbox.suite, 0.0) + seconds
+        return by_suite
+
+    def ids(self) -> set[str]:
+        with self._lock:
+            return set(self.sandboxes)
+
+
+def is_create(method: str, path: str) -> bool:
+    return method == "POST" and CREATE_PATH.match(path) is not None
+
+
+def is_lifecycle(method: str, path: str) -> bool:
+    """A call the ledger follows: a create, or a kill/pause/resume/connect/timeout of one sandbox."""
+    if is_create(method, path):
+        return True
+    match = SANDBOX_PATH.match(path)
+    return match is not None and (method == "DELETE") == (match["action"] is None) and method in ("DELETE", "POST")
+
+
+def _expiry(now: float, timeout_s: float | None) -> float | None:
+    return now + timeout_s if timeout_s is not None else None
+
+
+def _expired(sandbox: Sandbox, now: float) -> bool:
+    return sandbox.expires is not None and now > sandbox.expires

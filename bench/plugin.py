@@ -23,9 +23,9 @@ from .expectations import case_matches
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
-from .results import case_id
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
 from .remote.slowness import STEP_TIMEOUT_HELP
+from .results import case_id
 from .runners.catalog import Runner, default_runners
 from .runners.manifest import load_steps
 from .selection import SelectionError, runners_named, select

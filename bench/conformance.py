@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
 from .shards import Shard
+from .triage.evidence import Window, WireLogs
 from .wire import WireProxy
 
 
@@ -63,6 +65,10 @@ class BenchSession:
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
+    # (suite, runner, step) -> when the runner's previous event and this step's were read: its wire evidence
+    step_windows: dict[tuple[str, str, str], tuple[datetime | None, datetime]] = field(default_factory=dict)
+    last_event: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (suite, runner) -> when
+    wire_logs: WireLogs = field(default_factory=WireLogs)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -210,6 +216,7 @@ class BenchSession:
             runner.name,
             self.redactor,
             domain=self.endpoint.domain,
+            suite=suite,
         ) as proxy:
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
             if runner.has_suite(FRAMEWORKS) and self.model is not None and self.model.key_env:
@@ -220,7 +227,7 @@ class BenchSession:
                 task,
                 step_timeout_s=self.options.step_timeout_s,
                 env=runner.environment(endpoint_env),
-                on_event=lambda event: self._on_event(runner, event),
+                on_event=lambda event: self._on_event(suite, runner, event),
                 stop=self.stop,
             )
         self.created.update((result.footer or {}).get("cleanup") or {})
@@ -238,8 +245,13 @@ class BenchSession:
             "attempts": self.options.attempts,
         }
 
-    def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
-        """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+    def _on_event(self, suite: str, runner: Runner, event: dict[str, Any]) -> None:
+        """A step's end is noted (its wire evidence is what its runner sent before); a runner's transcript goes
+        to `<runner>.json`, with the scripted model's side of it."""
+        now = datetime.now(UTC)
+        if event.get("type") == "step" and isinstance(event.get("id"), str):
+            self.step_windows[(suite, runner.name, event["id"])] = (self.last_event.get((suite, runner.name)), now)
+        self.last_event[(suite, runner.name)] = now
         run_dir = self.lifecycle.run_dir
         if event.get("type") != "transcript" or run_dir is None:
             return
@@ -266,10 +278,20 @@ class BenchSession:
             error=observed.error,
             details=observed.details,
             note=verdict.note,
+            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step, observed.duration_ms),
         )
         assert self.lifecycle.run_dir is not None
         self.lifecycle.run_dir.record(record)
         return record, verdict.note or ""
+
+    def _evidence(self, suite: str, runner: str, step: str, duration_ms: float | None) -> list[dict[str, Any]] | None:
+        """The exchanges the runner made while the step ran (None when it never reported the step)."""
+        seen = self.step_windows.get((suite, runner, step))
+        run_dir = self.lifecycle.run_dir
+        if seen is None or run_dir is None:
+            return None
+        window = Window.of_step(*seen, duration_ms)
+        return self.wire_logs.evidence(run_dir.wire_path(runner), suite, window)
 
     def end(self, status: str, exit_code: int) -> int:
         """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""

@@ -116,7 +116,8 @@ def _table_lines(table: dict[str, Any]) -> list[str]:
 
 
 def _candidates(case: CaseRecord) -> list[str]:
-    """Patterns that could cover this case, most compact first."""
+    """Patterns that could cover this case, preferred first: the case under every runner, the same body under
+    another flavour (`sync_x`, `async_x`), the id itself."""
     name = case.case
     found = [f"{case.suite}/*/{name}"]
     head, _, rest = name.partition("_")
@@ -136,11 +137,12 @@ def patterns(chosen: Sequence[CaseRecord], every: Iterable[str]) -> list[str]:
         for case in chosen:
             if case.id not in remaining:
                 continue
-            for candidate in _candidates(case):
+            for rank, candidate in enumerate(_candidates(case)):
                 covered = {identifier for identifier in universe if fnmatchcase(identifier, candidate)}
                 if not covered <= wanted:
                     continue
-                score = (len(covered & remaining), -len(candidate), candidate, covered)
+                # most cases first; between equals the candidate named first (`suite/*/case` before the id)
+                score = (len(covered & remaining), -rank, candidate, covered)
                 if best is None or score[:2] > best[:2]:
                     best = score
         assert best is not None  # the case's own id always qualifies
@@ -178,6 +180,28 @@ def winning_pattern(declared: Expectations, case_id: str) -> str | None:
         return case_id
     matching = [pattern for pattern in declared.cases if fnmatchcase(case_id, pattern)]
     return max(matching, key=len) if matching else None
+
+
+def _governed(declared: Expectations, cases: Sequence[CaseRecord]) -> dict[str, set[str]]:
+    """Each declaration of FILE with the run's cases it decides."""
+    found: dict[str, set[str]] = {}
+    for case in cases:
+        pattern = winning_pattern(declared, case.id)
+        if pattern is not None:
+            found.setdefault(pattern, set()).add(case.id)
+    return found
+
+
+def _existing(declared: Expectations, cause: Cause, cases: Sequence[CaseRecord]) -> list[str]:
+    """FILE's declarations that decide only cases of this cause: they are updated rather than shadowed."""
+    ids = {case.id for case in cause.cases}
+    return sorted(pattern for pattern, decided in _governed(declared, cases).items() if decided <= ids)
+
+
+def _undeclared(declared: Expectations, cause: Cause, cases: Sequence[CaseRecord]) -> list[CaseRecord]:
+    """The cause's cases no declaration of `_existing` decides."""
+    updated = set(_existing(declared, cause, cases))
+    return [case for case in cause.cases if winning_pattern(declared, case.id) not in updated]
 
 
 def _stale(declared: Expectations, cases: Sequence[CaseRecord]) -> list[str]:
@@ -222,7 +246,7 @@ def update_file(run: Run, path: Path, prune: bool = False) -> Change:
     change.causes = len(causes)
     for cause in causes:
         table, comment = _declaration(cause, run.run_id)
-        for pattern in patterns(cause.cases, every):
+        for pattern in _existing(declared, cause, judged) + patterns(_undeclared(declared, cause, judged), every):
             block = by_pattern.get(pattern)
             if block is None:
                 block = Block(pattern, ["", comment], f"[cases.{_toml_string(pattern)}]", [])

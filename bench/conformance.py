@@ -28,7 +28,7 @@ from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import StepResult, make_task, run_runner
 from .shards import Shard
-from .triage.evidence import Window, WireLogs
+from .triage.evidence import StepSeen, Window, WireLogs
 from .wire import WireProxy
 
 
@@ -65,9 +65,7 @@ class BenchSession:
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
-    # (suite, runner, step) -> when the runner's previous event and this step's were read: its wire evidence
-    step_windows: dict[tuple[str, str, str], tuple[datetime | None, datetime]] = field(default_factory=dict)
-    last_event: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (suite, runner) -> when
+    steps_seen: dict[tuple[str, str], list[StepSeen]] = field(default_factory=dict)  # (suite, runner): in order
     wire_logs: WireLogs = field(default_factory=WireLogs)
 
     @property
@@ -248,10 +246,10 @@ class BenchSession:
     def _on_event(self, suite: str, runner: Runner, event: dict[str, Any]) -> None:
         """A step's end is noted (its wire evidence is what its runner sent before); a runner's transcript goes
         to `<runner>.json`, with the scripted model's side of it."""
-        now = datetime.now(UTC)
         if event.get("type") == "step" and isinstance(event.get("id"), str):
-            self.step_windows[(suite, runner.name, event["id"])] = (self.last_event.get((suite, runner.name)), now)
-        self.last_event[(suite, runner.name)] = now
+            duration = event.get("duration_ms")
+            seen = StepSeen(event["id"], datetime.now(UTC), duration if isinstance(duration, int | float) else None)
+            self.steps_seen.setdefault((suite, runner.name), []).append(seen)
         run_dir = self.lifecycle.run_dir
         if event.get("type") != "transcript" or run_dir is None:
             return
@@ -278,20 +276,20 @@ class BenchSession:
             error=observed.error,
             details=observed.details,
             note=verdict.note,
-            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step, observed.duration_ms),
+            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step),
         )
         assert self.lifecycle.run_dir is not None
         self.lifecycle.run_dir.record(record)
         return record, verdict.note or ""
 
-    def _evidence(self, suite: str, runner: str, step: str, duration_ms: float | None) -> list[dict[str, Any]] | None:
+    def _evidence(self, suite: str, runner: str, step: str) -> list[dict[str, Any]] | None:
         """The exchanges the runner made while the step ran (None when it never reported the step)."""
-        seen = self.step_windows.get((suite, runner, step))
+        seen = self.steps_seen.get((suite, runner), [])
+        index = next((i for i, event in enumerate(seen) if event.step == step), None)
         run_dir = self.lifecycle.run_dir
-        if seen is None or run_dir is None:
+        if index is None or run_dir is None:
             return None
-        window = Window.of_step(*seen, duration_ms)
-        return self.wire_logs.evidence(run_dir.wire_path(runner), suite, window)
+        return self.wire_logs.evidence(run_dir.wire_path(runner), suite, Window.of_step(seen, index))
 
     def end(self, status: str, exit_code: int) -> int:
         """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""

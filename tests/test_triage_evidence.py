@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import schema_errors
-from bench.triage.evidence import MAX_EXCHANGES, WINDOW_MARGIN_S, Window, WireLogs, lines
+from bench.triage.evidence import MAX_EXCHANGES, WINDOW_MARGIN_S, StepSeen, Window, WireLogs, lines
 
 T0 = datetime(2026, 12, 1, 20, 0, 0, tzinfo=UTC)
 
@@ -34,21 +34,26 @@ def write_log(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
     return path
 
 
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
 def test_a_step_gets_the_exchanges_of_its_suite_that_started_while_it_ran(tmp_path: Path) -> None:
     path = write_log(
         tmp_path,
         [
-            line(0.0, "/previous-step"),
+            line(0.4, "/previous-step"),
             line(1.05, "/process.Process/Start", frames=['end: {"error": {"code": "invalid_argument"}}']),
             line(1.2, "/other-suite", suite="refusals"),
             line(1.4, "/sandboxes/x/metrics", 404, response_excerpt='{"message": "no metrics"}'),
-            line(2.1, "/next-step"),
+            line(1.95, "/next-step"),
         ],
     )
-    # the previous event was read at 1.0 s, this step's at 2.0 s; the step says it took 1.5 s
-    window = Window.of_step(T0 + timedelta(seconds=1.0), T0 + timedelta(seconds=2.0), 1500)
+    # the step ran from 1.0 s to 1.9 s; a busy host read its event only at 2.0 s, after the next step began at
+    # 1.93 s (its event read at 2.5 s after 570 ms)
+    seen = [StepSeen("pr04", at(0.95), 900), StepSeen("pr05", at(2.0), 900), StepSeen("pr06", at(2.5), 570)]
 
-    evidence = WireLogs().evidence(path, "probes", window)
+    evidence = WireLogs().evidence(path, "probes", Window.of_step(seen, 1))
 
     assert [(e["path"], e["status"]) for e in evidence] == [
         ("/process.Process/Start", 200),
@@ -59,10 +64,10 @@ def test_a_step_gets_the_exchanges_of_its_suite_that_started_while_it_ran(tmp_pa
     assert schema_errors("case", _case_with(evidence)) == []
 
 
-def test_without_a_previous_event_the_window_opens_at_the_steps_duration_before_its_end() -> None:
-    window = Window.of_step(None, T0, 200)
+def test_the_last_step_ends_when_its_event_was_read() -> None:
+    window = Window.of_step([StepSeen("pr01", at(3.0), 200)], 0)
 
-    assert (window.start, window.end) == (T0 - timedelta(seconds=0.2 + WINDOW_MARGIN_S), T0)
+    assert (window.start, window.end) == (at(3.0 - 0.2 - WINDOW_MARGIN_S), at(3.0))
 
 
 def test_evidence_is_bounded_keeping_the_failed_exchanges(tmp_path: Path) -> None:

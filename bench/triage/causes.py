@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,8 +158,26 @@ def _refusal(case: CaseRecord) -> str | None:
     return _REFUSAL_CODE.sub("", text)
 
 
+def endpoint_words(case: CaseRecord) -> str | None:
+    """What the endpoint itself said: a refusal's message, or the message of the error an SDK raised from
+    the endpoint's answer (None for a failed check of the harness's own, or a judgement that differed)."""
+    if case.outcome == "pass" or (case.note or "").startswith("refused differently"):
+        return None
+    refusal = _refusal(case)
+    if refusal is not None:
+        return refusal
+    raised = case.details.get("raised")
+    text = raised.get("message") if isinstance(raised, dict) else None
+    return _REFUSAL_CODE.sub("", text) if isinstance(text, str) and text.strip() else None
+
+
 def signature(case: CaseRecord) -> str:
-    """`<observed outcome>: <normalized message>`: equal for cases that fail the same way."""
+    """Equal for cases that fail the same way: `endpoint: <its words>` when the endpoint said why (one refusal
+    met by a probe, a behaviour's SDK exception and a raw request is one cause), else `<observed outcome>:
+    <message>`, normalized."""
+    words = endpoint_words(case)
+    if words is not None:
+        return f"endpoint: {symptom(words).normalized[:SIGNATURE_CHARS]}"
     return f"{observed_outcome(case)}: {symptom(message(case)).normalized[:SIGNATURE_CHARS]}"
 
 
@@ -175,8 +194,14 @@ class Cause:
         return hashlib.sha256(self.signature.encode()).hexdigest()[:10]
 
     @property
+    def outcomes(self) -> list[str]:
+        """The outcomes its cases' runners observed, the most frequent first."""
+        counts = Counter(observed_outcome(case) for case in self.cases)
+        return sorted(counts, key=lambda outcome: (-counts[outcome], outcome))
+
+    @property
     def outcome(self) -> str:
-        return observed_outcome(self.cases[0])
+        return self.outcomes[0]
 
     @property
     def representative(self) -> CaseRecord:
@@ -193,7 +218,7 @@ class Cause:
         if self.stale:
             return None
         example = self.representative
-        pattern = symptom(_refusal(example) or message(example), MATCH_CHARS).regex
+        pattern = symptom(endpoint_words(example) or message(example), MATCH_CHARS).regex
         if not pattern:
             return None
         compiled = re.compile(pattern)
@@ -227,6 +252,7 @@ def cause_document(run: Run, cause: Cause) -> dict[str, Any]:
         "key": cause.key,
         "signature": cause.signature,
         "outcome": cause.outcome,
+        "outcomes": cause.outcomes,
         "expected": sorted({case.expected for case in cause.cases}),
         "count": len(cause.cases),
         "suites": sorted({case.suite for case in cause.cases}),
@@ -272,7 +298,7 @@ def terminal_lines(run: Run, width: int = 100) -> list[str]:
         document = cause_document(run, cause)
         shown = " ".join(document["message"].split())
         shown = shown if len(shown) <= width else shown[: width - 1] + "…"
-        lines.append(f"\n{number}. {cause.outcome} x{len(cause.cases)} [{cause.key}] {shown}")
+        lines.append(f"\n{number}. {'/'.join(cause.outcomes)} x{len(cause.cases)} [{cause.key}] {shown}")
         lines.append(f"   suites: {', '.join(document['suites'])}; runners: {', '.join(document['runners'])}")
         for case in cause.cases:
             lines.append(f"   - {case.id}")

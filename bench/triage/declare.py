@@ -214,6 +214,14 @@ def _stale(declared: Expectations, cases: Sequence[CaseRecord]) -> list[str]:
     return sorted(pattern for pattern, seen in governed.items() if seen and all(o == "pass" for o in seen))
 
 
+def _by_outcome(cause: Cause) -> list[Cause]:
+    """A cause split by the outcome its runners observed: a declaration has one outcome."""
+    return [
+        Cause(cause.signature, tuple(case for case in cause.cases if observed_outcome(case) == outcome))
+        for outcome in cause.outcomes
+    ]
+
+
 def _declaration(cause: Cause, run_id: str) -> tuple[dict[str, Any], str]:
     """The table a cause is declared with, and its comment."""
     said = " ".join(message(cause.representative).split())
@@ -244,7 +252,7 @@ def update_file(run: Run, path: Path, prune: bool = False) -> Change:
     by_pattern = {block.pattern: block for block in blocks}
     causes = [cause for cause in find_causes(judged) if not cause.stale]
     change.causes = len(causes)
-    for cause in causes:
+    for cause in (part for whole in causes for part in _by_outcome(whole)):
         table, comment = _declaration(cause, run.run_id)
         for pattern in _existing(declared, cause, judged) + patterns(_undeclared(declared, cause, judged), every):
             block = by_pattern.get(pattern)
@@ -274,7 +282,7 @@ def update_file(run: Run, path: Path, prune: bool = False) -> Change:
     text = _render(preamble, blocks)
     written = _parse(text, path)
     # A longer pattern already in FILE could still decide some case: those get their own id.
-    for cause in causes:
+    for cause in (part for whole in causes for part in _by_outcome(whole)):
         table, comment = _declaration(cause, run.run_id)
         for case in cause.cases:
             if written.for_case(case.id).outcome != table["outcome"] and case.id not in by_pattern:

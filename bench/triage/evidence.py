@@ -2,10 +2,10 @@
 
 A runner runs its steps one after another through its own wire proxy (bench/wire.py), so the exchanges
 of a step are those its proxy logged for that suite that started while the step ran, on the harness's
-clock: before the harness read the step's event, and after both the runner's previous event and the
-step's own duration counted back from its event (less WINDOW_MARGIN_S: the event is read a moment after
-the step ended). Entries are bounded (MAX_EXCHANGES, each body and frame cut) and were redacted when the
-wire log was written.
+clock. The harness reads each step's event a moment after the step ended (more on a busy host), so the
+end is the earlier of that moment and the next step's start (its event's moment less its duration); the
+start is the end less the step's own duration and WINDOW_MARGIN_S. Entries are bounded (MAX_EXCHANGES,
+each body and frame cut) and were redacted when the wire log was written.
 """
 
 from __future__ import annotations
@@ -17,11 +17,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-WINDOW_MARGIN_S = 0.25
+WINDOW_MARGIN_S = 0.1
 MAX_EXCHANGES = 12
 BODY_CHARS = 600
 FRAME_CHARS = 300
 MAX_FRAMES = 9
+
+
+@dataclass(frozen=True)
+class StepSeen:
+    """A step event as the harness read it: which step, when, and the duration the runner measured."""
+
+    step: str
+    read_at: datetime
+    duration_ms: float | None
 
 
 @dataclass(frozen=True)
@@ -32,10 +41,15 @@ class Window:
     end: datetime
 
     @classmethod
-    def of_step(cls, previous: datetime | None, ended: datetime, duration_ms: float | None) -> Window:
-        """`previous`: when the runner's event before this step's was read (None: no bound)."""
-        start = ended - timedelta(milliseconds=duration_ms or 0) - timedelta(seconds=WINDOW_MARGIN_S)
-        return cls(start if previous is None else max(start, previous), ended)
+    def of_step(cls, seen: list[StepSeen], index: int) -> Window:
+        """The window of `seen[index]`, `seen` being one runner's step events of one suite in order."""
+        step = seen[index]
+        end = step.read_at
+        if index + 1 < len(seen):
+            following = seen[index + 1]
+            end = min(end, following.read_at - timedelta(milliseconds=following.duration_ms or 0))
+        start = end - timedelta(milliseconds=step.duration_ms or 0) - timedelta(seconds=WINDOW_MARGIN_S)
+        return cls(start, end)
 
 
 @dataclass

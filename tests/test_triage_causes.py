@@ -191,3 +191,25 @@ def test_report_causes_prints_each_cause_with_its_cases_and_rerun_line(tmp_path:
     assert lines[4] == "   - probes/py-e2b-2.63.0/pr10_metrics"
     assert lines[5].startswith("   re-run probes/py-e2b-2.63.0/pr10_metrics: ./e2b-bench run ")
     assert not (run_dir / "report.html").exists()  # printing writes nothing
+
+
+def test_a_case_shows_its_own_exchanges_and_a_harness_cause_renders(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUNS / "nightly-02", run_dir)
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    exchange = {"ts": "2026-11-30T02:00:12.300Z", "method": "GET", "path": "/sandboxes/x/metrics", "status": 404}
+    for record in cases:
+        if record["case"] == "pr10_metrics":
+            record["evidence"] = [{**exchange, "duration_ms": 3.5, "response": '{"message": "no metrics"}'}]
+    leak = {**cases[0], "id": "housekeeping/harness/leak_check", "suite": "housekeeping", "runner": "harness"}
+    leak.update(case="leak_check", outcome="fail", conformant=False, error="1 sandbox left running", details={})
+    (run_dir / "cases.jsonl").write_text("".join(json.dumps(record) + "\n" for record in [*cases, leak]))
+
+    html = render([run_dir], tmp_path / "out").html.read_text()
+
+    case = html.split('data-case="probes/pr10_metrics"', 2)[2]
+    assert "wire: exchanges while this case ran" in case.split("</details>")[0]
+    shown = "02:00:12.300 GET /sandboxes/x/metrics → 404 (3.5 ms)\n    response: {&#34;message&#34;: &#34;no metrics&#34;}"
+    assert shown in html
+    assert "4 failing cases, 4 causes" in html
+    assert "runners: harness</p>" in html

@@ -15,6 +15,7 @@ import pytest
 from run_cli import e2b_bench, only_run_dir
 
 from bench.detection import DETECTED_BY, RUNNER, SUITES, run_one
+from bench.localbox.quirks import PROFILES
 from bench.results import read_run, schema_errors
 from bench.triage.declare import update_file
 
@@ -144,3 +145,50 @@ def test_update_file_keeps_the_declarations_of_an_earlier_run(tmp_path: Path) ->
     assert change.updated == []
     again, _ = run_quirks(tmp_path / "again", "refuse_stdin", "metrics_404", expectations=declared)
     assert again == 0
+
+
+# Causes each quirk of the b3os-beta profile gives on the Python probes and refusals, judged by no declaration.
+# One each, except where the cases check different things or the endpoint names different things:
+PROFILE_CAUSES = {
+    "cwd_override": 3,  # the default cwd, what the login profile prints, where a relative path lands
+    "metrics_404": 2,  # the SDK's "sandbox not found" and the raw request's own message
+    "refuse_create_options": 7,  # one per option the endpoint names; pause and connect both name 'memory'
+    "session_leader": 1,
+    "end_on_exit": 1,
+    "refuse_stdin": 1,
+    "refuse_pty": 1,
+    "refuse_gzip_upload": 1,
+    "refuse_signed_urls": 1,
+    "watch_dir_404": 1,
+    "template_build_501": 1,
+}
+
+
+def on(quirk: str) -> bool:
+    """Does the b3os-beta profile switch this quirk (`NAME[=VALUE]`) on?"""
+    name, _, value = quirk.partition("=")
+    held = getattr(PROFILES["b3os-beta"], name)
+    if isinstance(held, frozenset):
+        return value in held
+    return held == value if value else bool(held)
+
+
+def test_a_profile_judged_by_nothing_gives_its_quirks_causes_none_mixing_two(tmp_path: Path) -> None:
+    nothing = tmp_path / "nothing.toml"
+    nothing.write_text('[endpoint]\nname = "b3os-beta"\n')
+    args = ["run", *SUITES[:2], "--runner", RUNNER, "--profile", "b3os-beta", "--expectations", str(nothing)]
+    args += ["--results-dir", str(tmp_path / "results"), "--no-report"]
+    done = e2b_bench(*args, "-k", "not pr13_large_output and not pr14_binary_round_trip", timeout=600)
+    assert done.returncode == 1, done.stderr[-2000:]
+
+    document = json.loads((only_run_dir(tmp_path / "results") / "causes.json").read_text())
+
+    field_of = {case: quirk.split("=")[0] for quirk, cases in DETECTED_BY.items() if on(quirk) for case in cases}
+    per_field: dict[str, int] = {}
+    for cause in document["causes"]:
+        fields = {field_of.get(short(case)) for case in cause["cases"]}
+        assert len(fields) == 1 and None not in fields, cause["cases"]
+        field = fields.pop()
+        assert field is not None
+        per_field[field] = per_field.get(field, 0) + 1
+    assert per_field == PROFILE_CAUSES

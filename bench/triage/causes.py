@@ -46,7 +46,7 @@ _RULES: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("name", r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]+)+\b|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", None, None),
     ("number", r"(?<![\w.])-?\d+(?:\.\d+)?(?!\.?\d)(?=(?:ms|s|B|KiB|MiB|bytes)?\b)", "<n>", r"-?\d+(?:\.\d+)?"),
     ("separator", r"\s*[,:]\s*", None, None),
-    ("quote", r"[\"']", '"', r"[\"']"),
+    ("quote", r"\\?[\"']", '"', r"\\?[\"']"),  # an escaped quote too: JSON quoted in JSON
     ("literal", r"\b(?:True|False|None|true|false|null)\b", None, None),
 )
 _SCANNER = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern, _, _ in _RULES))
@@ -55,7 +55,9 @@ _EXCEPTION = re.compile(r"^(?P<name>\w+?)(?:Exception|Error)")
 _LITERALS = {"True": "true", "False": "false", "None": "null"}
 _PYTHON_LITERALS = {value: key for key, value in _LITERALS.items()}
 _HUMP = re.compile(r"(?<=[a-z0-9])([A-Z])")
-_REFUSAL_CODE = re.compile(r"^\[[a-z_]+\]\s*")  # the npm SDK's prefix of an envd refusal's message
+# What clients put before the endpoint's own words: a status (`400: `), a code (`unsupported_option: `, the
+# npm SDK's `[invalid_argument] `), as many as there are.
+_REFUSAL_CODE = re.compile(r"^(?:(?:[1-5]\d\d|\[[a-z_]+\]|[a-z]+_[a-z_]+):?\s+)+")
 
 
 def _escape(text: str) -> str:
@@ -257,7 +259,7 @@ def cause_document(run: Run, cause: Cause) -> dict[str, Any]:
         "count": len(cause.cases),
         "suites": sorted({case.suite for case in cause.cases}),
         "runners": runners,
-        "pins": {runner: dict(pins[runner]) for runner in runners if isinstance(pins.get(runner), dict)},
+        "pins": {runner: dict(pins.get(runner) or {}) for runner in runners},  # none for the harness's own
         "message": message(example),
         "match": cause.match(),
         "representative": {

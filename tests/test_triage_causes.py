@@ -209,7 +209,7 @@ def test_a_case_shows_its_own_exchanges_and_a_harness_cause_renders(tmp_path: Pa
 
     case = html.split('data-case="probes/pr10_metrics"', 2)[2]
     assert "wire: exchanges while this case ran" in case.split("</details>")[0]
-    shown = "02:00:12.300 GET /sandboxes/x/metrics → 404 (3.5 ms)\n    response: {&#34;message&#34;: &#34;no metrics&#34;}"
+    shown = "02:00:12.300 GET /sandboxes/x/metrics → 404 (3.5 ms)\n    response: {&#34;message&#34;: &#34;no metrics"
     assert shown in html
     assert "4 failing cases, 4 causes" in html
     assert "runners: harness</p>" in html

@@ -72,6 +72,9 @@ FRAMES_KEPT = 4  # first and last frames of a stream kept (each)
 LOG_MODE = 0o644  # redacted: nothing secret is left in a wire log
 TEXT_TYPES = ("application/json", "application/x-www-form-urlencoded", "application/x-ndjson")
 ENVELOPE_HEADER = struct.Struct(">BI")  # Connect streaming: flags, then the message length
+# Characters `str.splitlines` breaks at that JSON leaves as they are: escaped, so one exchange stays one line
+# for every reader (a body excerpt decoded from arbitrary bytes may hold them).
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 # At a cut, the partial token before it is dropped too: it could be the start of a secret.
 _PARTIAL_TOKEN = re.compile(r"[A-Za-z0-9_+/=.-]+$")
 
@@ -511,7 +514,7 @@ class WireProxy:
             ):
                 if total:
                     record[part] = body_text(bytes(kept[: self.body_bytes]), total, headers, self.redactor)
-        line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False) + "\n"
+        line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
         if self._log is not None:
             self._log.write(line.encode())
             self._log.flush()

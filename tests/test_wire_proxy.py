@@ -423,3 +423,16 @@ def test_a_stream_keeps_its_first_and_last_frames_their_count_and_no_secret(tmp_
     assert shown[7:] == [json.dumps({"event": {"data": {"stdout": "token=[REDACTED]"}}}), "end: {}"]
     assert "response_excerpt" not in line
     assert CANARY not in (tmp_path / "w.jsonl").read_text()
+
+
+def test_an_excerpt_with_unicode_line_breaks_stays_one_line(tmp_path: Path) -> None:
+    async def text(request: Request) -> Response:
+        return Response("before\u2028middle\x85after\u2029end", media_type="text/plain")
+
+    app = Starlette(routes=[Route("/v2/sandboxes", text, methods=["GET"])])
+    with serving(app) as url, WireProxy(url, url, tmp_path / "w.jsonl", "r", Redactor()) as proxy:
+        httpx.get(f"{proxy.url}/v2/sandboxes")
+        written = proxy.log_path.read_text()
+
+    [line] = written.splitlines()  # what every reader of the log does
+    assert json.loads(line)["response_excerpt"] == "before\u2028middle\x85after\u2029end"

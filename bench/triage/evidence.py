@@ -66,7 +66,9 @@ class WireLogs:
         cached = self._lines.get(path)
         if cached is None or cached[0] != size:
             lines = []
-            for text in path.read_text("utf-8", errors="replace").splitlines():
+            for text in path.read_text("utf-8", errors="replace").split("\n"):
+                if not text.strip():
+                    continue
                 try:
                     lines.append(json.loads(text))
                 except ValueError:

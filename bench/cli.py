@@ -160,7 +160,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--history", type=Path, default=None, help="DIR of runs: the cases whose outcome changed, flaky cases, trends"
     )
     report.add_argument("--all", action="store_true", dest="every_case", help="with --history: every case's row")
+    report.add_argument(
+        "--causes", action="store_true", help="print each run's failing cases grouped by cause (no files written)"
+    )
     report.set_defaults(handler=cmd_report)
+
+    expectations = _command(
+        commands,
+        "expectations",
+        help="write declarations (expectations/*.toml) from a run: one per cause of its failing cases",
+        description="Each cause of the run's non-conformant cases becomes one declaration (pattern covering exactly "
+        "its cases, outcome as observed, `match` from its signature, `reason` its message), added to FILE or "
+        "updating it: reasons a person wrote are kept; declarations of cases that now pass are listed as stale "
+        "and removed with --prune.",
+    )
+    expectations.add_argument("run_dir", type=Path, metavar="RUN")
+    expectations.add_argument("--write", type=Path, required=True, metavar="FILE", help="declarations file to write")
+    expectations.add_argument("--prune", action="store_true", help="remove the stale declarations")
+    expectations.set_defaults(handler=cmd_expectations)
 
     bench = _command(
         commands,
@@ -413,9 +430,17 @@ def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     from .compare import report_command
-    from .results import RunError
+    from .results import RunError, read_run
 
     try:
+        if args.causes:
+            from .triage.causes import terminal_lines
+
+            if not args.run_dirs:
+                raise UsageError("--causes needs the run directories to print (e.g. results/<run>)")
+            for path in args.run_dirs:
+                print("\n".join(terminal_lines(read_run(path, allow_truncated=True))))
+            return ExitCode.OK
         return report_command(
             args.run_dirs,
             args.out,
@@ -428,6 +453,20 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
     except RunError as exc:
         print(f"e2b-bench report: {exc}", file=sys.stderr)
         return ExitCode.USAGE
+
+
+def cmd_expectations(args: argparse.Namespace, extra: list[str]) -> int:
+    from .expectations import ExpectationsError
+    from .results import RunError, read_run
+    from .triage.declare import update_file
+
+    try:
+        change = update_file(read_run(args.run_dir, allow_truncated=True), args.write, prune=args.prune)
+    except (RunError, ExpectationsError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    for line in change.lines():
+        print(line)
+    return ExitCode.OK
 
 
 def cmd_detect(args: argparse.Namespace, extra: list[str]) -> int:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import INTERRUPTED, Event, RunnerResult, StepResult, make_task, run_runner
 from .shards import Shard
+from .triage.evidence import StepSeen, Window, WireLogs
 from .wire import WireProxy, last_exchange
 
 
@@ -81,6 +83,8 @@ class BenchSession:
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
     on_step: Callable[[str, str, dict[str, Any]], None] | None = None  # (suite, runner, step event) as reported
+    steps_seen: dict[tuple[str, str], list[StepSeen]] = field(default_factory=dict)  # (suite, runner): in order
+    wire_logs: WireLogs = field(default_factory=WireLogs)
 
     @property
     def endpoint(self) -> Endpoint:
@@ -336,10 +340,14 @@ class BenchSession:
         }
 
     def _on_event(self, suite: str, runner: Runner, event: dict[str, Any]) -> None:
-        """A step is told to `on_step` as it is reported; a runner's transcript goes to `<runner>.json`, with
-        the scripted model's side of it."""
-        if event.get("type") == "step" and self.on_step is not None:
-            self.on_step(suite, runner.name, event)
+        """A step is told to `on_step` as it is reported and its end is noted (its wire evidence is what its
+        runner sent before); a runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+        if event.get("type") == "step" and isinstance(event.get("id"), str):
+            duration = event.get("duration_ms")
+            seen = StepSeen(event["id"], datetime.now(UTC), duration if isinstance(duration, int | float) else None)
+            self.steps_seen.setdefault((suite, runner.name), []).append(seen)
+            if self.on_step is not None:
+                self.on_step(suite, runner.name, event)
         run_dir = self.lifecycle.run_dir
         if event.get("type") != "transcript" or run_dir is None:
             return
@@ -375,6 +383,7 @@ class BenchSession:
             error=observed.error,
             details=observed.details,
             note=verdict.note,
+            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step),
         )
         assert self.lifecycle.run_dir is not None
         self.lifecycle.run_dir.record(record)
@@ -391,6 +400,15 @@ class BenchSession:
             shown = ", ".join(f"{sandbox} ({what})" for sandbox, what in self.left.items())
             lines.append(f"left by this run and killed on the way out: {shown}")
         return lines
+
+    def _evidence(self, suite: str, runner: str, step: str) -> list[dict[str, Any]] | None:
+        """The exchanges the runner made while the step ran (None when it never reported the step)."""
+        seen = self.steps_seen.get((suite, runner), [])
+        index = next((i for i, event in enumerate(seen) if event.step == step), None)
+        run_dir = self.lifecycle.run_dir
+        if index is None or run_dir is None:
+            return None
+        return self.wire_logs.evidence(run_dir.wire_path(runner), suite, Window.of_step(seen, index))
 
     def end(self, status: str, exit_code: int) -> int:
         """Cases not run recorded with the reason, the sandboxes this run left killed, the leak sweep (when

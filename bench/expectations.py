@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,8 +19,10 @@ SDK_GAP_PREFIX = "not in this SDK"
 
 _TOP_KEYS = frozenset({"endpoint", "cases"})
 _ENDPOINT_KEYS = frozenset({"name", "description"})
-_CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message"})
+_CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message", "match"})
 _REFUSAL_KEYS = ("status", "code", "message")
+MATCHABLE: tuple[Outcome, ...] = ("fail", "deviation", "error", "refused")  # what `match` may pin
+SYMPTOM_PREVIEW = 160  # how much of a different symptom the note quotes
 
 
 class ExpectationsError(Exception):
@@ -34,6 +38,7 @@ class Declaration:
     status: int | None = None
     code: str | None = None
     message: str | None = None
+    match: str | None = None  # a regular expression the observed symptom must contain
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,17 @@ class Expectations:
         if path is None:
             return cls()
         try:
-            data = tomllib.loads(path.read_text("utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as error:
+            text = path.read_text("utf-8")
+        except OSError as error:
+            raise ExpectationsError(f"{path}: {error}") from None
+        return cls.parse(text, path)
+
+    @classmethod
+    def parse(cls, text: str, path: Path) -> Expectations:
+        """Declarations from `text`, the content of `path` (named in every error)."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
             raise ExpectationsError(f"{path}: {error}") from None
         _check_keys(path, "", data, _TOP_KEYS)
         endpoint = data.get("endpoint")
@@ -122,16 +136,29 @@ def _declaration(path: Path, pattern: str, table: Any) -> Declaration:
         raise ExpectationsError(f'{path}: {where}.{given[0]} only applies to outcome = "refused"')
     if "status" in table and (isinstance(table["status"], bool) or not isinstance(table["status"], int)):
         raise ExpectationsError(f"{path}: {where}.status must be an integer HTTP status")
-    for key in ("reason", "code", "message"):
+    for key in ("reason", "code", "message", "match"):
         if key in table and not isinstance(table[key], str):
             raise ExpectationsError(f"{path}: {where}.{key} must be a string")
+    if "match" in table:
+        if outcome not in MATCHABLE:
+            raise ExpectationsError(f"{path}: {where}.match only applies to outcome {', '.join(MATCHABLE)}")
+        try:
+            re.compile(table["match"])
+        except re.error as error:
+            raise ExpectationsError(f"{path}: {where}.match is not a regular expression: {error}") from None
     return Declaration(
         outcome=outcome,
         reason=table.get("reason"),
         status=table.get("status"),
         code=table.get("code"),
         message=table.get("message"),
+        match=table.get("match"),
     )
+
+
+def symptom_text(error: str | None, details: Mapping[str, Any]) -> str:
+    """What `match` is searched in: the error message, then the case's details as JSON."""
+    return "\n".join((error or "", json.dumps(details, ensure_ascii=False, sort_keys=True, default=str)))
 
 
 def _refusal_mismatches(details: Mapping[str, Any], error: str | None, declared: Declaration) -> list[str]:
@@ -164,4 +191,9 @@ def judge(observed: Outcome, details: Mapping[str, Any], error: str | None, decl
         mismatches = _refusal_mismatches(details, error, declared)
         if mismatches:
             return Judgement("deviation", expected, False, "refused differently: " + "; ".join(mismatches))
+    if declared.match is not None and re.search(declared.match, symptom_text(error, details)) is None:
+        seen = " ".join((error or "(no message)").split())
+        seen = seen if len(seen) <= SYMPTOM_PREVIEW else seen[: SYMPTOM_PREVIEW - 1] + "…"
+        note = f"declared {expected} (match {declared.match!r}), observed a different failure: {seen}"
+        return Judgement("deviation", expected, False, note)
     return Judgement(observed, expected, True, declared.reason)

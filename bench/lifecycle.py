@@ -26,6 +26,7 @@ from .housekeeping import Sweep, leak_record, sweep
 from .junit import write_junit
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, Status, atomic_write, make_header
+from .triage.causes import write_causes
 
 if TYPE_CHECKING:
     from .localbox.quirks import Quirks
@@ -148,6 +149,8 @@ class Lifecycle:
         self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
         coverage = write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, if any
         self.run_dir.finish(status, int(exit_code), coverage, **footer)
+        with contextlib.suppress(Exception):  # like the report: grouping the failures must not lose the run
+            write_causes(self.run_dir.path, self.redactor)
         if self.report:
             from .report import render
 

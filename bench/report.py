@@ -19,6 +19,8 @@ from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
 from bench.remote.budget import cost_line
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
+from bench.triage import evidence as case_evidence
+from bench.triage.causes import cause_document, find_causes, headline
 from bench.verdict import rerun_command, run_problem, verdict
 
 TEMPLATES = TEMPLATES_DIR
@@ -33,7 +35,7 @@ COVERAGE_JSON = "coverage.json"
 # A sandbox id as an error message names it (`Sandbox jyh2dpakq2c140ijhoa5 not found`): 20 letters and digits.
 SANDBOX_ID = re.compile(r"\b(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{20}\b")
 CASE_FIELDS = ("id", "suite", "runner", "case", "outcome", "expected", "conformant", "duration_ms", "details", "note")
-FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at"]
+FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at", "evidence"]
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,8 @@ def _sandbox_ids(document: Any) -> set[str]:
 def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> dict[str, Any]:
     """Transcript and wire excerpt of a case: for framework runners always, for others when it failed."""
     transcript = sources.transcript(record["run_id"], record["runner"])
-    if transcript is None and not failing:
+    exchanges = record["evidence"] if isinstance(record["evidence"], list) else None
+    if transcript is None and not failing and not exchanges:
         return {"transcript": None, "wire_caption": None, "wire": []}
     text = None
     if transcript is not None:
@@ -206,9 +209,14 @@ def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> di
         text = json.dumps(shown, indent=2, ensure_ascii=False)
         if len(text) > TRANSCRIPT_PREVIEW:
             text = text[:TRANSCRIPT_PREVIEW] + f"\n… (the whole transcript is {record['runner']}.json)"
-    named = SANDBOX_ID.findall(record["error"] if isinstance(record["error"], str) else "")
-    ids = _sandbox_ids(transcript) | _sandbox_ids(record["details"]) | set(named)
-    caption, wire = sources.wire_excerpt(record["run_id"], record["runner"], ids)
+    if exchanges:
+        caption, wire = "exchanges while this case ran", case_evidence.lines(exchanges)
+    elif exchanges is not None:
+        caption, wire = "no exchange while this case ran", ["(the case sent no request to the endpoint)"]
+    else:  # recorded before cases carried their evidence, or never reported by its runner
+        named = SANDBOX_ID.findall(record["error"] if isinstance(record["error"], str) else "")
+        ids = _sandbox_ids(transcript) | _sandbox_ids(record["details"]) | set(named)
+        caption, wire = sources.wire_excerpt(record["run_id"], record["runner"], ids)
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 
 
@@ -306,6 +314,7 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     ]
     gate = verdict(runs)
     bench = _bench_model(runs, redactor)
+    anchors = {(cell["run_id"], cell["id"]): cell["anchor"] for cell in cells}
     model: dict[str, Any] = redactor.redact_obj(
         {
             "verdict": asdict(gate),
@@ -316,10 +325,31 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             "nonconformant": [cell for cell in cells if not cell["conformant"]],
             "failing": [cell for cell in cells if cell["symptom"]],
             "symbols": SYMBOLS,
+            "causes": [_causes(run, anchors) for run in runs],
         }
     )
     model["bench"] = bench  # its charts are markup, already redacted
     return model
+
+
+def _causes(run: Run, anchors: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """A run's causes (bench/triage/causes.py), largest first, each with its cases' anchors and its evidence."""
+    causes = find_causes(run.cases)
+    shown = []
+    for number, cause in enumerate(causes, start=1):
+        document = cause_document(run, cause)
+        example = document["representative"]
+        shown.append(
+            {
+                **document,
+                "number": number,
+                "message_preview": _preview(document["message"], SYMPTOM_PREVIEW),
+                "anchor": anchors.get((run.run_id, example["id"]), ""),
+                "evidence_lines": case_evidence.lines(example["evidence"]),
+                "linked": [{"id": case, "anchor": anchors.get((run.run_id, case), "")} for case in document["cases"]],
+            }
+        )
+    return {"run_id": run.run_id, "headline": headline(causes), "causes": shown}
 
 
 def _coverage(run_path: Path) -> dict[str, Any] | None:

@@ -110,6 +110,7 @@ class CaseRecord:
     details: dict[str, Any] = field(default_factory=dict)
     started_at: str = field(default_factory=utc_now)
     note: str | None = None
+    evidence: list[dict[str, Any]] | None = None  # a failing case's exchanges with the endpoint (bench/triage)
 
     def __post_init__(self) -> None:
         for name in ("outcome", "expected"):

@@ -24,10 +24,11 @@ from .housekeeping import Sweep, leak_record
 from .junit import write_junit
 from .redaction import Redactor
 from .results import CaseRecord, Run, RunDir, RunError, case_id, read_run
+from .triage.causes import CAUSES_JSON, write_causes
 
 SHARD_SUITE = "shards"
 HOUSEKEEPING = case_id("housekeeping", "harness", "leak_check")
-OWN_FILES = {RunDir.RUN_JSON, RunDir.CASES, "junit.xml", "report.html", "summary.md"}
+OWN_FILES = {RunDir.RUN_JSON, RunDir.CASES, "junit.xml", "report.html", "summary.md", CAUSES_JSON}
 EXIT_OK, EXIT_FAILED = 0, 1
 
 if TYPE_CHECKING:
@@ -283,6 +284,7 @@ def merge(run_dirs: Sequence[Path], results_dir: Path, report: bool = True) -> M
     exit_code = EXIT_OK if conformant and not problems else EXIT_FAILED
     merged.write_text("junit.xml", write_junit(merged.path))
     merged.finish(_status(runs, not problems), exit_code)  # type: ignore[arg-type]
+    write_causes(merged.path, redactor)
     if report:
         from .report import render
 

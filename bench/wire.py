@@ -5,7 +5,10 @@ control-plane and envd traffic here. Requests for envd (an `E2b-Sandbox-Id` head
 go to the sandbox upstream, everything else to the API upstream. Bodies stream both ways; each
 exchange becomes one redacted line of `wire/<runner>.jsonl` (bench/schemas/wire.schema.json).
 
-With `--wire-bodies` (E2B_BENCH_WIRE_BODIES=BYTES) each line also carries the first BYTES of both bodies,
+Every line carries an excerpt of both bodies (their first EXCERPT_BYTES, decoded and redacted as below)
+and, for a Connect stream, its first and last frames (each cut to FRAME_BYTES) and their count: the
+evidence a failing case shows (bench/triage/evidence.py). With `--wire-bodies`
+(E2B_BENCH_WIRE_BODIES=BYTES) each line also carries the first BYTES of both bodies,
 decoded (JSON, Connect envelopes, text; other types as a size), redacted, so the command a framework really
 sent is in the log. Binary bodies are never copied.
 """
@@ -23,6 +26,7 @@ import struct
 import threading
 import time
 import zlib
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -74,9 +78,15 @@ START_S = 10.0  # the proxy up (or down), or an upstream connection made, on a q
 LEARN_LIMIT_BYTES = 1 << 20
 WIRE_BODIES_ENV = "E2B_BENCH_WIRE_BODIES"  # bytes of each body to log; unset or 0: none
 DEFAULT_BODY_BYTES = 4096
+EXCERPT_BYTES = 512  # of every body, always: enough for a request's JSON or an error's message
+FRAME_BYTES = 256  # of each Connect frame kept
+FRAMES_KEPT = 4  # first and last frames of a stream kept (each)
 LOG_MODE = 0o644  # redacted: nothing secret is left in a wire log
 TEXT_TYPES = ("application/json", "application/x-www-form-urlencoded", "application/x-ndjson")
 ENVELOPE_HEADER = struct.Struct(">BI")  # Connect streaming: flags, then the message length
+# Characters `str.splitlines` breaks at that JSON leaves as they are: escaped, so one exchange stays one line
+# for every reader (a body excerpt decoded from arbitrary bytes may hold them).
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 # At a cut, the partial token before it is dropped too: it could be the start of a secret.
 _PARTIAL_TOKEN = re.compile(r"[A-Za-z0-9_+/=.-]+$")
 
@@ -125,6 +135,73 @@ class _Exchange:
     response_body: bytearray = field(default_factory=bytearray)
     lifecycle_body: bytearray | None = None  # a create/kill/timeout/...: its request, for the ledger
     response_json: Any = None  # a control-plane JSON answer, as learnt
+    frames: _Frames | None = None  # a Connect stream's response
+
+
+class _Frames:
+    """The first and last envelopes of a Connect stream (each cut to FRAME_BYTES), and how many there were,
+    read as the bytes pass without holding more than that."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[tuple[int, int, bytes]] = []  # (flags, length, kept payload)
+        self.last: deque[tuple[int, int, bytes]] = deque(maxlen=FRAMES_KEPT)
+        self._head = bytearray()
+        self._remaining: int | None = None  # payload bytes still to come; None while reading a header
+        self._flags = 0
+        self._length = 0
+        self._payload = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        index = 0
+        while index < len(chunk):
+            if self._remaining is None:
+                need = ENVELOPE_HEADER.size - len(self._head)
+                self._head += chunk[index : index + need]
+                index += need
+                if len(self._head) == ENVELOPE_HEADER.size:
+                    self._flags, self._length = ENVELOPE_HEADER.unpack(bytes(self._head))
+                    self._head, self._payload, self._remaining = bytearray(), bytearray(), self._length
+                    if self._length == 0:
+                        self._close()
+                continue
+            take = min(self._remaining, len(chunk) - index)
+            room = FRAME_BYTES - len(self._payload)
+            if room > 0:
+                self._payload += chunk[index : index + min(take, room)]
+            index += take
+            self._remaining -= take
+            if self._remaining == 0:
+                self._close()
+
+    def _close(self) -> None:
+        frame = (self._flags, self._length, bytes(self._payload))
+        self.count += 1
+        if len(self.first) < FRAMES_KEPT:
+            self.first.append(frame)
+        else:
+            self.last.append(frame)
+        self._remaining = None
+
+    def texts(self, redactor: SecretSink) -> list[str]:
+        """Each kept frame as one line (`end:` marks the trailer); a gap line says how many are left out."""
+        shown = [_frame_text(frame, redactor) for frame in self.first]
+        left_out = self.count - len(self.first) - len(self.last)
+        if left_out > 0:
+            shown.append(f"… {left_out} more frame(s)")
+        return shown + [_frame_text(frame, redactor) for frame in self.last]
+
+
+def _frame_text(frame: tuple[int, int, bytes], redactor: SecretSink) -> str:
+    flags, length, payload = frame
+    if flags & 1:
+        text = f"<{length} bytes, compressed>"
+    elif len(payload) < length:
+        text = _PARTIAL_TOKEN.sub("", redactor.redact_text(payload.decode("utf-8", "replace")))
+        text += f"…[{length - len(payload)} more bytes]"
+    else:
+        text = _json_or_text(payload.decode("utf-8", "replace"), redactor)
+    return f"end: {text}" if flags & 2 else text
 
 
 class WireProxy:
@@ -142,18 +219,18 @@ class WireProxy:
         host: str = "127.0.0.1",
         body_bytes: int | None = None,
         ledger: SandboxLedger | None = None,
-        suite: str = "",
+        suite: str | None = None,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
         self.domain = domain
         self.log_path = log_path
         self.runner = runner
+        self.suite = suite  # named on every line: one runner may run two suites at once, into one log
         self.redactor = redactor
         self.host = host
         self.body_bytes = body_bytes_from_env() if body_bytes is None else max(0, body_bytes)
         self.ledger = ledger
-        self.suite = suite
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -316,7 +393,7 @@ class WireProxy:
             if exchange.status is not None and exchange.status < 300 and isinstance(sandbox_id, str):
                 timeout = _json_object(exchange.lifecycle_body).get("timeout")
                 timeout_s = float(timeout) if isinstance(timeout, int | float) else None
-                self.ledger.created(sandbox_id, self.suite, self.runner, timeout_s)
+                self.ledger.created(sandbox_id, self.suite or "", self.runner, timeout_s)
                 made = True
         finally:
             if not made:
@@ -411,12 +488,16 @@ class WireProxy:
                 }
             )
             media_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if media_type.startswith("application/connect+") and not response.headers.get("content-encoding"):
+                exchange.frames = _Frames()
             learning = learn and media_type == "application/json"
             held: list[bytes] = []
             try:
                 async for chunk in response.aiter_raw():
                     exchange.response_bytes += len(chunk)
                     self._keep(exchange.response_body, chunk)
+                    if exchange.frames is not None:
+                        exchange.frames.feed(chunk)
                     if learning:
                         held.append(chunk)
                         if exchange.response_bytes <= LEARN_LIMIT_BYTES:
@@ -478,23 +559,35 @@ class WireProxy:
             "request_bytes": exchange.request_bytes,
             "response_bytes": exchange.response_bytes,
         }
+        if self.suite is not None:
+            record["suite"] = self.suite
         if exchange.error is not None:
             record["error"] = exchange.error
+        for part, headers, kept, total in (
+            ("request_excerpt", exchange.request_headers, exchange.request_body, exchange.request_bytes),
+            ("response_excerpt", exchange.response_headers, exchange.response_body, exchange.response_bytes),
+        ):
+            if total and not (part == "response_excerpt" and exchange.frames is not None):
+                record[part] = body_text(bytes(kept[:EXCERPT_BYTES]), total, headers, self.redactor)
+        if exchange.frames is not None:
+            record["frame_count"] = exchange.frames.count
+            record["frames"] = exchange.frames.texts(self.redactor)
         if self.body_bytes:
             for part, headers, kept, total in (
                 ("request_body", exchange.request_headers, exchange.request_body, exchange.request_bytes),
                 ("response_body", exchange.response_headers, exchange.response_body, exchange.response_bytes),
             ):
                 if total:
-                    record[part] = body_text(bytes(kept), total, headers, self.redactor)
-        line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False) + "\n"
+                    record[part] = body_text(bytes(kept[: self.body_bytes]), total, headers, self.redactor)
+        line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
         if self._log is not None:
             self._log.write(line.encode())
             self._log.flush()
 
     def _keep(self, kept: bytearray, chunk: bytes) -> None:
-        if len(kept) < self.body_bytes:
-            kept += chunk[: self.body_bytes - len(kept)]
+        limit = max(self.body_bytes, EXCERPT_BYTES)
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
 
 
 def last_exchange(log_path: Path) -> dict[str, Any] | None:

@@ -248,3 +248,67 @@ def test_judge(
     observed: Any, details: dict[str, Any], error: str | None, declared: Declaration, judgement: Judgement
 ) -> None:
     assert judge(observed, details, error, declared) == judgement
+
+
+MATCHED = Declaration("fail", "cwd is /workspace", match=r"cwd \S+ is /workspace")
+
+
+@pytest.mark.parametrize(
+    ("observed", "details", "error", "judgement"),
+    [
+        ("fail", {}, "cwd /tmp is /workspace", Judgement("fail", "fail", True, "cwd is /workspace")),
+        # searched in the details too (as JSON)
+        ("fail", {"seen": "cwd /tmp is /workspace"}, "AssertionError", Judgement("fail", "fail", True, MATCHED.reason)),
+        (
+            "fail",
+            {},
+            "SandboxException: 502 Bad Gateway",
+            Judgement(
+                "deviation",
+                "fail",
+                False,
+                "declared fail (match 'cwd \\\\S+ is /workspace'), observed a different failure: "
+                "SandboxException: 502 Bad Gateway",
+            ),
+        ),
+        (
+            "error",
+            {},
+            "cwd /tmp is /workspace",
+            Judgement("error", "fail", False, "declared fail: cwd is /workspace; observed error"),
+        ),
+        ("pass", {}, None, Judgement("pass", "fail", False, "declared fail but passed: stale declaration?")),
+    ],
+)
+def test_match_pins_the_symptom_of_a_declared_failure(
+    observed: str, details: dict[str, Any], error: str | None, judgement: Judgement
+) -> None:
+    assert judge(observed, details, error, MATCHED) == judgement  # type: ignore[arg-type]
+
+
+def test_a_refusal_that_matches_its_fields_but_not_its_match_is_a_deviation() -> None:
+    declared = Declaration("refused", "no stdin", status=400, match="stdin is not supported")
+
+    judged = judge("refused", {"status_code": 400}, "pty is not supported", declared)
+
+    assert (judged.outcome, judged.conformant) == ("deviation", False)
+    assert (
+        judged.note
+        == "declared refused (match 'stdin is not supported'), observed a different failure: pty is not supported"
+    )
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('outcome = "pass"\nmatch = "x"\n', "match only applies to outcome fail, deviation, error, refused"),
+        ('outcome = "skip"\nreason = "r"\nmatch = "x"\n', "match only applies"),
+        ('outcome = "fail"\nreason = "r"\nmatch = "(unclosed"\n', "match is not a regular expression"),
+        ('outcome = "fail"\nreason = "r"\nmatch = 3\n', "match must be a string"),
+    ],
+)
+def test_a_bad_match_is_refused_naming_file_and_key(tmp_path: Path, table: str, message: str) -> None:
+    path = write(tmp_path, f'[endpoint]\nname = "x"\n[cases."a"]\n{table}')
+
+    with pytest.raises(ExpectationsError, match=rf'^{tmp_path}/b3os-beta.toml: cases."a".{message}'):
+        Expectations.load(path)

@@ -367,3 +367,80 @@ def test_the_wire_log_is_readable_by_group_and_others(proxy: WireProxy) -> None:
     httpx.get(f"{proxy.url}/health")
 
     assert stat.S_IMODE(proxy.log_path.stat().st_mode) == 0o644
+
+
+CANARY = "canary-secret-0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+
+
+def stream_app(frames: list[bytes]) -> Starlette:
+    async def start(request: Request) -> Response:
+        await request.body()
+
+        async def events() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame[:3]  # split across chunks: the frame reader must join them
+                yield frame[3:]
+
+        return StreamingResponse(events(), media_type="application/connect+json")
+
+    return Starlette(routes=[Route("/process.Process/Start", start, methods=["POST"])])
+
+
+def test_every_exchange_carries_a_bounded_redacted_excerpt_of_its_bodies(tmp_path: Path, api: Upstream) -> None:
+    sent = {"note": CANARY, "padding": "p " * 1000}
+
+    with (
+        serving(api.app) as url,
+        WireProxy(url, url, tmp_path / "w.jsonl", "r", Redactor([CANARY]), suite="probes") as proxy,
+    ):
+        httpx.post(f"{proxy.url}/v2/sandboxes", json=sent)
+        [line] = log_lines(proxy)
+
+    assert line["suite"] == "probes"
+    assert line["request_excerpt"].startswith('{"note":"[REDACTED]","padding":"p p p')
+    assert line["request_excerpt"].endswith(f"…[{line['request_bytes'] - 512} more bytes]")
+    assert json.loads(line["response_excerpt"])["envdAccessToken"] == "[REDACTED]"
+    assert "request_body" not in line  # whole bodies only with --wire-bodies
+    assert CANARY not in (tmp_path / "w.jsonl").read_text()
+
+
+def test_a_stream_keeps_its_first_and_last_frames_their_count_and_no_secret(tmp_path: Path) -> None:
+    data = [envelope(0, {"event": {"data": {"n": n}}}) for n in range(18)]
+    long = envelope(0, {"event": {"data": {"stdout": "x " * 500}}})
+    secret = envelope(0, {"event": {"data": {"stdout": f"token={CANARY}"}}})
+    frames = [*data, long, secret, envelope(2, {})]
+
+    with (
+        serving(stream_app(frames)) as url,
+        WireProxy(url, url, tmp_path / "w.jsonl", "r", Redactor([CANARY])) as proxy,
+    ):
+        httpx.post(
+            f"{proxy.url}/process.Process/Start",
+            content=envelope(0, {"process": {"cmd": "/bin/true"}}),
+            headers={"content-type": "application/connect+json", "e2b-sandbox-id": "s"},
+        )
+        [line] = log_lines(proxy)
+
+    assert line["frame_count"] == 21
+    shown = line["frames"]
+    assert shown[:4] == [json.dumps({"event": {"data": {"n": n}}}) for n in range(4)]
+    assert shown[4] == "… 13 more frame(s)"
+    assert shown[5] == json.dumps({"event": {"data": {"n": 17}}})
+    assert shown[6].startswith('{"event": {"data": {"stdout": "x x x') and shown[6].endswith("more bytes]")
+    assert len(shown[6]) < 300
+    assert shown[7:] == [json.dumps({"event": {"data": {"stdout": "token=[REDACTED]"}}}), "end: {}"]
+    assert "response_excerpt" not in line
+    assert CANARY not in (tmp_path / "w.jsonl").read_text()
+
+
+def test_an_excerpt_with_unicode_line_breaks_stays_one_line(tmp_path: Path) -> None:
+    async def text(request: Request) -> Response:
+        return Response("before\u2028middle\x85after\u2029end", media_type="text/plain")
+
+    app = Starlette(routes=[Route("/v2/sandboxes", text, methods=["GET"])])
+    with serving(app) as url, WireProxy(url, url, tmp_path / "w.jsonl", "r", Redactor()) as proxy:
+        httpx.get(f"{proxy.url}/v2/sandboxes")
+        written = proxy.log_path.read_text()
+
+    [line] = written.splitlines()  # what every reader of the log does
+    assert json.loads(line)["response_excerpt"] == "before\u2028middle\x85after\u2029end"

@@ -49,9 +49,9 @@ def run_resuming(
             on_result(result)
 
     def heard(event: Event) -> None:
+        on_event(event)  # first: a step's end is noted (its wire evidence window) before its case is recorded
         if event.get("type") == "step" and event.get("id") in steps:
             settle(reported_result(event))
-        on_event(event)
 
     current = dict(task)
     while True:

@@ -1,0 +1,215 @@
+"""Causes (bench/triage/causes.py): failing cases grouped by symptom, causes.json, the report and terminal views."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.report import render
+from bench.results import CaseRecord, read_run, schema_errors
+from bench.triage.causes import CAUSES_JSON, find_causes, headline, signature, symptom, write_causes
+
+REPO = Path(__file__).resolve().parents[1]
+RUNS = REPO / "tests" / "fixtures" / "runs"
+
+
+def case(case_id: str, error: str | None, outcome: str = "fail", expected: str = "pass", **details: Any) -> CaseRecord:
+    suite, runner, name = case_id.split("/", 2)
+    return CaseRecord(
+        id=case_id,
+        suite=suite,
+        runner=runner,
+        case=name,
+        outcome=outcome,  # type: ignore[arg-type]
+        expected=expected,  # type: ignore[arg-type]
+        conformant=outcome == expected,
+        error=error,
+        details=dict(details),
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "normalized"),
+    [
+        ("Sandbox i4k2sm0x7v1c9q3e5t8z not found", "Sandbox <id> not found"),
+        ("request 3f2b8c1e-0d4a-4e6b-9c7d-112233445566 failed", "request <uuid> failed"),
+        ("ended at 2026-12-01T19:44:06.123Z", "ended at <time>"),
+        ("connect to http://127.0.0.1:43111 refused", "connect to <host> refused"),
+        ("wrote /home/user/e2b-bench/case-7/file.txt", "wrote <path>"),
+        ("digest deadbeef01234567 differs", "digest <id> differs"),
+        ("read 1048576 bytes in 12.5ms", "read <n> bytes in <n>ms"),
+        ("HTTP 404: metrics are not supported", "HTTP 404: metrics are not supported"),
+        ("status 502 after retry", "status 502 after retry"),
+        ("pinned e2b 2.63.0 step py01_create", "pinned e2b 2.63.0 step py01_create"),
+    ],
+)
+def test_what_differs_from_case_to_case_is_normalized_and_what_names_the_symptom_stays(
+    message: str, normalized: str
+) -> None:
+    assert symptom(message).normalized == normalized
+
+
+@pytest.mark.parametrize(
+    ("python", "npm"),
+    [
+        (
+            "commands.run(stdin=True): InvalidArgumentException: stdin is not supported",
+            "commands.run({stdin: true}): InvalidArgumentError: [invalid_argument] stdin is not supported",
+        ),
+        (
+            "get_metrics: SandboxNotFoundException: Sandbox qu61vyh3cguhjobyhg4t not found",
+            "getMetrics: SandboxNotFoundError: Sandbox l3dyzx6pae2ifgdfiubc not found",
+        ),
+        (
+            'observed {"default": "/workspace", "cwd=/tmp": "/workspace"}, E2B: {"default": "/home/user"}',
+            'observed {"default":"/workspace","cwd=/tmp":"/workspace"}, E2B: {"default":"/home/user"}',
+        ),
+        ("AssertionError: exists() returned False", "AssertionError [ERR_ASSERTION]: exists() returned false"),
+    ],
+)
+def test_one_symptom_seen_by_two_languages_is_one_signature_and_one_match(python: str, npm: str) -> None:
+    py_case, js_case = case("probes/py-e2b-2.63.0/pr01", python), case("probes/js-e2b-2.51.0/pj01", npm)
+
+    [cause] = find_causes([py_case, js_case])
+
+    assert signature(py_case) == signature(js_case)
+    assert cause.match() is not None
+    assert all(re.search(str(cause.match()), text) for text in (python, npm))
+
+
+def test_one_broken_behaviour_through_many_cases_is_one_cause_and_two_symptoms_are_two() -> None:
+    cases = [
+        case(f"behaviours/py-e2b-2.63.0/{flavour}_{name}", f"Sandbox {sandbox} not found")
+        for flavour, name, sandbox in (
+            ("sync", "kill", "aaaa1111bbbb2222cccc"),
+            ("async", "kill", "dddd3333eeee4444ffff"),
+            ("sync", "metrics", "gggg5555hhhh6666iiii"),
+        )
+    ]
+    cases.append(case("behaviours/js-e2b-2.51.0/sync_kill", "kill() returned false, expected true"))
+    cases.append(case("probes/py-e2b-2.63.0/pr05_stdin", "declared refused", "pass", "refused"))
+
+    causes = find_causes(cases)
+
+    assert [(len(c.cases), c.outcome) for c in causes] == [(3, "fail"), (1, "fail"), (1, "pass")]
+    assert [c.id for c in causes[0].cases] == sorted(c.id for c in cases[:3])
+    assert headline(causes) == "5 failing cases, 3 causes"
+    assert causes[2].match() is None  # a stale declaration has no symptom to pin
+
+
+def test_a_refusal_groups_by_the_endpoints_own_words_whichever_route_met_it() -> None:
+    sdk = case(
+        "probes/py-e2b-2.63.0/pr05_stdin",
+        "commands.run(stdin=True): InvalidArgumentException: stdin is not supported: pass input instead",
+        "refused",
+        status_code=400,
+        error_code="invalid_argument",
+        message="stdin is not supported: pass input instead",
+    )
+    wire = case(
+        "refusals/py-e2b-2.63.0/rf10_envd_stdin",
+        "/process.Process/Start: invalid_argument: stdin is not supported: pass input instead",
+        "refused",
+        status_code=200,
+        error_code="invalid_argument",
+        message="stdin is not supported: pass input instead",
+    )
+    other = case(
+        "refusals/py-e2b-2.63.0/rf11_envd_pty",
+        "/process.Process/Start: invalid_argument: pty is not supported",
+        "refused",
+        error_code="invalid_argument",
+        message="pty is not supported",
+    )
+
+    causes = find_causes([sdk, wire, other])
+
+    assert [sorted(c.case for c in cause.cases) for cause in causes] == [
+        ["pr05_stdin", "rf10_envd_stdin"],
+        ["rf11_envd_pty"],
+    ]
+    assert causes[0].match() == r"stdin is not supported\s*:\s*pass input instead"
+
+
+def test_a_retried_case_counts_by_its_last_record_and_conformant_cases_are_no_cause() -> None:
+    first = case("quickstart/py-e2b-2.63.0/py02_run_echo", "CommandExitException: exit status 1")
+    retried = case("quickstart/py-e2b-2.63.0/py02_run_echo", None, "pass")
+
+    assert find_causes([first, retried]) == []
+
+
+def test_causes_json_is_written_valid_and_the_report_opens_with_the_causes(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUNS / "nightly-02", run_dir)
+
+    path = write_causes(run_dir)
+    html = render([run_dir], tmp_path / "out").html.read_text()
+    markdown = (tmp_path / "out" / "summary.md").read_text()
+
+    document = json.loads(path.read_text())
+    assert path == run_dir / CAUSES_JSON
+    assert schema_errors("causes", document) == []
+    assert (document["headline"], [c["count"] for c in document["causes"]]) == ("3 failing cases, 3 causes", [1, 1, 1])
+    assert {c["representative"]["id"] for c in document["causes"]} == {
+        "quickstart/py-e2b-2.63.0/py02_run_echo",
+        "probes/py-e2b-2.63.0/pr10_metrics",
+        "frameworks/ag2-1.2.1/fw01_proof_task",
+    }
+    # the causes come first: before the per-case list of the gate and the matrix
+    assert html.index("3 failing cases, 3 causes") < html.index('class="gate-failures"') < html.index('id="matrix"')
+    assert html.count('<details class="cause-cases">') == 3
+    assert "--include-slow sandboxes/e2b/test_probes.py" in html.split('class="gate-failures"')[0]
+    assert markdown.index("### 3 failing cases, 3 causes") < markdown.index("### Runs")
+
+
+def test_report_causes_prints_each_cause_with_its_cases_and_rerun_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUNS / "nightly-03", run_dir)
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "report", str(run_dir), "--causes"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == f"{read_run(run_dir).run_id}: 1 failing case, 1 cause"
+    assert lines[2].startswith("1. refused x1 [") and lines[2].endswith(
+        "] GET /sandboxes/{id}/metrics: HTTP 501: metrics are not implemented"
+    )
+    assert lines[4] == "   - probes/py-e2b-2.63.0/pr10_metrics"
+    assert lines[5].startswith("   re-run probes/py-e2b-2.63.0/pr10_metrics: ./e2b-bench run ")
+    assert not (run_dir / "report.html").exists()  # printing writes nothing
+
+
+def test_a_case_shows_its_own_exchanges_and_a_harness_cause_renders(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(RUNS / "nightly-02", run_dir)
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    exchange = {"ts": "2026-11-30T02:00:12.300Z", "method": "GET", "path": "/sandboxes/x/metrics", "status": 404}
+    for record in cases:
+        if record["case"] == "pr10_metrics":
+            record["evidence"] = [{**exchange, "duration_ms": 3.5, "response": '{"message": "no metrics"}'}]
+    leak = {**cases[0], "id": "housekeeping/harness/leak_check", "suite": "housekeeping", "runner": "harness"}
+    leak.update(case="leak_check", outcome="fail", conformant=False, error="1 sandbox left running", details={})
+    (run_dir / "cases.jsonl").write_text("".join(json.dumps(record) + "\n" for record in [*cases, leak]))
+
+    html = render([run_dir], tmp_path / "out").html.read_text()
+
+    case = html.split('data-case="probes/pr10_metrics"', 2)[2]
+    assert "wire: exchanges while this case ran" in case.split("</details>")[0]
+    shown = "02:00:12.300 GET /sandboxes/x/metrics → 404 (3.5 ms)\n    response: {&#34;message&#34;: &#34;no metrics"
+    assert shown in html
+    assert "4 failing cases, 4 causes" in html
+    assert "runners: harness</p>" in html

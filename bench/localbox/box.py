@@ -21,13 +21,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .agentlink import AgentError, AgentGone, AgentLink
 from .disk import Disks, unmount
-from .network import EgressRules
+from .network import EgressRules, resolvers, uplink_guard, uplink_release
 
 log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
@@ -288,45 +288,78 @@ SLIRP4NETNS = shutil.which("slirp4netns")
 NFT = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")  # root's tools
 NSENTER = shutil.which("nsenter")
 EGRESS_FILTER = NFT is not None and NSENTER is not None
+UPLINK_LIMITS = Limits(memory_mb=128, pids=8)  # slirp4netns: its own cgroup, so its CPU is bounded too
+
+
+async def run_nft(script: str, timeout: float, netns_pid: int | None = None) -> None:
+    """Run one nftables transaction as host root, in the host's network namespace or in `netns_pid`'s."""
+    assert NFT is not None
+    enter = [] if netns_pid is None else [NSENTER or "nsenter", f"--net=/proc/{netns_pid}/ns/net", "--"]
+    process = await asyncio.create_subprocess_exec(
+        *enter, NFT, "-f", "-", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _, error = await asyncio.wait_for(process.communicate(script.encode()), timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
+    if process.returncode:
+        raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
+
+
+_unguarded_logged = False
 
 
 class Uplink:
     """A sandbox's outbound network: slirp4netns gives its namespace a tap device (10.0.2.100/24, gateway
-    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT. The
-    host's loopback is not forwarded (--disable-host-loopback), and nothing reaches in. It exits with the
-    namespace or, should the server die, when its exit pipe closes."""
+    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT, and
+    nothing reaches in. slirp4netns connects wherever a frame says, so its sockets (told apart by their gid,
+    the sandbox's host root gid) are filtered in the host's network namespace: never to the host itself,
+    and through the sandbox's egress rules (network.py). It runs in a cgroup of its own (CPU, memory and
+    pids bounded) and exits with the namespace or, should the server die, when its exit pipe closes."""
 
     DNS = "10.0.2.3"
 
-    def __init__(self, process: subprocess.Popen, exit_w: int) -> None:
-        self.process, self._exit_w = process, exit_w
+    def __init__(self, process: subprocess.Popen, exit_w: int, gid: int, cgroup: Cgroup, guarded: bool) -> None:
+        self.process, self._exit_w, self.gid, self.cgroup, self.guarded = process, exit_w, gid, cgroup, guarded
         self._exited = Holder.of_pid(process.pid)
 
     @classmethod
-    async def start(cls, holder_pid: int, timeout: float) -> Uplink:
+    async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
+        guarded = await cls._guard(gid, timeout)
+        cgroup = Cgroup(cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         try:
             # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
-            # no listening socket, pipe or file of the server or of another sandbox.
+            # no listening socket, pipe or file of the server or of another sandbox. It keeps host root's
+            # uid (to join the namespace) with the sandbox's gid, which its sockets carry.
             process = subprocess.Popen(
                 [
                     SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
                     "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
                 ],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(ready_w, exit_r), start_new_session=True,
+                pass_fds=(ready_w, exit_r), start_new_session=True, group=gid, extra_groups=[],
             )  # fmt: skip
         except BaseException:
             os.close(exit_w)
             os.close(ready_r)
+            cgroup.remove()
+            if guarded:
+                await _release_guard(gid)
             raise
         finally:
             os.close(ready_w)
             os.close(exit_r)
-        uplink = cls(process, exit_w)
+        uplink = cls(process, exit_w, gid, cgroup, guarded)
         try:
+            for procs in cgroup.procs_files:  # its start-up (ms) runs in the server's; its traffic in its own
+                with open(procs, "w") as f:
+                    f.write(str(process.pid))
             if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
                 raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
         except BaseException:
@@ -336,6 +369,29 @@ class Uplink:
             os.close(ready_r)
         return uplink
 
+    @staticmethod
+    async def _guard(gid: int, timeout: float) -> bool:
+        """Keep the uplink's sockets off the host; False (said once) where nftables is missing."""
+        global _unguarded_logged
+        if NFT is None:
+            if not _unguarded_logged:
+                _unguarded_logged = True
+                log.warning(
+                    "nftables ('nft') is not installed: sandboxes' uplinks are not filtered, so a sandbox can "
+                    "reach the host's own addresses and its egress rules hold only inside its namespace"
+                )
+            return False
+        try:
+            conf = Path("/etc/resolv.conf").read_text()
+        except OSError:
+            conf = ""
+        await run_nft(uplink_guard(gid, resolvers(conf)), timeout)
+        return True
+
+    async def apply(self, rules: EgressRules, timeout: float) -> None:
+        if self.guarded:
+            await run_nft(rules.uplink_script(self.gid), timeout)
+
     async def stop(self) -> None:
         if self._exit_w >= 0:
             os.close(self._exit_w)
@@ -344,6 +400,17 @@ class Uplink:
         await self._exited.wait(5)
         with contextlib.suppress(ChildProcessError):
             self.process.wait(0)  # reaped now: it has exited
+        if self.guarded:
+            self.guarded = False
+            await _release_guard(self.gid)
+        await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
+
+
+async def _release_guard(gid: int) -> None:
+    try:
+        await run_nft(uplink_release(gid), 10)
+    except (AgentError, OSError, TimeoutError) as exc:  # the next uplink of this gid replaces what is left
+        log.warning("uplink of gid %d: %s", gid, exc)
 
 
 async def _read_byte(fd: int) -> bytes:
@@ -465,7 +532,8 @@ class Box:
         self.keep_image = False
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
-        self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
+        self.cgroup_name = f"{state_dir.parent.name}/{name}"
+        self.cgroup = Cgroup(self.cgroup_name, settings.limits)
         self.ids: IdRange | None = None
         self.kept_ids: IdRange | None = None  # the id range of files kept by `power_off`
         self.kept_upper: Path | None = None  # files a cold boot starts on (`power_on`)
@@ -513,7 +581,11 @@ class Box:
             dns = None
             if self.settings.internet and SLIRP4NETNS:
                 assert self.holder is not None
-                self.uplink = await Uplink.start(self.holder.pid, timeout)
+                assert self.ids is not None
+                cpus = self.settings.limits.cpu_count
+                self.uplink = await Uplink.start(
+                    self.holder.pid, self.ids.base, f"{self.cgroup_name}.uplink", cpus, timeout
+                )
                 dns = Uplink.DNS
             await self.link.result(
                 "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
@@ -669,26 +741,16 @@ class Box:
         return sock
 
     async def apply_egress(self, rules: EgressRules, timeout: float = 10.0) -> None:
-        """Replace the packet filter of the sandbox's network namespace with `rules`, in one nftables
-        transaction run as host root in that namespace only (the sandbox's root has no CAP_NET_ADMIN)."""
+        """Replace the sandbox's egress rules: in its network namespace (as host root, in that namespace only:
+        the sandbox's root has no CAP_NET_ADMIN) and on its uplink's sockets in the host's, which no frame
+        made in the sandbox gets around."""
         if not EGRESS_FILTER:
             raise AgentError("nftables is not installed, so egress rules cannot be enforced", errno.ENOSYS)
-        assert NFT is not None and NSENTER is not None
         if self.holder is None or not self.holder.alive:
             raise AgentError("the sandbox is not running")
-        process = await asyncio.create_subprocess_exec(
-            NSENTER, f"--net=/proc/{self.holder.pid}/ns/net", "--", NFT, "-f", "-",
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            _, error = await asyncio.wait_for(process.communicate(rules.nft_script().encode()), timeout)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise
-        if process.returncode:
-            raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
+        await run_nft(rules.nft_script(), timeout, self.holder.pid)
+        if self.uplink is not None:
+            await self.uplink.apply(rules, timeout)
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:

@@ -1,5 +1,11 @@
 """Egress rules of a sandbox (`PUT /sandboxes/{id}/network`, create's `network`), read and checked as E2B's
-API reads them, and written as the nftables ruleset that enforces them in the sandbox's network namespace."""
+API reads them, and written as nftables rules twice: in the sandbox's network namespace, and in the host's on
+the sockets of the sandbox's uplink (slirp4netns), where no frame the sandbox makes can pass around them.
+
+The host's rules also keep every uplink off the host itself: its loopback and its own addresses (whatever is
+routed to `lo`), multicast and broadcast; only the resolvers of /etc/resolv.conf answer on port 53, for the
+sandbox's DNS (10.0.2.3). An uplink's sockets are told apart by their group: the sandbox's host root gid.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TABLE = "e2b_bench_egress"
+UPLINKS = "e2b_bench_uplinks"  # the host's table: one chain pair per running uplink, by its gid
+REFUSE = "reject with icmpx admin-prohibited"  # answered at once: the uplink holds no half-open socket
+NOT_OUT = {"ip": "0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/3", "ip6": "::/127, ::ffff:0:0/96, ff00::/8"}
 ALL_TRAFFIC = "0.0.0.0/0"
 DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 
@@ -86,24 +95,85 @@ class EgressRules:
             found["egressProxy"] = self.egress_proxy
         return found if self.allow_out or self.denied or len(found) > 2 else None
 
-    def nft_script(self) -> str:
-        """One nftables transaction replacing the sandbox's egress table: allowed blocks first (allow wins
-        over deny), then denied blocks dropped; the sandbox's own loopback is never filtered."""
-        lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]  # create-then-delete: empty either way
+    def verdicts(self, refuse: str) -> list[str]:
+        """The rules' nftables statements: allowed blocks accepted first (allow wins over deny), then denied
+        blocks given `refuse`; none without a deny."""
         deny = _blocks(self.denied)
-        if deny:
-            allow = _blocks(entry for entry in self.allow_out if _is_network(entry))
+        if not deny:
+            return []
+        allow = _blocks(entry for entry in self.allow_out if _is_network(entry))
+        return [
+            *(f"{family} daddr {{ {', '.join(blocks)} }} accept" for family, blocks in allow.items()),
+            *(f"{family} daddr {{ {', '.join(blocks)} }} {refuse}" for family, blocks in deny.items()),
+        ]
+
+    def nft_script(self) -> str:
+        """One nftables transaction replacing the sandbox's egress table; its own loopback is never filtered."""
+        lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]  # create-then-delete: empty either way
+        if verdicts := self.verdicts("drop"):
             lines += [
                 f"table inet {TABLE} {{",
                 "  chain output {",
                 "    type filter hook output priority filter; policy accept;",
                 '    oifname "lo" accept',
-                *(f"    {family} daddr {{ {', '.join(blocks)} }} accept" for family, blocks in allow.items()),
-                *(f"    {family} daddr {{ {', '.join(blocks)} }} drop" for family, blocks in deny.items()),
+                *(f"    {rule}" for rule in verdicts),
                 "  }",
                 "}",
             ]
         return "\n".join(lines) + "\n"
+
+    def uplink_script(self, gid: int) -> str:
+        """One nftables transaction replacing the host's egress chain of the uplink whose sockets have `gid`."""
+        chain = f"inet {UPLINKS} egress_{gid}"
+        return _lines([f"flush chain {chain}", *(f"add rule {chain} {rule}" for rule in self.verdicts(REFUSE))])
+
+
+def uplink_guard(gid: int, resolvers: Iterable[str]) -> str:
+    """One nftables transaction that keeps the sockets of group `gid` (one sandbox's uplink) off the host, and
+    gives them an egress chain (empty: every rule allowed) that `EgressRules.uplink_script` replaces."""
+    table, sandbox, egress = f"inet {UPLINKS}", f"inet {UPLINKS} sandbox_{gid}", f"inet {UPLINKS} egress_{gid}"
+    dns = _blocks(resolvers)
+    to_dns = "meta l4proto { tcp, udp } th dport 53"
+    lines = [
+        f"add table {table}",
+        f"add map {table} sandboxes {{ type gid : verdict; }}",
+        f"add chain {table} output {{ type filter hook output priority filter; policy accept; }}",
+        f"flush chain {table} output",  # one rule, whichever server of this host wrote it last
+        f"add rule {table} output meta skgid vmap @sandboxes",
+        f"add chain {egress}",
+        f"flush chain {egress}",
+        f"add chain {sandbox}",
+        f"flush chain {sandbox}",
+        *(f"add rule {sandbox} {fam} daddr {{ {', '.join(b)} }} {to_dns} goto egress_{gid}" for fam, b in dns.items()),
+        f'add rule {sandbox} oifname "lo" {REFUSE}',
+        *(f"add rule {sandbox} {family} daddr {{ {blocks} }} {REFUSE}" for family, blocks in NOT_OUT.items()),
+        f"add rule {sandbox} goto egress_{gid}",
+        f"add element {table} sandboxes {{ {gid} : jump sandbox_{gid} }}",
+    ]  # fmt: skip
+    return _lines(lines)
+
+
+def uplink_release(gid: int) -> str:
+    """One nftables transaction removing what `uplink_guard` made for `gid`."""
+    table = f"inet {UPLINKS}"
+    lines = [f"delete element {table} sandboxes {{ {gid} }}"]
+    for chain in (f"sandbox_{gid}", f"egress_{gid}"):
+        lines += [f"flush chain {table} {chain}", f"delete chain {table} {chain}"]
+    return _lines(lines)
+
+
+def _lines(lines: Iterable[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def resolvers(resolv_conf: str) -> list[str]:
+    """The nameserver addresses of a resolv.conf's text (what slirp4netns forwards the sandbox's DNS to)."""
+    found = []
+    for line in resolv_conf.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver" and _is_network(fields[1].split("%")[0]):
+            found.append(fields[1].split("%")[0])
+    return found
 
 
 def _strings(body: dict[str, Any], key: str) -> list[str]:

@@ -376,7 +376,8 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
             if b"agent.py" in cmdline:
                 _kill_tree(pid)
         for root in cgroup_roots():
-            _remove_cgroup(root / boxes_dir.parent.name / box_dir.name)
+            for suffix in ("", ".uplink"):  # the sandbox's, and its uplink's
+                _remove_cgroup(root / boxes_dir.parent.name / f"{box_dir.name}{suffix}")
         left += unmount_under(box_dir)  # its disk: unmounted, the loop device frees itself
         if not remove_tree(box_dir):
             left.append(str(box_dir))

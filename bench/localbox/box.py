@@ -9,6 +9,7 @@ import fcntl
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -142,17 +143,74 @@ def private_dir(path: Path) -> Path:
 ID_BASE, ID_COUNT, ID_RANGES = 100000, 65536, 4096
 
 
+SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+
+
+@dataclass(frozen=True)
+class SubordinateIds:
+    """The host's subordinate id configuration (/etc/subuid, /etc/subgid: `name:first:count` lines) as it
+    bears on sandboxes: ranges given to the server's user (by name or uid), and those given to anyone else."""
+
+    own_uids: tuple[range, ...] = ()
+    own_gids: tuple[range, ...] = ()
+    others: tuple[range, ...] = ()
+
+    @classmethod
+    def read(cls, files: tuple[Path, Path] | None = None) -> SubordinateIds:
+        files = files or SUBID_FILES
+        owner = {str(os.getuid())}
+        with contextlib.suppress(KeyError):
+            owner.add(pwd.getpwuid(os.getuid()).pw_name)
+        own: list[list[range]] = [[], []]
+        others: list[range] = []
+        for kind, path in enumerate(files):
+            with contextlib.suppress(OSError):
+                for line in path.read_text().splitlines():
+                    name, _, rest = line.strip().partition(":")
+                    first, _, count = rest.partition(":")
+                    if name.startswith("#") or not (first.isdigit() and count.isdigit()):
+                        continue
+                    ids = range(int(first), int(first) + int(count))
+                    (own[kind] if name in owner else others).append(ids)
+        return cls(tuple(own[0]), tuple(own[1]), tuple(others))
+
+    def slots(self) -> list[int]:
+        """The n of each range ID_BASE + n * ID_COUNT a sandbox may have: inside the server user's uid and
+        gid ranges where it has any (both files), else clear of every range configured for someone else."""
+        every = set(range(ID_RANGES))
+        if self.own_uids or self.own_gids:
+            inside = [set().union(*(_slots(r, within=True) for r in mine)) for mine in (self.own_uids, self.own_gids)]
+            return sorted(every & inside[0] & inside[1])
+        return sorted(every.difference(*(_slots(r, within=False) for r in self.others)))
+
+
+def _slots(ids: range, within: bool) -> range:
+    """The n whose range ID_BASE + n * ID_COUNT lies within `ids`, or (within=False) overlaps it."""
+    if within:
+        return range(-(-(ids.start - ID_BASE) // ID_COUNT), (ids.stop - ID_BASE) // ID_COUNT)
+    return range((ids.start - ID_BASE) // ID_COUNT, -(-(ids.stop - ID_BASE) // ID_COUNT))
+
+
 class IdRange:
-    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT, n held through a lock
-    file for the sandbox's life, so no two sandboxes of any server on this host share an id."""
+    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT (the usual /etc/subuid
+    grid), among those the host's subordinate id configuration allows, n held through a lock file for the
+    sandbox's life, so no two sandboxes of any server on this host share an id."""
 
     def __init__(self, base: int, lock_fd: int) -> None:
         self.base, self.count, self._lock_fd = base, ID_COUNT, lock_fd
 
     @classmethod
-    def take(cls, locks: Path) -> IdRange:
+    def take(cls, locks: Path, subordinate: SubordinateIds | None = None) -> IdRange:
         private_dir(locks)
-        for n in range(ID_RANGES):
+        subordinate = subordinate or SubordinateIds.read()
+        allowed = subordinate.slots()
+        if not allowed:
+            raise AgentError(
+                f"/etc/subuid and /etc/subgid leave sandboxes no whole range of {ID_COUNT} ids at "
+                f"{ID_BASE} + n * {ID_COUNT} (give the server's user one, e.g. root:{ID_BASE}:{ID_COUNT * 64})",
+                errno.EAGAIN,
+            )
+        for n in allowed:
             fd = os.open(locks / str(n), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -160,7 +218,7 @@ class IdRange:
                 os.close(fd)
                 continue
             return cls(ID_BASE + n * ID_COUNT, fd)
-        raise AgentError(f"all {ID_RANGES} uid ranges are taken by running sandboxes", errno.EAGAIN)
+        raise AgentError(f"all {len(allowed)} uid ranges are taken by running sandboxes", errno.EAGAIN)
 
     def release(self) -> None:
         if self._lock_fd >= 0:
@@ -327,9 +385,11 @@ class Uplink:
         self._exited = Holder.of_pid(process.pid)
 
     @classmethod
-    async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
+    async def start(
+        cls, holder_pid: int, gid: int, guarded: bool, cgroup_name: str, cpu_count: int, timeout: float
+    ) -> Uplink:
+        """`guarded`: what `guard(gid)` returned, which must have run first."""
         assert SLIRP4NETNS is not None
-        guarded = await cls._guard(gid, timeout)
         cgroup = Cgroup(cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
@@ -370,7 +430,7 @@ class Uplink:
         return uplink
 
     @staticmethod
-    async def _guard(gid: int, timeout: float) -> bool:
+    async def guard(gid: int, timeout: float) -> bool:
         """Keep the uplink's sockets off the host; False (said once) where nftables is missing."""
         global _unguarded_logged
         if NFT is None:
@@ -404,6 +464,15 @@ class Uplink:
             self.guarded = False
             await _release_guard(self.gid)
         await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
+
+
+async def _abandon_guard(guard: asyncio.Future[bool] | None, gid: int) -> None:
+    """Undo a guard no uplink took over."""
+    if guard is None:
+        return
+    with contextlib.suppress(Exception):
+        if await guard:
+            await _release_guard(gid)
 
 
 async def _release_guard(gid: int) -> None:
@@ -576,24 +645,29 @@ class Box:
         (self.dir / "pid").write_text(str(self.holder.pid))
         self.link = AgentLink(parent_sock, self._on_process_exit)
         asyncio.get_running_loop().create_task(self._watch_unshare())
+        guard = None  # the host's filter of the uplink, written while pid 1 gets ready
+        if self.settings.internet and SLIRP4NETNS:
+            guard = asyncio.ensure_future(Uplink.guard(self.ids.base, timeout))
         try:
             await self.link.ready(timeout)
             dns = None
-            if self.settings.internet and SLIRP4NETNS:
+            if guard is not None:
                 assert self.holder is not None
-                assert self.ids is not None
+                guarded, guard = await guard, None  # from here on the uplink releases it
                 cpus = self.settings.limits.cpu_count
                 self.uplink = await Uplink.start(
-                    self.holder.pid, self.ids.base, f"{self.cgroup_name}.uplink", cpus, timeout
+                    self.holder.pid, self.ids.base, guarded, f"{self.cgroup_name}.uplink", cpus, timeout
                 )
                 dns = Uplink.DNS
             await self.link.result(
                 "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
             )
         except (AgentError, TimeoutError) as exc:
+            await _abandon_guard(guard, self.ids.base)
             await self.kill()
             raise AgentError(f"{exc}") from exc
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
+            await _abandon_guard(guard, self.ids.base)
             await self.kill()
             raise
 

@@ -437,8 +437,8 @@ class Uplink:
             if not _unguarded_logged:
                 _unguarded_logged = True
                 log.warning(
-                    "nftables ('nft') is not installed: sandboxes' uplinks are not filtered, so a sandbox can "
-                    "reach the host's own addresses and its egress rules hold only inside its namespace"
+                    "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a "
+                    "sandbox reaches the host's own non-loopback addresses (and egress rules cannot be set)"
                 )
             return False
         try:

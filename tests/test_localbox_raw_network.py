@@ -12,7 +12,9 @@ Frames and connections go only to listeners this test makes: on 127.0.0.1, on th
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -25,7 +27,8 @@ import pytest
 from e2b import Sandbox
 from netns import TEST_NET, listener_in_own_netns
 
-from bench.localbox.box import Box
+from bench.localbox import box as box_module
+from bench.localbox.box import Box, Uplink
 from bench.localbox.network import UPLINKS
 from bench.localbox.server import LocalServer, in_thread
 
@@ -228,3 +231,22 @@ def test_an_uplink_runs_in_a_cpu_bounded_cgroup_and_leaves_no_filter_behind(serv
     assert slirp_gid == [str(gid)] * 4
     assert while_running.returncode == 0 and after.returncode != 0
     assert not any(path.exists() for path in box.uplink.cgroup.paths)
+
+
+def test_a_host_without_nftables_is_told_once_and_its_uplinks_run_unguarded(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(box_module, "NFT", None)
+    monkeypatch.setattr(box_module, "_unguarded_logged", False)
+
+    async def guard_twice() -> list[bool]:
+        return [await Uplink.guard(100000, 5), await Uplink.guard(165536, 5)]
+
+    with caplog.at_level(logging.WARNING, logger="e2b-bench.localbox"):
+        guarded = asyncio.run(guard_twice())
+
+    assert guarded == [False, False]
+    assert [record.getMessage() for record in caplog.records] == [
+        "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a sandbox "
+        "reaches the host's own non-loopback addresses (and egress rules cannot be set)"
+    ]

@@ -250,3 +250,34 @@ def test_a_host_without_nftables_is_told_once_and_its_uplinks_run_unguarded(
         "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a sandbox "
         "reaches the host's own non-loopback addresses (and egress rules cannot be set)"
     ]
+
+
+GUARD_PROBE = textwrap.dedent("""
+    import os, socket, subprocess, sys
+    from bench.localbox.network import EgressRules, uplink_guard
+    gid = 100000
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    for script in (uplink_guard(gid, ["127.0.0.53"]), EgressRules(deny_out=tuple(sys.argv[1:])).uplink_script(gid)):
+        subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True)
+    os.setregid(gid, gid)  # an uplink's sockets: host root's uid, the sandbox's gid
+    for address in (("127.0.0.53", 53), ("127.0.0.53", 54), ("127.0.0.1", 53)):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.sendto(b"query", address)
+                print("sent")
+            except OSError as exc:
+                print(exc.strerror)
+""")
+
+
+@pytest.mark.parametrize(("deny", "seen"), [([], ["sent"]), (["0.0.0.0/0"], ["Operation not permitted"])])
+def test_an_uplink_reaches_the_hosts_resolver_on_port_53_only_and_only_as_its_egress_rules_allow(
+    deny: list[str], seen: list[str]
+) -> None:
+    # In a network namespace of the test's own, its resolver on its loopback: the host's filter is not touched.
+    out = subprocess.run(
+        ["unshare", "--net", "--", sys.executable, "-c", GUARD_PROBE, *deny],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+
+    assert out.stdout.splitlines() == [*seen, "Operation not permitted", "Operation not permitted"]

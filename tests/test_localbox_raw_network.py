@@ -12,7 +12,6 @@ Frames and connections go only to listeners this test makes: on 127.0.0.1, on th
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
@@ -28,8 +27,17 @@ from e2b import Sandbox
 from netns import TEST_NET, listener_in_own_netns
 
 from bench.localbox import box as box_module
-from bench.localbox.box import Box, Uplink
-from bench.localbox.network import UPLINKS
+from bench.localbox.box import (
+    ID_BASE,
+    ID_COUNT,
+    Box,
+    IdRange,
+    SubordinateIds,
+    default_state_root,
+    guard_uplinks,
+    release_uplink,
+)
+from bench.localbox.network import UPLINKS, EgressRules
 from bench.localbox.server import LocalServer, in_thread
 
 RAWFRAME = Path(__file__).resolve().parents[1] / "sandboxes" / "e2b" / "python" / "rawframe.py"
@@ -211,6 +219,12 @@ def cpu_quota(cgroup: Path) -> str | None:
     return None
 
 
+def egress_chain_of(gid: int) -> bool:
+    """Whether the host's table holds an egress chain for the uplink of `gid`."""
+    listed = subprocess.run(["nft", "list", "chain", "inet", UPLINKS, f"egress_{gid}"], capture_output=True)
+    return listed.returncode == 0
+
+
 def test_an_uplink_runs_in_a_cpu_bounded_cgroup_and_leaves_no_filter_behind(server: LocalServer) -> None:
     ep = server.endpoint
     sandbox = Sandbox.create(timeout=120, api_key=ep.api_key, api_url=ep.api_url, sandbox_url=ep.sandbox_url)
@@ -221,31 +235,29 @@ def test_an_uplink_runs_in_a_cpu_bounded_cgroup_and_leaves_no_filter_behind(serv
         cgroups = Path(f"/proc/{box.uplink.process.pid}/cgroup").read_text().splitlines()
         quotas = {cpu_quota(path) for path in box.uplink.cgroup.paths} - {None}
         slirp_gid = Path(f"/proc/{box.uplink.process.pid}/status").read_text().split("Gid:")[1].split()[:4]
-        while_running = subprocess.run(["nft", "list", "chain", "inet", UPLINKS, f"sandbox_{gid}"], capture_output=True)
+        chain_without_rules = egress_chain_of(gid)
+        sandbox.update_network({"deny_out": ["192.0.2.0/24"]})  # type: ignore[typeddict-item]
+        chain_with_rules = egress_chain_of(gid)
     finally:
         sandbox.kill()
-    after = subprocess.run(["nft", "list", "chain", "inet", UPLINKS, f"sandbox_{gid}"], capture_output=True)
 
     assert any(line.endswith(f"/{box.name}.uplink") for line in cgroups)
     assert quotas == {str(box.settings.limits.cpu_count * 100_000)}
     assert slirp_gid == [str(gid)] * 4
-    assert while_running.returncode == 0 and after.returncode != 0
+    assert (chain_without_rules, chain_with_rules, egress_chain_of(gid)) == (False, True, False)
     assert not any(path.exists() for path in box.uplink.cgroup.paths)
 
 
-def test_a_host_without_nftables_is_told_once_and_its_uplinks_run_unguarded(
+def test_a_host_without_nftables_is_told_in_one_line_and_its_uplinks_run_unguarded(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(box_module, "NFT", None)
-    monkeypatch.setattr(box_module, "_unguarded_logged", False)
-
-    async def guard_twice() -> list[bool]:
-        return [await Uplink.guard(100000, 5), await Uplink.guard(165536, 5)]
+    monkeypatch.setattr(box_module, "_uplinks_guarded", False)
 
     with caplog.at_level(logging.WARNING, logger="e2b-bench.localbox"):
-        guarded = asyncio.run(guard_twice())
+        guarded = guard_uplinks()
 
-    assert guarded == [False, False]
+    assert (guarded, box_module._uplinks_guarded) == (False, False)
     assert [record.getMessage() for record in caplog.records] == [
         "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a sandbox "
         "reaches the host's own non-loopback addresses (and egress rules cannot be set)"
@@ -254,10 +266,10 @@ def test_a_host_without_nftables_is_told_once_and_its_uplinks_run_unguarded(
 
 GUARD_PROBE = textwrap.dedent("""
     import os, socket, subprocess, sys
-    from bench.localbox.network import EgressRules, uplink_guard
+    from bench.localbox.network import EgressRules, uplinks_table
     gid = 100000
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    for script in (uplink_guard(gid, ["127.0.0.53"]), EgressRules(deny_out=tuple(sys.argv[1:])).uplink_script(gid)):
+    for script in (uplinks_table([gid], ["127.0.0.53"]), EgressRules(deny_out=tuple(sys.argv[1:])).uplink_script(gid)):
         subprocess.run(["nft", "-f", "-"], input=script.encode(), check=True)
     os.setregid(gid, gid)  # an uplink's sockets: host root's uid, the sandbox's gid
     for address in (("127.0.0.53", 53), ("127.0.0.53", 54), ("127.0.0.1", 53)):
@@ -281,3 +293,24 @@ def test_an_uplink_reaches_the_hosts_resolver_on_port_53_only_and_only_as_its_eg
     )  # fmt: skip
 
     assert out.stdout.splitlines() == [*seen, "Operation not permitted", "Operation not permitted"]
+
+
+def test_clean_up_removes_a_dead_servers_egress_chain_but_never_one_a_running_sandbox_holds_again() -> None:
+    slot = 4001  # far from the slots running sandboxes take first
+    gid = ID_BASE + slot * ID_COUNT
+    assert guard_uplinks()
+    subprocess.run(
+        ["nft", "-f", "-"], input=EgressRules(deny_out=("192.0.2.0/24",)).uplink_script(gid).encode(), check=True
+    )
+    ids = IdRange.take(
+        default_state_root() / "uid-ranges",
+        SubordinateIds(own_uids=(range(gid, gid + ID_COUNT),), own_gids=(range(gid, gid + ID_COUNT),)),
+    )
+    try:
+        release_uplink(gid)
+        while_held = egress_chain_of(gid)
+    finally:
+        ids.release()
+    release_uplink(gid)
+
+    assert (ids.base, while_held, egress_chain_of(gid)) == (gid, True, False)

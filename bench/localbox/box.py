@@ -28,7 +28,7 @@ from typing import Any
 
 from .agentlink import AgentError, AgentGone, AgentLink
 from .disk import Disks, unmount
-from .network import EgressRules, resolvers, uplink_guard, uplink_release
+from .network import EgressRules, resolvers, uplink_release, uplinks_table
 
 log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
@@ -269,6 +269,12 @@ class Cgroup:
                     with contextlib.suppress(OSError):
                         (path / name).write_text(str(value))
 
+    def join(self, pid: int) -> None:
+        """Move a process (of the host: not one of the sandbox's, which join as they start) into these cgroups."""
+        for path in self.procs_files:
+            with open(path, "w") as f:
+                f.write(str(pid))
+
     @property
     def procs_files(self) -> list[str]:
         return [str(p / "cgroup.procs") for p in self.paths]
@@ -345,6 +351,7 @@ def _namespace_pids(root_pid: int) -> list[int]:
 SLIRP4NETNS = shutil.which("slirp4netns")
 NFT = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")  # root's tools
 NSENTER = shutil.which("nsenter")
+SETPRIV = shutil.which("setpriv")  # util-linux, as unshare and nsenter
 EGRESS_FILTER = NFT is not None and NSENTER is not None
 UPLINK_LIMITS = Limits(memory_mb=128, pids=8)  # slirp4netns: its own cgroup, so its CPU is bounded too
 
@@ -367,7 +374,48 @@ async def run_nft(script: str, timeout: float, netns_pid: int | None = None) -> 
         raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
 
 
-_unguarded_logged = False
+_uplinks_guarded = False
+
+
+def guard_uplinks() -> bool:
+    """Write the host's table that keeps sandboxes' uplinks off the host (network.py), once per server,
+    before any uplink starts; False, said in one line, where nftables is missing or refuses it."""
+    global _uplinks_guarded
+    if NFT is None:
+        log.warning(
+            "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a "
+            "sandbox reaches the host's own non-loopback addresses (and egress rules cannot be set)"
+        )
+        return False
+    try:
+        conf = Path("/etc/resolv.conf").read_text()
+    except OSError:
+        conf = ""
+    gids = [ID_BASE + n * ID_COUNT for n in SubordinateIds.read().slots()]
+    script = uplinks_table(gids, resolvers(conf))
+    done = subprocess.run([NFT, "-f", "-"], input=script.encode(), capture_output=True, check=False, timeout=30)
+    if done.returncode:
+        error = done.stderr.decode(errors="replace").strip().splitlines()
+        log.warning("nft refused the host's filter of sandboxes' uplinks: %s", error[-1] if error else "")
+        return False
+    _uplinks_guarded = True
+    return True
+
+
+def release_uplink(gid: int) -> None:
+    """Remove what a server that died left in the host's table for `gid` (nothing, if there is nothing),
+    unless a running sandbox holds that id range again."""
+    if NFT is None or (gid - ID_BASE) % ID_COUNT:
+        return
+    with contextlib.suppress(OSError):
+        lock = default_state_root() / "uid-ranges" / str((gid - ID_BASE) // ID_COUNT)
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the descriptor
+            script = uplink_release(gid).encode()
+            subprocess.run([NFT, "-f", "-"], input=script, capture_output=True, check=False, timeout=30)
+        finally:
+            os.close(fd)
 
 
 class Uplink:
@@ -380,46 +428,45 @@ class Uplink:
 
     DNS = "10.0.2.3"
 
-    def __init__(self, process: subprocess.Popen, exit_w: int, gid: int, cgroup: Cgroup, guarded: bool) -> None:
-        self.process, self._exit_w, self.gid, self.cgroup, self.guarded = process, exit_w, gid, cgroup, guarded
+    def __init__(self, process: subprocess.Popen, exit_w: int, gid: int, cgroup: Cgroup) -> None:
+        self.process, self._exit_w, self.gid, self.cgroup = process, exit_w, gid, cgroup
+        self.has_egress_chain = False  # in the host's table: removed when the uplink stops
         self._exited = Holder.of_pid(process.pid)
 
     @classmethod
-    async def start(
-        cls, holder_pid: int, gid: int, guarded: bool, cgroup_name: str, cpu_count: int, timeout: float
-    ) -> Uplink:
-        """`guarded`: what `guard(gid)` returned, which must have run first."""
+    async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
-        cgroup = Cgroup(cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
+        loop = asyncio.get_running_loop()
+        cgroup = await loop.run_in_executor(None, Cgroup, cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
+        # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
+        # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
+        as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         try:
             # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
-            # no listening socket, pipe or file of the server or of another sandbox. It keeps host root's
-            # uid (to join the namespace) with the sandbox's gid, which its sockets carry.
+            # no listening socket, pipe or file of the server or of another sandbox.
             process = subprocess.Popen(
                 [
-                    SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    *as_gid, SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
                     "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
                 ],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(ready_w, exit_r), start_new_session=True, group=gid, extra_groups=[],
+                pass_fds=(ready_w, exit_r), start_new_session=True,
+                group=None if SETPRIV else gid, extra_groups=None if SETPRIV else [],
             )  # fmt: skip
         except BaseException:
             os.close(exit_w)
             os.close(ready_r)
             cgroup.remove()
-            if guarded:
-                await _release_guard(gid)
             raise
         finally:
             os.close(ready_w)
             os.close(exit_r)
-        uplink = cls(process, exit_w, gid, cgroup, guarded)
+        uplink = cls(process, exit_w, gid, cgroup)
         try:
-            for procs in cgroup.procs_files:  # its start-up (ms) runs in the server's; its traffic in its own
-                with open(procs, "w") as f:
-                    f.write(str(process.pid))
+            # Its start-up (ms) runs in the server's cgroups; its traffic in its own.
+            await loop.run_in_executor(None, cgroup.join, process.pid)
             if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
                 raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
         except BaseException:
@@ -429,27 +476,10 @@ class Uplink:
             os.close(ready_r)
         return uplink
 
-    @staticmethod
-    async def guard(gid: int, timeout: float) -> bool:
-        """Keep the uplink's sockets off the host; False (said once) where nftables is missing."""
-        global _unguarded_logged
-        if NFT is None:
-            if not _unguarded_logged:
-                _unguarded_logged = True
-                log.warning(
-                    "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a "
-                    "sandbox reaches the host's own non-loopback addresses (and egress rules cannot be set)"
-                )
-            return False
-        try:
-            conf = Path("/etc/resolv.conf").read_text()
-        except OSError:
-            conf = ""
-        await run_nft(uplink_guard(gid, resolvers(conf)), timeout)
-        return True
-
     async def apply(self, rules: EgressRules, timeout: float) -> None:
-        if self.guarded:
+        """Give this uplink's sockets `rules` in the host's table (where `guard_uplinks` made one)."""
+        if _uplinks_guarded:
+            self.has_egress_chain = True
             await run_nft(rules.uplink_script(self.gid), timeout)
 
     async def stop(self) -> None:
@@ -460,26 +490,13 @@ class Uplink:
         await self._exited.wait(5)
         with contextlib.suppress(ChildProcessError):
             self.process.wait(0)  # reaped now: it has exited
-        if self.guarded:
-            self.guarded = False
-            await _release_guard(self.gid)
+        if self.has_egress_chain:
+            self.has_egress_chain = False
+            try:
+                await run_nft(uplink_release(self.gid), 10)
+            except (AgentError, OSError, TimeoutError) as exc:  # the next rules of this gid replace what is left
+                log.warning("uplink of gid %d: %s", self.gid, exc)
         await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
-
-
-async def _abandon_guard(guard: asyncio.Future[bool] | None, gid: int) -> None:
-    """Undo a guard no uplink took over."""
-    if guard is None:
-        return
-    with contextlib.suppress(Exception):
-        if await guard:
-            await _release_guard(gid)
-
-
-async def _release_guard(gid: int) -> None:
-    try:
-        await run_nft(uplink_release(gid), 10)
-    except (AgentError, OSError, TimeoutError) as exc:  # the next uplink of this gid replaces what is left
-        log.warning("uplink of gid %d: %s", gid, exc)
 
 
 async def _read_byte(fd: int) -> bytes:
@@ -645,29 +662,23 @@ class Box:
         (self.dir / "pid").write_text(str(self.holder.pid))
         self.link = AgentLink(parent_sock, self._on_process_exit)
         asyncio.get_running_loop().create_task(self._watch_unshare())
-        guard = None  # the host's filter of the uplink, written while pid 1 gets ready
-        if self.settings.internet and SLIRP4NETNS:
-            guard = asyncio.ensure_future(Uplink.guard(self.ids.base, timeout))
         try:
             await self.link.ready(timeout)
             dns = None
-            if guard is not None:
+            if self.settings.internet and SLIRP4NETNS:
                 assert self.holder is not None
-                guarded, guard = await guard, None  # from here on the uplink releases it
                 cpus = self.settings.limits.cpu_count
                 self.uplink = await Uplink.start(
-                    self.holder.pid, self.ids.base, guarded, f"{self.cgroup_name}.uplink", cpus, timeout
+                    self.holder.pid, self.ids.base, f"{self.cgroup_name}.uplink", cpus, timeout
                 )
                 dns = Uplink.DNS
             await self.link.result(
                 "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
             )
         except (AgentError, TimeoutError) as exc:
-            await _abandon_guard(guard, self.ids.base)
             await self.kill()
             raise AgentError(f"{exc}") from exc
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
-            await _abandon_guard(guard, self.ids.base)
             await self.kill()
             raise
 

@@ -2,7 +2,7 @@
 API reads them, and written as nftables rules twice: in the sandbox's network namespace, and in the host's on
 the sockets of the sandbox's uplink (slirp4netns), where no frame the sandbox makes can pass around them.
 
-The host's rules also keep every uplink off the host itself: its loopback and its own addresses (whatever is
+The host's table also keeps every uplink off the host itself: its loopback and its own addresses (whatever is
 routed to `lo`), multicast and broadcast; only the resolvers of /etc/resolv.conf answer on port 53, for the
 sandbox's DNS (10.0.2.3). An uplink's sockets are told apart by their group: the sandbox's host root gid.
 """
@@ -18,6 +18,7 @@ from typing import Any
 TABLE = "e2b_bench_egress"
 UPLINKS = "e2b_bench_uplinks"  # the host's table: one chain pair per running uplink, by its gid
 REFUSE = "reject with icmpx admin-prohibited"  # answered at once: the uplink holds no half-open socket
+DNS_THEN = ("meta skgid vmap @egress", "accept")  # the sandbox's rules, then accepted: DNS is not the host
 NOT_OUT = {"ip": "0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/3", "ip6": "::/127, ::ffff:0:0/96, ff00::/8"}
 ALL_TRAFFIC = "0.0.0.0/0"
 DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
@@ -123,43 +124,50 @@ class EgressRules:
         return "\n".join(lines) + "\n"
 
     def uplink_script(self, gid: int) -> str:
-        """One nftables transaction replacing the host's egress chain of the uplink whose sockets have `gid`."""
-        chain = f"inet {UPLINKS} egress_{gid}"
-        return _lines([f"flush chain {chain}", *(f"add rule {chain} {rule}" for rule in self.verdicts(REFUSE))])
+        """One nftables transaction giving the uplink whose sockets have `gid` these rules in the host's
+        table (`uplinks_table`), replacing what it had."""
+        table, chain = f"inet {UPLINKS}", f"inet {UPLINKS} egress_{gid}"
+        return _lines([
+            f"add chain {chain}",
+            f"flush chain {chain}",
+            *(f"add rule {chain} {rule}" for rule in self.verdicts(REFUSE)),
+            f"add element {table} egress {{ {gid} : jump egress_{gid} }}",
+        ])  # fmt: skip
 
 
-def uplink_guard(gid: int, resolvers: Iterable[str]) -> str:
-    """One nftables transaction that keeps the sockets of group `gid` (one sandbox's uplink) off the host, and
-    gives them an egress chain (empty: every rule allowed) that `EgressRules.uplink_script` replaces."""
-    table, sandbox, egress = f"inet {UPLINKS}", f"inet {UPLINKS} sandbox_{gid}", f"inet {UPLINKS} egress_{gid}"
+def uplinks_table(gids: Iterable[int], resolvers: Iterable[str]) -> str:
+    """One nftables transaction (re)writing the host's table that keeps uplinks' sockets (those of `gids`,
+    the sandboxes' host root gids) off the host, then through their sandbox's egress chain where it has one.
+    Written once per server: a create costs no nftables run, and only a sandbox with rules has a chain."""
+    table, output = f"inet {UPLINKS}", f"inet {UPLINKS} output"
     dns = _blocks(resolvers)
     to_dns = "meta l4proto { tcp, udp } th dport 53"
-    lines = [
+    dns_rules = [f"{fam} daddr {{ {', '.join(b)} }} {to_dns} {then}" for then in DNS_THEN for fam, b in dns.items()]
+    return _lines([
         f"add table {table}",
-        f"add map {table} sandboxes {{ type gid : verdict; }}",
-        f"add chain {table} output {{ type filter hook output priority filter; policy accept; }}",
-        f"flush chain {table} output",  # one rule, whichever server of this host wrote it last
-        f"add rule {table} output meta skgid vmap @sandboxes",
-        f"add chain {egress}",
-        f"flush chain {egress}",
-        f"add chain {sandbox}",
-        f"flush chain {sandbox}",
-        *(f"add rule {sandbox} {fam} daddr {{ {', '.join(b)} }} {to_dns} goto egress_{gid}" for fam, b in dns.items()),
-        f'add rule {sandbox} oifname "lo" {REFUSE}',
-        *(f"add rule {sandbox} {family} daddr {{ {blocks} }} {REFUSE}" for family, blocks in NOT_OUT.items()),
-        f"add rule {sandbox} goto egress_{gid}",
-        f"add element {table} sandboxes {{ {gid} : jump sandbox_{gid} }}",
-    ]  # fmt: skip
-    return _lines(lines)
+        f"add set {table} uplinks {{ type gid; }}",
+        f"add element {table} uplinks {{ {', '.join(map(str, gids))} }}",
+        f"add map {table} egress {{ type gid : verdict; }}",
+        f"add chain {output} {{ type filter hook output priority filter; policy accept; }}",
+        f"flush chain {output}",
+        f"add rule {output} meta skgid != @uplinks accept",
+        *(f"add rule {output} {rule}" for rule in dns_rules),
+        f'add rule {output} oifname "lo" {REFUSE}',
+        *(f"add rule {output} {family} daddr {{ {blocks} }} {REFUSE}" for family, blocks in NOT_OUT.items()),
+        f"add rule {output} meta skgid vmap @egress",
+    ])  # fmt: skip
 
 
 def uplink_release(gid: int) -> str:
-    """One nftables transaction removing what `uplink_guard` made for `gid`."""
+    """One nftables transaction removing the egress chain `EgressRules.uplink_script` gave `gid`."""
     table = f"inet {UPLINKS}"
-    lines = [f"delete element {table} sandboxes {{ {gid} }}"]
-    for chain in (f"sandbox_{gid}", f"egress_{gid}"):
-        lines += [f"flush chain {table} {chain}", f"delete chain {table} {chain}"]
-    return _lines(lines)
+    return _lines(
+        [
+            f"delete element {table} egress {{ {gid} }}",
+            f"flush chain {table} egress_{gid}",
+            f"delete chain {table} egress_{gid}",
+        ]
+    )
 
 
 def _lines(lines: Iterable[str]) -> str:

@@ -56,9 +56,9 @@ MOVE_MOUNT_F_EMPTY_PATH = 4
 AT_FDCWD = -100
 
 # Capabilities a sandbox's root keeps (in the sandbox's own user namespace; none in the host's): a container
-# runtime's usual default set, without mknod.
-KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31}  # chown dac_override fowner fsetid kill setgid
-# setuid setpcap net_bind_service net_raw sys_chroot audit_write setfcap
+# runtime's usual default set, without mknod and net_raw (hand-made frames would pass under every packet filter).
+KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 18, 29, 31}  # chown dac_override fowner fsetid kill setgid
+# setuid setpcap net_bind_service sys_chroot audit_write setfcap
 LAST_CAP = 40
 
 IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8  # modify attrib moved_from moved_to create delete close_write
@@ -229,6 +229,9 @@ DENIED_SYSCALLS = {  # name: (x86_64, aarch64); refused with EPERM
     "syslog": (103, 116), "vhangup": (153, 58), "nfsservctl": (180, 42), "pidfd_getfd": (438, 438),
 }  # fmt: skip
 SYS_CLONE, SYS_CLONE3 = {"x86_64": (56, 435), "aarch64": (220, 435)}[MACHINE]
+SYS_SOCKET = {"x86_64": 41, "aarch64": 198}[MACHINE]
+AF_INET, AF_INET6, AF_PACKET = 2, 10, 17
+SOCK_RAW, SOCK_PACKET, SOCK_TYPE_MASK = 3, 10, 0xF  # the type's low bits (NONBLOCK and CLOEXEC are flags above)
 CLONE_NEW_ANY = 0x7E020080  # newns newcgroup newuts newipc newuser newpid newnet newtime
 X32_SYSCALL_BIT = 0x40000000
 RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
@@ -236,16 +239,22 @@ RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 
 def seccomp_program() -> bytes:
     """Classic BPF: another architecture is killed, denied calls and namespace-making clones get EPERM, clone3
-    ENOSYS (its flags are out of a filter's reach; libc then falls back to clone)."""
-    ld, jeq, jset, jge, ret = 0x20, 0x15, 0x45, 0x35, 0x06
+    ENOSYS (its flags are out of a filter's reach; libc then falls back to clone); so do packet sockets and
+    raw inet sockets (a second lock on hand-made frames, after the missing CAP_NET_RAW)."""
+    ld, jeq, jset, jge, ret, and_ = 0x20, 0x15, 0x45, 0x35, 0x06, 0x54
     column = 0 if MACHINE == "x86_64" else 1
     denied = sorted({numbers[column] for numbers in DENIED_SYSCALLS.values()})
     rows: list[tuple[int, int | str, int, int] | str] = [
         (ld, 0, 0, 4), (jeq, 1, 0, AUDIT_ARCH), (ret, 0, 0, RET_KILL_PROCESS),
         (ld, 0, 0, 0), (jge, "eperm", 0, X32_SYSCALL_BIT),
         *((jeq, "eperm", 0, nr) for nr in denied),
-        (jeq, "enosys", 0, SYS_CLONE3), (jeq, "clone", 0, SYS_CLONE), (ret, 0, 0, RET_ALLOW),
+        (jeq, "enosys", 0, SYS_CLONE3), (jeq, "clone", 0, SYS_CLONE), (jeq, "socket", 0, SYS_SOCKET),
+        (ret, 0, 0, RET_ALLOW),
         "clone", (ld, 0, 0, 16), (jset, "eperm", 0, CLONE_NEW_ANY), (ret, 0, 0, RET_ALLOW),
+        "socket", (ld, 0, 0, 16), (jeq, "eperm", 0, AF_PACKET),
+        (jeq, "inet", 0, AF_INET), (jeq, "inet", 0, AF_INET6), (ret, 0, 0, RET_ALLOW),
+        "inet", (ld, 0, 0, 24), (and_, 0, 0, SOCK_TYPE_MASK),
+        (jeq, "eperm", 0, SOCK_RAW), (jeq, "eperm", 0, SOCK_PACKET), (ret, 0, 0, RET_ALLOW),
         "eperm", (ret, 0, 0, RET_ERRNO | errno.EPERM),
         "enosys", (ret, 0, 0, RET_ERRNO | errno.ENOSYS),
     ]  # fmt: skip

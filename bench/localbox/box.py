@@ -9,6 +9,7 @@ import fcntl
 import json
 import logging
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -21,14 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..remote.slowness import scaled
 from .agentlink import AgentError, AgentGone, AgentLink
 from .disk import Disks, unmount
-from .network import EgressRules
+from .network import EgressRules, resolvers, uplink_release, uplinks_table
 
 log = logging.getLogger("e2b-bench.localbox")
 AGENT_PATH = Path(__file__).with_name("agent.py")
@@ -148,17 +149,74 @@ def private_dir(path: Path) -> Path:
 ID_BASE, ID_COUNT, ID_RANGES = 100000, 65536, 4096
 
 
+SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+
+
+@dataclass(frozen=True)
+class SubordinateIds:
+    """The host's subordinate id configuration (/etc/subuid, /etc/subgid: `name:first:count` lines) as it
+    bears on sandboxes: ranges given to the server's user (by name or uid), and those given to anyone else."""
+
+    own_uids: tuple[range, ...] = ()
+    own_gids: tuple[range, ...] = ()
+    others: tuple[range, ...] = ()
+
+    @classmethod
+    def read(cls, files: tuple[Path, Path] | None = None) -> SubordinateIds:
+        files = files or SUBID_FILES
+        owner = {str(os.getuid())}
+        with contextlib.suppress(KeyError):
+            owner.add(pwd.getpwuid(os.getuid()).pw_name)
+        own: list[list[range]] = [[], []]
+        others: list[range] = []
+        for kind, path in enumerate(files):
+            with contextlib.suppress(OSError):
+                for line in path.read_text().splitlines():
+                    name, _, rest = line.strip().partition(":")
+                    first, _, count = rest.partition(":")
+                    if name.startswith("#") or not (first.isdigit() and count.isdigit()):
+                        continue
+                    ids = range(int(first), int(first) + int(count))
+                    (own[kind] if name in owner else others).append(ids)
+        return cls(tuple(own[0]), tuple(own[1]), tuple(others))
+
+    def slots(self) -> list[int]:
+        """The n of each range ID_BASE + n * ID_COUNT a sandbox may have: inside the server user's uid and
+        gid ranges where it has any (both files), else clear of every range configured for someone else."""
+        every = set(range(ID_RANGES))
+        if self.own_uids or self.own_gids:
+            inside = [set().union(*(_slots(r, within=True) for r in mine)) for mine in (self.own_uids, self.own_gids)]
+            return sorted(every & inside[0] & inside[1])
+        return sorted(every.difference(*(_slots(r, within=False) for r in self.others)))
+
+
+def _slots(ids: range, within: bool) -> range:
+    """The n whose range ID_BASE + n * ID_COUNT lies within `ids`, or (within=False) overlaps it."""
+    if within:
+        return range(-(-(ids.start - ID_BASE) // ID_COUNT), (ids.stop - ID_BASE) // ID_COUNT)
+    return range((ids.start - ID_BASE) // ID_COUNT, -(-(ids.stop - ID_BASE) // ID_COUNT))
+
+
 class IdRange:
-    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT, n held through a lock
-    file for the sandbox's life, so no two sandboxes of any server on this host share an id."""
+    """A sandbox's host uids and gids: 65,536 of them from ID_BASE + n * ID_COUNT (the usual /etc/subuid
+    grid), among those the host's subordinate id configuration allows, n held through a lock file for the
+    sandbox's life, so no two sandboxes of any server on this host share an id."""
 
     def __init__(self, base: int, lock_fd: int) -> None:
         self.base, self.count, self._lock_fd = base, ID_COUNT, lock_fd
 
     @classmethod
-    def take(cls, locks: Path) -> IdRange:
+    def take(cls, locks: Path, subordinate: SubordinateIds | None = None) -> IdRange:
         private_dir(locks)
-        for n in range(ID_RANGES):
+        subordinate = subordinate or SubordinateIds.read()
+        allowed = subordinate.slots()
+        if not allowed:
+            raise AgentError(
+                f"/etc/subuid and /etc/subgid leave sandboxes no whole range of {ID_COUNT} ids at "
+                f"{ID_BASE} + n * {ID_COUNT} (give the server's user one, e.g. root:{ID_BASE}:{ID_COUNT * 64})",
+                errno.EAGAIN,
+            )
+        for n in allowed:
             fd = os.open(locks / str(n), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -166,7 +224,7 @@ class IdRange:
                 os.close(fd)
                 continue
             return cls(ID_BASE + n * ID_COUNT, fd)
-        raise AgentError(f"all {ID_RANGES} uid ranges are taken by running sandboxes", errno.EAGAIN)
+        raise AgentError(f"all {len(allowed)} uid ranges are taken by running sandboxes", errno.EAGAIN)
 
     def release(self) -> None:
         if self._lock_fd >= 0:
@@ -216,6 +274,12 @@ class Cgroup:
                 if (path / name).exists():
                     with contextlib.suppress(OSError):
                         (path / name).write_text(str(value))
+
+    def join(self, pid: int) -> None:
+        """Move a process (of the host: not one of the sandbox's, which join as they start) into these cgroups."""
+        for path in self.procs_files:
+            with open(path, "w") as f:
+                f.write(str(pid))
 
     @property
     def procs_files(self) -> list[str]:
@@ -293,24 +357,96 @@ def _namespace_pids(root_pid: int) -> list[int]:
 SLIRP4NETNS = shutil.which("slirp4netns")
 NFT = shutil.which("nft", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")  # root's tools
 NSENTER = shutil.which("nsenter")
+SETPRIV = shutil.which("setpriv")  # util-linux, as unshare and nsenter
 EGRESS_FILTER = NFT is not None and NSENTER is not None
+UPLINK_LIMITS = Limits(memory_mb=128, pids=8)  # slirp4netns: its own cgroup, so its CPU is bounded too
+
+
+async def run_nft(script: str, timeout: float, netns_pid: int | None = None) -> None:
+    """Run one nftables transaction as host root, in the host's network namespace or in `netns_pid`'s."""
+    assert NFT is not None
+    enter = [] if netns_pid is None else [NSENTER or "nsenter", f"--net=/proc/{netns_pid}/ns/net", "--"]
+    process = await asyncio.create_subprocess_exec(
+        *enter, NFT, "-f", "-", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _, error = await asyncio.wait_for(process.communicate(script.encode()), timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
+    if process.returncode:
+        raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
+
+
+_uplinks_guarded = False
+
+
+def guard_uplinks() -> bool:
+    """Write the host's table that keeps sandboxes' uplinks off the host (network.py), once per server,
+    before any uplink starts; False, said in one line, where nftables is missing or refuses it."""
+    global _uplinks_guarded
+    if NFT is None:
+        log.warning(
+            "nftables ('nft') is not installed: sandboxes' uplinks are not filtered on the host, so a "
+            "sandbox reaches the host's own non-loopback addresses (and egress rules cannot be set)"
+        )
+        return False
+    try:
+        conf = Path("/etc/resolv.conf").read_text()
+    except OSError:
+        conf = ""
+    gids = [ID_BASE + n * ID_COUNT for n in SubordinateIds.read().slots()]
+    script = uplinks_table(gids, resolvers(conf))
+    done = subprocess.run([NFT, "-f", "-"], input=script.encode(), capture_output=True, check=False, timeout=30)
+    if done.returncode:
+        error = done.stderr.decode(errors="replace").strip().splitlines()
+        log.warning("nft refused the host's filter of sandboxes' uplinks: %s", error[-1] if error else "")
+        return False
+    _uplinks_guarded = True
+    return True
+
+
+def release_uplink(gid: int) -> None:
+    """Remove what a server that died left in the host's table for `gid` (nothing, if there is nothing),
+    unless a running sandbox holds that id range again."""
+    if NFT is None or (gid - ID_BASE) % ID_COUNT:
+        return
+    with contextlib.suppress(OSError):
+        lock = default_state_root() / "uid-ranges" / str((gid - ID_BASE) // ID_COUNT)
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the descriptor
+            script = uplink_release(gid).encode()
+            subprocess.run([NFT, "-f", "-"], input=script, capture_output=True, check=False, timeout=30)
+        finally:
+            os.close(fd)
 
 
 class Uplink:
     """A sandbox's outbound network: slirp4netns gives its namespace a tap device (10.0.2.100/24, gateway
-    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT. The
-    host's loopback is not forwarded (--disable-host-loopback), and nothing reaches in. It exits with the
-    namespace or, should the server die, when its exit pipe closes."""
+    10.0.2.2, DNS 10.0.2.3) whose connections leave through the host's stack, like a user-space NAT, and
+    nothing reaches in. slirp4netns connects wherever a frame says, so its sockets (told apart by their gid,
+    the sandbox's host root gid) are filtered in the host's network namespace: never to the host itself,
+    and through the sandbox's egress rules (network.py). It runs in a cgroup of its own (CPU, memory and
+    pids bounded) and exits with the namespace or, should the server die, when its exit pipe closes."""
 
     DNS = "10.0.2.3"
 
-    def __init__(self, process: subprocess.Popen, exit_w: int) -> None:
-        self.process, self._exit_w = process, exit_w
+    def __init__(self, process: subprocess.Popen, exit_w: int, gid: int, cgroup: Cgroup) -> None:
+        self.process, self._exit_w, self.gid, self.cgroup = process, exit_w, gid, cgroup
+        self.has_egress_chain = False  # in the host's table: removed when the uplink stops
         self._exited = Holder.of_pid(process.pid)
 
     @classmethod
-    async def start(cls, holder_pid: int, timeout: float) -> Uplink:
+    async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
+        loop = asyncio.get_running_loop()
+        cgroup = await loop.run_in_executor(None, Cgroup, cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
+        # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
+        # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
+        as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -318,21 +454,25 @@ class Uplink:
             # no listening socket, pipe or file of the server or of another sandbox.
             process = subprocess.Popen(
                 [
-                    SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                    *as_gid, SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
                     "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
                 ],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 pass_fds=(ready_w, exit_r), start_new_session=True,
+                group=None if SETPRIV else gid, extra_groups=None if SETPRIV else [],
             )  # fmt: skip
         except BaseException:
             os.close(exit_w)
             os.close(ready_r)
+            cgroup.remove()
             raise
         finally:
             os.close(ready_w)
             os.close(exit_r)
-        uplink = cls(process, exit_w)
+        uplink = cls(process, exit_w, gid, cgroup)
         try:
+            # Its start-up (ms) runs in the server's cgroups; its traffic in its own.
+            await loop.run_in_executor(None, cgroup.join, process.pid)
             if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
                 raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
         except BaseException:
@@ -342,6 +482,12 @@ class Uplink:
             os.close(ready_r)
         return uplink
 
+    async def apply(self, rules: EgressRules, timeout: float) -> None:
+        """Give this uplink's sockets `rules` in the host's table (where `guard_uplinks` made one)."""
+        if _uplinks_guarded:
+            self.has_egress_chain = True
+            await run_nft(rules.uplink_script(self.gid), timeout)
+
     async def stop(self) -> None:
         if self._exit_w >= 0:
             os.close(self._exit_w)
@@ -350,6 +496,13 @@ class Uplink:
         await self._exited.wait(5)
         with contextlib.suppress(ChildProcessError):
             self.process.wait(0)  # reaped now: it has exited
+        if self.has_egress_chain:
+            self.has_egress_chain = False
+            try:
+                await run_nft(uplink_release(self.gid), 10)
+            except (AgentError, OSError, TimeoutError) as exc:  # the next rules of this gid replace what is left
+                log.warning("uplink of gid %d: %s", self.gid, exc)
+        await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
 
 
 async def _read_byte(fd: int) -> bytes:
@@ -471,7 +624,8 @@ class Box:
         self.keep_image = False
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
-        self.cgroup = Cgroup(f"{state_dir.parent.name}/{name}", settings.limits)
+        self.cgroup_name = f"{state_dir.parent.name}/{name}"
+        self.cgroup = Cgroup(self.cgroup_name, settings.limits)
         self.ids: IdRange | None = None
         self.kept_ids: IdRange | None = None  # the id range of files kept by `power_off`
         self.kept_upper: Path | None = None  # files a cold boot starts on (`power_on`)
@@ -520,7 +674,10 @@ class Box:
             dns = None
             if self.settings.internet and SLIRP4NETNS:
                 assert self.holder is not None
-                self.uplink = await Uplink.start(self.holder.pid, timeout)
+                cpus = self.settings.limits.cpu_count
+                self.uplink = await Uplink.start(
+                    self.holder.pid, self.ids.base, f"{self.cgroup_name}.uplink", cpus, timeout
+                )
                 dns = Uplink.DNS
             await self.link.result(
                 "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
@@ -676,27 +833,17 @@ class Box:
         return sock
 
     async def apply_egress(self, rules: EgressRules, timeout: float | None = None) -> None:
-        """Replace the packet filter of the sandbox's network namespace with `rules`, in one nftables
-        transaction run as host root in that namespace only (the sandbox's root has no CAP_NET_ADMIN)."""
+        """Replace the sandbox's egress rules: in its network namespace (as host root, in that namespace only:
+        the sandbox's root has no CAP_NET_ADMIN) and on its uplink's sockets in the host's, which no frame
+        made in the sandbox gets around."""
         if not EGRESS_FILTER:
             raise AgentError("nftables is not installed, so egress rules cannot be enforced", errno.ENOSYS)
-        assert NFT is not None and NSENTER is not None
         if self.holder is None or not self.holder.alive:
             raise AgentError("the sandbox is not running")
-        process = await asyncio.create_subprocess_exec(
-            NSENTER, f"--net=/proc/{self.holder.pid}/ns/net", "--", NFT, "-f", "-",
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        try:
-            wait_s = scaled(EGRESS_S) if timeout is None else timeout
-            _, error = await asyncio.wait_for(process.communicate(rules.nft_script().encode()), wait_s)
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
-            raise
-        if process.returncode:
-            raise AgentError(f"nft refused the rules: {error.decode(errors='replace').strip()}")
+        wait_s = scaled(EGRESS_S) if timeout is None else timeout
+        await run_nft(rules.nft_script(), wait_s, self.holder.pid)
+        if self.uplink is not None:
+            await self.uplink.apply(rules, wait_s)
 
     # --- filesystem-only pause --------------------------------------------------------------
     async def power_off(self) -> Path:

@@ -1,6 +1,13 @@
-"""A sandbox's network settings as E2B's API reads them from create's `network` (and `PUT /sandboxes/{id}/network`):
-egress rules, written as the nftables ruleset that enforces them in the sandbox's network namespace, and
-ingress, which the port proxy enforces (`allowPublicTraffic: false` -> a traffic access token)."""
+"""A sandbox's network settings as E2B's API reads them from create's `network` (and `PUT /sandboxes/{id}/network`).
+
+Egress rules are written as nftables rules twice: in the sandbox's network namespace, and in the host's on
+the sockets of the sandbox's uplink (slirp4netns), where no frame the sandbox makes can pass around them.
+The host's table also keeps every uplink off the host itself: its loopback and its own addresses (whatever is
+routed to `lo`), multicast and broadcast; only the resolvers of /etc/resolv.conf answer on port 53, for the
+sandbox's DNS (10.0.2.3). An uplink's sockets are told apart by their group: the sandbox's host root gid.
+
+Ingress is enforced by the port proxy (`allowPublicTraffic: false` -> a traffic access token).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TABLE = "e2b_bench_egress"
+UPLINKS = "e2b_bench_uplinks"  # the host's table: one chain pair per running uplink, by its gid
+REFUSE = "reject with icmpx admin-prohibited"  # answered at once: the uplink holds no half-open socket
+DNS_THEN = ("meta skgid vmap @egress", "accept")  # the sandbox's rules, then accepted: DNS is not the host
+NOT_OUT = {"ip": "0.0.0.0/8, 127.0.0.0/8, 224.0.0.0/3", "ip6": "::/127, ::ffff:0:0/96, ff00::/8"}
 ALL_TRAFFIC = "0.0.0.0/0"
 DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", re.I)
 
@@ -135,24 +146,98 @@ class EgressRules:
             found["egressProxy"] = self.egress_proxy
         return found if self.allow_out or self.denied or len(found) > 2 else None
 
-    def nft_script(self) -> str:
-        """One nftables transaction replacing the sandbox's egress table: allowed blocks first (allow wins
-        over deny), then denied blocks dropped; the sandbox's own loopback is never filtered."""
-        lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]  # create-then-delete: empty either way
+    def verdicts(self, refuse: str) -> list[str]:
+        """The rules' nftables statements: allowed blocks accepted first (allow wins over deny), then denied
+        blocks given `refuse`; none without a deny."""
         deny = _blocks(self.denied)
-        if deny:
-            allow = _blocks(entry for entry in self.allow_out if _is_network(entry))
+        if not deny:
+            return []
+        allow = _blocks(entry for entry in self.allow_out if _is_network(entry))
+        return [
+            *(f"{family} daddr {{ {', '.join(blocks)} }} accept" for family, blocks in allow.items()),
+            *(f"{family} daddr {{ {', '.join(blocks)} }} {refuse}" for family, blocks in deny.items()),
+        ]
+
+    def nft_script(self) -> str:
+        """One nftables transaction replacing the sandbox's egress table; its own loopback is never filtered."""
+        lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]  # create-then-delete: empty either way
+        if verdicts := self.verdicts("drop"):
             lines += [
                 f"table inet {TABLE} {{",
                 "  chain output {",
                 "    type filter hook output priority filter; policy accept;",
                 '    oifname "lo" accept',
-                *(f"    {family} daddr {{ {', '.join(blocks)} }} accept" for family, blocks in allow.items()),
-                *(f"    {family} daddr {{ {', '.join(blocks)} }} drop" for family, blocks in deny.items()),
+                *(f"    {rule}" for rule in verdicts),
                 "  }",
                 "}",
             ]
         return "\n".join(lines) + "\n"
+
+    def uplink_script(self, gid: int) -> str:
+        """One nftables transaction giving the uplink whose sockets have `gid` these rules in the host's
+        table (`uplinks_table`), replacing what it had."""
+        table, chain = f"inet {UPLINKS}", f"inet {UPLINKS} egress_{gid}"
+        return _lines([
+            f"add chain {chain}",
+            f"flush chain {chain}",
+            *(f"add rule {chain} {rule}" for rule in self.verdicts(REFUSE)),
+            f"add element {table} egress {{ {gid} : jump egress_{gid} }}",
+        ])  # fmt: skip
+
+
+def uplinks_table(gids: Iterable[int], resolvers: Iterable[str]) -> str:
+    """One nftables transaction (re)writing the host's table that keeps uplinks' sockets (those of `gids`,
+    the sandboxes' host root gids) off the host, then through their sandbox's egress chain where it has one.
+    Written once per server: a create costs no nftables run, and only a sandbox with rules has a chain."""
+    table, output, uplink = f"inet {UPLINKS}", f"inet {UPLINKS} output", f"inet {UPLINKS} uplink"
+    dns = _blocks(resolvers)
+    to_dns = "meta l4proto { tcp, udp } th dport 53"
+    dns_rules = [f"{fam} daddr {{ {', '.join(b)} }} {to_dns} {then}" for then in DNS_THEN for fam, b in dns.items()]
+    # Only a packet whose socket has an uplink's gid goes to `uplink`. A packet without a socket (the kernel's
+    # own RST or ICMP answer) has no gid: a negated match (`!= @uplinks accept`) would not match it either, and
+    # the refusals below would then reject the host's own answers on `lo` (a connect to a closed port on
+    # 127.0.0.1 timed out instead of being refused).
+    return _lines([
+        f"add table {table}",
+        f"add set {table} uplinks {{ type gid; }}",
+        f"add element {table} uplinks {{ {', '.join(map(str, gids))} }}",
+        f"add map {table} egress {{ type gid : verdict; }}",
+        f"add chain {uplink}",
+        f"flush chain {uplink}",
+        *(f"add rule {uplink} {rule}" for rule in dns_rules),
+        f'add rule {uplink} oifname "lo" {REFUSE}',
+        *(f"add rule {uplink} {family} daddr {{ {blocks} }} {REFUSE}" for family, blocks in NOT_OUT.items()),
+        f"add rule {uplink} meta skgid vmap @egress",
+        f"add chain {output} {{ type filter hook output priority filter; policy accept; }}",
+        f"flush chain {output}",
+        f"add rule {output} meta skgid @uplinks jump uplink",
+    ])  # fmt: skip
+
+
+def uplink_release(gid: int) -> str:
+    """One nftables transaction removing the egress chain `EgressRules.uplink_script` gave `gid`."""
+    table = f"inet {UPLINKS}"
+    return _lines(
+        [
+            f"delete element {table} egress {{ {gid} }}",
+            f"flush chain {table} egress_{gid}",
+            f"delete chain {table} egress_{gid}",
+        ]
+    )
+
+
+def _lines(lines: Iterable[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def resolvers(resolv_conf: str) -> list[str]:
+    """The nameserver addresses of a resolv.conf's text (what slirp4netns forwards the sandbox's DNS to)."""
+    found = []
+    for line in resolv_conf.splitlines():
+        fields = line.split()
+        if len(fields) >= 2 and fields[0] == "nameserver" and _is_network(fields[1].split("%")[0]):
+            found.append(fields[1].split("%")[0])
+    return found
 
 
 def _strings(body: dict[str, Any], key: str) -> list[str]:

@@ -17,7 +17,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .box import SLIRP4NETNS, Box, BoxSettings, Limits, Zygote, cgroup_roots, private_dir, remove_tree
+from .box import (
+    ID_BASE,
+    SLIRP4NETNS,
+    Box,
+    BoxSettings,
+    Limits,
+    Zygote,
+    cgroup_roots,
+    guard_uplinks,
+    private_dir,
+    release_uplink,
+    remove_tree,
+)
 from .codeinterp import START_COMMANDS
 from .disk import Disks, unmount_under
 from .network import EgressRules, Ingress
@@ -142,11 +154,13 @@ class Registry:
     async def start(self) -> None:
         private_dir(self.config.state_dir)
         private_dir(self.boxes_dir)
+        loop = asyncio.get_running_loop()
         if SLIRP4NETNS is None:
             log.warning("e2b-bench: slirp4netns is not installed, so sandboxes have no outbound network")
+        else:
+            await loop.run_in_executor(None, guard_uplinks)
         if os.environ.get("E2B_BENCH_NO_ZYGOTE") != "1":
             self.zygote = Zygote.start()
-        loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, cleanup_stale, self.boxes_dir)
         self.disks = await loop.run_in_executor(None, Disks.prepare, self.config.disk_size_mb)
         self._reaper = asyncio.create_task(self._reap_expired())
@@ -378,8 +392,12 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             if b"agent.py" in cmdline:
                 _kill_tree(pid)
+        with contextlib.suppress(OSError):
+            if (gid := box_dir.stat().st_gid) >= ID_BASE:  # the sandbox's root gid, its uplink's
+                release_uplink(gid)
         for root in cgroup_roots():
-            _remove_cgroup(root / boxes_dir.parent.name / box_dir.name)
+            for suffix in ("", ".uplink"):  # the sandbox's, and its uplink's
+                _remove_cgroup(root / boxes_dir.parent.name / f"{box_dir.name}{suffix}")
         left += unmount_under(box_dir)  # its disk: unmounted, the loop device frees itself
         if not remove_tree(box_dir):
             left.append(str(box_dir))

@@ -4,15 +4,19 @@ see or change of the host and of other sandboxes.
 Every check is made from inside sandboxes, in safe forms only: connections go to loopback addresses (the
 sandbox's own 127.0.0.1, where a shared network stack would expose the runner's and the endpoint's
 listeners), the write to /proc/sys writes back the value already there, the resource checks stop at the
-advertised limit. `details` records what was seen, so a run against another endpoint reports it.
+advertised limit. `details` records what was seen, so a run against another endpoint reports it. Hand-made
+frames (rawframe.py, sent only where a packet socket opens, which is already a failure) aim only at a
+listener the case itself made on the runner's loopback, and only when the endpoint is on that same host.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -201,6 +205,85 @@ def disk_limit(ctx: Context, obs: Observed) -> None:
         obs["write_after_removal"].endswith("status=0"),
         f"the sandbox could not write after its files were removed: {obs['write_after_removal']}",
     )
+
+
+NET_CAPABILITIES = {12: "net_admin", 13: "net_raw"}
+REFUSED_SOCKET = "refused: Operation not permitted"
+
+
+def endpoint_on_this_host() -> bool:
+    """Whether the endpoint's API is on the runner's loopback: only then is the sandbox's host the runner's."""
+    return urlsplit(os.environ.get("E2B_API_URL", "")).hostname in ("127.0.0.1", "localhost")
+
+
+def frames_from(sandbox: Any, targets: list[str]) -> dict[str, Any]:
+    """rawframe.py's report, run as root in the sandbox (no frame is sent unless a packet socket opens)."""
+    sandbox.files.write("/tmp/e2b-bench-rawframe.py", Path(__file__).with_name("rawframe.py").read_text())
+    out = shell(sandbox, "python3 /tmp/e2b-bench-rawframe.py " + " ".join(targets), user="root")
+    try:
+        return dict(json.loads(out.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return {"error": out[-300:]}
+
+
+def frame_to_runner_listener(sandbox: Any, obs: Observed) -> None:
+    """A SYN frame at a listener of this case's on the runner's loopback (sent only where a packet socket
+    opens, to the endpoint's own host only); what answered and what arrived go in `obs`."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.setblocking(False)
+        target = f"127.0.0.1:{listener.getsockname()[1]}"
+        local = endpoint_on_this_host()
+        obs["report"] = frames_from(sandbox, [target] if local else [])
+        try:
+            listener.accept()[0].close()
+            obs["arrived"] = True
+        except BlockingIOError:
+            obs["arrived"] = False
+    seen = obs["report"].get("seen", {}).get(target)
+    expect(not obs["arrived"], f"a hand-made frame from the sandbox reached a listener on the host's loopback ({seen})")
+    expect(seen in (None, "silent", "unreachable"), f"the host's loopback answered a hand-made frame: {seen}")
+    opened = obs["report"].get("packet_socket") == "opened"
+    expect(
+        local or not opened,
+        "a packet socket opened in the sandbox; no frame was sent (the endpoint is not on the runner's host, "
+        "so no listener of this case's is on its loopback): that it reaches nothing cannot be shown",
+    )
+
+
+@step("is09_no_raw_network_capability")
+def raw_capability(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    out = shell(first, "sudo grep -E '^Cap(Eff|Bnd):' /proc/self/status")  # root through sudo, as an attacker
+    obs["seen"] = out.splitlines()
+    sets = {line.split(":")[0]: int(line.split()[1], 16) for line in out.splitlines() if line.startswith("Cap")}
+    expect(set(sets) == {"CapEff", "CapBnd"}, f"root's capability sets could not be read: {out[-200:]}")
+    held = [f"{name} {cap}" for name, bits in sets.items() for bit, cap in NET_CAPABILITIES.items() if bits >> bit & 1]
+    expect(not held, f"root in the sandbox holds {held}")
+
+
+@step("is10_packet_socket_refused")
+def packet_socket(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    obs["report"] = frames_from(first, [])
+    sockets = {k: obs["report"].get(k) for k in ("packet_socket", "raw_inet_socket")}
+    expect(sockets == dict.fromkeys(sockets, REFUSED_SOCKET), f"root in the sandbox could open {sockets}")
+
+
+@step("is11_raw_frame_reaches_no_host_listener")
+def raw_frame_to_host(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    frame_to_runner_listener(first, obs)
+
+
+@step("is12_deny_out_holds_against_a_raw_socket")
+def deny_out_raw(ctx: Context, obs: Observed) -> None:
+    sandbox = ctx.new_sandbox()
+    with rest() as client:
+        obs["update_status"] = client.put(
+            f"/sandboxes/{sandbox.sandbox_id}/network", json={"denyOut": ["0.0.0.0/0"]}
+        ).status_code
+    expect(obs["update_status"] == 204, f"PUT /sandboxes/{{id}}/network answered {obs['update_status']}")
+    frame_to_runner_listener(sandbox, obs)
 
 
 # --- what a sandbox or a client can do to the server and to other clients (#25) ---------------------------

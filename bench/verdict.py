@@ -23,6 +23,7 @@ SUITE_FILES = {
     "tokens": "sandboxes/e2b/test_probes.py",
     "frameworks": "frameworks/test_frameworks.py",
     "code-interpreter": "sandboxes/code-interpreter/test_code_interpreter.py",
+    "computer": "sandboxes/e2b/test_computer.py",
 }
 # `run` flags that decide what a case meets: repeated in the re-run command as the run used them.
 ENDPOINT_FLAGS = (

@@ -24,6 +24,7 @@ export const LIMITS = Object.freeze({
   uploadSlots: 4,
   cancelGraceMs: 2_000,
   closeConfirmMs: 10_000,
+  streamEndMs: 5_000, // after a cancellation, for the command's stream to end before it is let go
 })
 export const INVOCATION_TAG = 'agent-computer-invocation'
 export const SKILLS_DIR = '/opt/agent-skills'
@@ -374,6 +375,13 @@ class RunningCommand {
     this.cancelled = false
     this.survivors = []
     this.deadline = null
+    this.streamHeld = false // the stream outlived the cancellation: something still holds its output open
+    this.letGo = new Promise((resolve) => (this.release = resolve))
+  }
+
+  /** What the command has printed on stdout so far (within the output limit). */
+  get stdoutSoFar() {
+    return Buffer.concat(this.output.chunks.filter(([s]) => s === 'stdout').map(([, b]) => b)).toString('utf8')
   }
 
   /** End the command's process group, descendants included; returns the members that survived (none). */
@@ -381,6 +389,7 @@ class RunningCommand {
     this.cancelled = true
     this.survivors = await this.computer.endGroup(this.pid, graceMs)
     await this.computer.sandbox.commands.kill(this.pid).catch(() => false)
+    setTimeout(() => this.release(), LIMITS.streamEndMs).unref()
     return this.survivors
   }
 
@@ -388,7 +397,12 @@ class RunningCommand {
     let exitCode
     let error = null
     try {
-      exitCode = (await this.handle.wait()).exitCode
+      const ended = await Promise.race([this.handle.wait(), this.letGo.then(() => null)])
+      if (ended === null) {
+        this.streamHeld = true
+        await this.handle.disconnect()
+      }
+      exitCode = ended?.exitCode ?? null
     } catch (err) {
       if (!(err instanceof this.computer.sdk.CommandExitError)) throw err
       exitCode = err.exitCode
@@ -408,6 +422,7 @@ class RunningCommand {
       timedOut: this.timedOut,
       cancelled: this.cancelled,
       survivors: this.survivors,
+      streamHeld: this.streamHeld,
     }
   }
 }

@@ -135,8 +135,8 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
 # What the agent computer contract needs from an endpoint (the `computer` suite), each quirk breaking one thing.
 COMPUTER_CASES: dict[str, tuple[str, ...]] = {
     "kill_leader_only": ("computer/co04_command_limits", "computer/co05_cancel_descendants"),
-    "kill_unconfirmed": ("computer/co08_release",),
-    "drop_mutation_answer": ("computer/co06_file_streams",),
+    "kill_unconfirmed": ("computer/co08_release", *both("kill", "rest_statuses")),
+    "drop_mutation_answer": ("computer/co06_file_streams", *both("rename")),
     "no_useradd": tuple(
         f"computer/{step}"
         for step in (

@@ -212,15 +212,18 @@ step('co06_file_streams', async (ctx, obs) => {
   await computer.writeStream(`${dir}/big.bin`, randomChunksOf(data))
   same(obs, 'big_sha_in_sandbox', await rootSha(computer, `${dir}/big.bin`), sha256(data))
   same(obs, 'big_read_stream', await streamed(await computer.readStream(`${dir}/big.bin`)), { size: data.length, sha: sha256(data) })
-  // Six uploads at once go through four slots: the first four hold their bytes until all four are open.
+  // Six uploads at once go through four slots: the first four, once sending, hold the rest of their bytes
+  // until all four are open.
   const many = Array.from({ length: 6 }, () => randomBytes(MIB))
   let entered = 0
   let allIn
   const fourOpen = new Promise((resolve) => (allIn = resolve))
   async function* gated(bytes) {
+    const chunks = randomChunksOf(bytes, 256 << 10)
+    yield (await chunks.next()).value
     if (++entered === LIMITS.uploadSlots) allIn(true)
     obs.four_uploads_open = await Promise.race([fourOpen, sleep(60_000).then(() => false)])
-    yield* randomChunksOf(bytes, 256 << 10)
+    yield* chunks
   }
   await Promise.all(many.map((bytes, i) => computer.writeStream(`${dir}/slot-${i}.bin`, gated(bytes))))
   same(obs, 'four_uploads_open_at_once', obs.four_uploads_open, true)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -26,6 +28,7 @@ from bench.runners.node import NODE_RUNNERS, ensure_node_runner, env_dir, projec
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = "js-e2b-2.51.0"
 ORPHAN = REPO / "sandboxes" / "e2b" / "ts" / "computer_orphan.mjs"
+SCANNER = REPO / "sandboxes" / "e2b" / "ts" / "credential_scan.py"
 STEPS = [step.id for step in load_steps("computer", "ts")]
 
 
@@ -104,3 +107,32 @@ def test_a_crashed_clients_sandbox_is_ended_by_the_endpoint_at_its_lifetime(endp
     assert all(info["state"] == "running" and info["metadata"]["test"] == "computer-crash" for info in running)
     assert gone_at >= end_at - 1 or not running
     assert running or seen[0][0] >= end_at - 1
+
+
+def scan(sandbox: Any, secrets: list[str], seeds: list[str]) -> list[str]:
+    """Run the suite's credential scanner in `sandbox` as computer.mjs does: the findings as `<index> <where>`."""
+    since = sandbox.get_info().started_at.timestamp() - 600
+    pad = os.urandom(max(len(s) for s in secrets))
+    masked = [bytes(a ^ b for a, b in zip(s.encode(), pad, strict=False)).hex() for s in secrets]
+    script = shlex.quote(SCANNER.read_text())
+    command = f"echo {' '.join(seeds)} | python3 -I -c {script} {since} {pad.hex()} {' '.join(masked)}"
+    counts, *found = sandbox.commands.run(command, user="root").stdout.strip().split("\n")
+    assert counts.split()[1] == "1", counts  # every seed was among the files scanned
+    return sorted(line for line in found if line)
+
+
+def test_the_credential_scanner_finds_a_planted_secret_in_a_file_an_environment_and_arguments(
+    sandbox: Any, endpoint: LocalEndpoint
+) -> None:
+    key, absent = endpoint.api_key, "e2b_" + os.urandom(16).hex()
+    sandbox.files.write("/home/user/notes/leaked.txt", f"config\nkey={key}\n")
+    holder = sandbox.commands.run("exec sleep 300", background=True, envs={"LEAKED": key}, timeout=0, user="root")
+    sandbox.commands.run(f"exec -a {shlex.quote('x' + key)} sleep 300 &", user="root")
+
+    found = scan(sandbox, [key, absent], ["/home/user/notes/leaked.txt"])
+
+    holder.kill()
+    assert "0 /home/user/notes/leaked.txt" in found
+    assert f"0 /proc/{holder.pid}/environ" in found
+    assert any(line.startswith("0 /proc/") and line.endswith("/cmdline") for line in found)
+    assert not [line for line in found if line.startswith("1 ")]  # the secret that is not there is not found

@@ -4,6 +4,7 @@
 // root, or the REST API. Steps are the `[computer.ts]` table of sandboxes/e2b/manifest.toml.
 
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
 import https from 'node:https'
@@ -362,44 +363,9 @@ step('co08_release', async (ctx, obs) => {
   ctx.killed.add(orphan)
 })
 
-// Scans every process's environment and arguments, and every file changed since the sandbox was created (a file
-// of the template changed by nobody cannot hold this run's credentials), for the secrets, which reach the
-// scanner masked (XOR with a random pad), so its own arguments never hold them.
-const SCAN = [
-  'import os, sys',
-  'since, pad = float(sys.argv[1]), bytes.fromhex(sys.argv[2])',
-  'secrets = [bytes(a ^ b for a, b in zip(bytes.fromhex(m), pad)) for m in sys.argv[3:]]',
-  'found, scanned = set(), []',
-  'def check(where, data):',
-  '    for i, secret in enumerate(secrets):',
-  '        if secret in data:',
-  "            found.add(f'{i} {where}')",
-  "for pid in filter(str.isdigit, os.listdir('/proc')):",
-  "    for part in ('environ', 'cmdline'):",
-  '        try:',
-  "            check(f'/proc/{pid}/{part}', open(f'/proc/{pid}/{part}', 'rb').read())",
-  '        except OSError:',
-  '            pass',
-  "for top, dirs, names in os.walk('/'):",
-  "    if top == '/':",
-  "        dirs[:] = [d for d in dirs if d not in ('proc', 'sys', 'dev')]",
-  '    for name in names:',
-  '        path = os.path.join(top, name)',
-  '        try:',
-  '            info = os.lstat(path)',
-  '            if not os.path.isfile(path) or os.path.islink(path) or info.st_ctime < since:',
-  '                continue',
-  '            with open(path, "rb") as f:',
-  '                scanned.append(path)',
-  '                tail = b""',
-  '                while chunk := f.read(1 << 20):',
-  '                    check(path, tail + chunk)',
-  '                    tail = chunk[-256:]',
-  '        except OSError:',
-  '            pass',
-  'print(len(scanned), int(all(seed in scanned for seed in sys.stdin.read().split())))',
-  "print('\\n'.join(sorted(found)))",
-].join('\n')
+// Runs in the sandbox (as root): which of the secrets, given masked, are in any process's environment or
+// arguments or in a file changed since the sandbox was created.
+const SCAN = readFileSync(new URL('./credential_scan.py', import.meta.url), 'utf8')
 const CLOCK_MARGIN_S = 600 // between this host's idea of the create and the sandbox's clock
 
 step('co09_no_credentials_inside', async (ctx, obs) => {

@@ -80,7 +80,7 @@ const END_GROUP = [
   'send(signal.SIGTERM)',
   'wait(grace)',
   'send(signal.SIGKILL)',
-  'wait(60)',  # a process in uninterruptible sleep (a busy disk) dies only when it wakes
+  'wait(60)', // a process in uninterruptible sleep (a busy disk) dies only when it wakes
   "print(' '.join(map(str, members())))",
 ].join('\n')
 

@@ -127,7 +127,7 @@ def test_the_credential_scanner_finds_a_planted_secret_in_a_file_an_environment_
     key, absent = endpoint.api_key, "e2b_" + os.urandom(16).hex()
     sandbox.files.write("/home/user/notes/leaked.txt", f"config\nkey={key}\n")
     holder = sandbox.commands.run("exec sleep 300", background=True, envs={"LEAKED": key}, timeout=0, user="root")
-    sandbox.commands.run(f"exec -a {shlex.quote('x' + key)} sleep 300 &", user="root")
+    sandbox.commands.run(f"(exec -a {shlex.quote('x' + key)} sleep 300) >/dev/null 2>&1 &", user="root")
 
     found = scan(sandbox, [key, absent], ["/home/user/notes/leaked.txt"])
 

@@ -171,6 +171,51 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
     **FIDELITY_CASES,
     **COMPUTER_CASES,
 }  # fmt: skip
+# Deviations of other areas the computer suite notices too (measured: the suite alone under each quirk).
+COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
+    "mutations=get_drops_metadata": tuple(
+        f"computer/{step}"
+        for step in (
+            "co01_open_seeds_python",  # its receipt tag is not in GET; the steps on its computer depend on it
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+            "co09_no_credentials_inside",
+        )
+    ),
+    "mutations=create_ignores_timeout": ("computer/co08_release",),
+    "mutations=kill_ignored": ("computer/co08_release",),
+    "mutations=not_found_as_400": ("computer/co08_release",),
+    "mutations=start_ignores_user": tuple(
+        f"computer/{step}"
+        for step in (
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+        )
+    ),
+    "mutations=exit_code_zeroed": tuple(
+        f"computer/{step}"
+        for step in (
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+        )
+    ),
+    "mutations=output_truncated": ("computer/co04_command_limits",),
+    "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
+    "mutations=remove_ignored": ("computer/co03_skills_read_only",),
+    "mutations=download_truncated": ("computer/co06_file_streams",),
+    "mutations=download_drops_last_byte": ("computer/co06_file_streams",),
+}
+for _quirk, _cases in COMPUTER_ALSO.items():
+    DETECTED_BY[_quirk] = (*DETECTED_BY[_quirk], *_cases)
 QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
 
 

@@ -195,7 +195,8 @@ export class AgentComputer {
   async #tagged() {
     const pages = this.sdk.Sandbox.list({ ...this.connection, query: { metadata: { [INVOCATION_TAG]: this.invocation } } })
     const ids = []
-    while (pages.hasNext) ids.push(...(await pages.nextItems()).map((info) => info.sandboxId))
+    // Each listed sandbox's own metadata decides, whatever the list's filter did.
+    while (pages.hasNext) ids.push(...(await pages.nextItems()).filter((info) => info.metadata?.[INVOCATION_TAG] === this.invocation).map((info) => info.sandboxId))
     return ids
   }
 

@@ -65,9 +65,10 @@ async function restInfo(id) {
   return { status: response.status, body: response.status === 200 ? await response.json() : null }
 }
 
+/** The listed sandboxes whose own metadata has `key=value` (the list is asked to filter, and checked). */
 async function restTagged(key, value) {
   const response = await rest(`/v2/sandboxes?metadata=${encodeURIComponent(`${key}=${value}`)}`)
-  return (await response.json()).map((s) => s.sandboxID)
+  return (await response.json()).filter((s) => s.metadata?.[key] === value).map((s) => s.sandboxID)
 }
 
 // --- the shared computer -----------------------------------------------------------------------
@@ -348,12 +349,13 @@ step('co08_release', async (ctx, obs) => {
   child.kill('SIGKILL')
   await new Promise((resolve) => (child.exitCode !== null || child.signalCode !== null ? resolve() : child.once('exit', resolve)))
   obs.orphan = printed
+  same(obs, 'orphan_lifetime_s', Math.round((endAt - Date.parse(printed.startedAt)) / 1000), ORPHAN_LIFETIME_S)
   const after = await restInfo(orphan)
   // Still there after the crash, unless its lifetime is over already (a busy host).
   if (Date.now() < endAt - CLOCK_SKEW_MS) same(obs, 'orphan_state_after_crash', after.body?.state, 'running')
   // Bounded by its lifetime and a margin for a busy host; the poll ends as soon as the endpoint ends it.
   let status = after.status
-  while (status === 200 && Date.now() < endAt + 60_000) {
+  while (status === 200 && Date.now() < endAt + 30_000) {
     await sleep(200)
     status = (await restInfo(orphan)).status
   }

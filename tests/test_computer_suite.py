@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import time
@@ -30,6 +31,13 @@ RUNNER = "js-e2b-2.51.0"
 ORPHAN = REPO / "sandboxes" / "e2b" / "ts" / "computer_orphan.mjs"
 SCANNER = REPO / "sandboxes" / "e2b" / "ts" / "credential_scan.py"
 STEPS = [step.id for step in load_steps("computer", "ts")]
+
+
+def test_the_manifest_names_the_computer_script_and_every_step_is_implemented_in_its_order() -> None:
+    source = (REPO / "sandboxes" / "e2b" / "ts" / "computer.mjs").read_text()
+
+    assert re.findall(r"^step\('(\w+)',", source, flags=re.MULTILINE) == STEPS
+    assert [step[:4] for step in STEPS] == [f"co0{n}" for n in range(1, 10)]  # (a)-(i) of the contract
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """`e2b-bench detect`: proof that the harness detects each deviation the embedded endpoint can have.
 
-Runs the probes, the refusal cases and the Python behaviours once against the faithful profile and once
-per quirk switched on alone (two runs at a time, each serving its own embedded endpoint), each judged by the
-faithful endpoint's declarations, and records one case per quirk: the cases it flagged (`details.flagged`)
-and the run directory that shows them. A quirk that flags nothing is `fail`:
+Runs the probes, the refusal cases, the Python behaviours and the computer suite (its Node runner) once
+against the faithful profile and once per quirk switched on alone (two runs at a time, each serving its own
+embedded endpoint), each judged by the faithful endpoint's declarations, and records one case per quirk: the
+cases it flagged (`details.flagged`) and the run directory that shows them. A quirk that flags nothing is `fail`:
 the harness would not notice that deviation; the faithful baseline must flag nothing.
 """
 
@@ -26,8 +26,15 @@ from .paths import SANDBOXES_DIR
 from .results import CaseRecord, case_id, read_run
 
 PROBES = SANDBOXES_DIR / "e2b" / "test_probes.py"
-SUITES = (f"{PROBES}::test_probes", f"{PROBES}::test_refusals", str(SANDBOXES_DIR / "e2b" / "test_behaviours.py"))
+SUITES = (
+    f"{PROBES}::test_probes",
+    f"{PROBES}::test_refusals",
+    str(SANDBOXES_DIR / "e2b" / "test_behaviours.py"),
+    str(SANDBOXES_DIR / "e2b" / "test_computer.py"),
+)
 RUNNER = "py-e2b-2.63.0"
+JS_RUNNER = "js-e2b-2.51.0"  # the computer suite's only (its binding is JavaScript); its other suites are not run
+ONLY_COMPUTER_IN_JS = f"not ({JS_RUNNER} and not test_computer)"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
 BASELINE = "none (faithful)"
@@ -131,6 +138,22 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "files_write_as_user": both("file_metadata_replaced"),
     "unknown_route_404": both("rest_statuses"),
 }
+# What the agent computer contract needs from an endpoint (the `computer` suite), each quirk breaking one thing.
+COMPUTER_CASES: dict[str, tuple[str, ...]] = {
+    "kill_leader_only": ("computer/co04_command_limits", "computer/co05_cancel_descendants"),
+    "kill_unconfirmed": ("computer/co08_release", *both("kill", "rest_statuses")),
+    "drop_mutation_answer": ("computer/co06_file_streams", *both("rename")),
+    "no_useradd": tuple(
+        f"computer/{step}"
+        for step in (
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+        )
+    ),
+}
 DETECTED_BY: dict[str, tuple[str, ...]] = {
     "cwd_override=/workspace": (
         "probes/pr01_default_cwd", "probes/pr02_login_profile", "probes/pr12_relative_paths", *both("run_envs_cwd_user")
@@ -152,7 +175,53 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
     },
     **{f"mutations={name}": cases for name, cases in MUTATION_CASES.items()},
     **FIDELITY_CASES,
+    **COMPUTER_CASES,
 }  # fmt: skip
+# Deviations of other areas the computer suite notices too (measured: the suite alone under each quirk).
+COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
+    "mutations=get_drops_metadata": tuple(
+        f"computer/{step}"
+        for step in (
+            "co01_open_seeds_python",  # its receipt tag is not in GET; the steps on its computer depend on it
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+            "co09_no_credentials_inside",
+        )
+    ),
+    "mutations=create_ignores_timeout": ("computer/co08_release",),
+    "mutations=kill_ignored": ("computer/co08_release",),
+    "mutations=not_found_as_400": ("computer/co08_release",),
+    "mutations=start_ignores_user": tuple(
+        f"computer/{step}"
+        for step in (
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+        )
+    ),
+    "mutations=exit_code_zeroed": tuple(
+        f"computer/{step}"
+        for step in (
+            "co02_template_agent_user",
+            "co03_skills_read_only",
+            "co04_command_limits",
+            "co05_cancel_descendants",
+            "co06_file_streams",
+        )
+    ),
+    "mutations=output_truncated": ("computer/co04_command_limits",),
+    "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
+    "mutations=remove_ignored": ("computer/co03_skills_read_only",),
+    "mutations=download_truncated": ("computer/co06_file_streams",),
+    "mutations=download_drops_last_byte": ("computer/co06_file_streams",),
+}
+for _quirk, _cases in COMPUTER_ALSO.items():
+    DETECTED_BY[_quirk] = (*DETECTED_BY[_quirk], *_cases)
 QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
 
 
@@ -161,11 +230,11 @@ def run_one(results: Path, quirk: str | None, only: Collection[str] = ()) -> Pat
     cases whose names contain theirs); returns its run directory."""
     results.mkdir(parents=True, exist_ok=True)
     before = {p for p in results.iterdir() if p.is_dir()}
-    command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--results-dir", str(results)]
+    command = [sys.executable, "-m", "bench.cli", "run", *SUITES, "--runner", RUNNER, "--runner", JS_RUNNER]
+    command += ["--results-dir", str(results), "--no-report"] + ([f"--quirk={quirk}"] if quirk else [])
     selection = " or ".join(case.split("/", 1)[1] for case in sorted(only) if not case.startswith("housekeeping/"))
-    command += ["--no-report"] + ([f"--quirk={quirk}"] if quirk else [])
-    if selection or quirk:
-        command += ["-k", selection or HEAVY]
+    keep = [ONLY_COMPUTER_IN_JS] + ([f"({selection})"] if selection else [HEAVY] if quirk else [])
+    command += ["-k", " and ".join(keep)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
         try:
             output = child.communicate(timeout=600)[0]

@@ -633,6 +633,9 @@ class Agent:
         for line in message.get("profile", []):
             with open("/etc/profile.d/zz-e2b-bench.sh", "a") as f:
                 f.write(line + "\n")
+        for path in message.get("hide", []):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         return {}
 
     def op_user(self, message: dict, fds: list[int]) -> dict:

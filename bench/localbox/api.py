@@ -19,6 +19,7 @@ from starlette.routing import Route
 from .agentlink import AgentError
 from .box import EGRESS_FILTER
 from .network import EgressRules, Ingress, NetworkError
+from .quirks import KILL_UNCONFIRMED_S
 from .registry import CPU_COUNT, ENVD_VERSION, MEMORY_MB, Registry, Sandbox, utc
 from .snapshots import Snapshot, SnapshotError, Snapshots
 from .template import RECIPES, TemplateError
@@ -118,6 +119,8 @@ class Api:
         self.snapshots = Snapshots(registry)
         self.started_at = time.time()
         self.spawns: dict[str, list[float]] = {t: [] for t in TEMPLATES}  # built-in template -> create times
+        # kill_unconfirmed quirk: killed sandbox id -> (its last detail, until when GET still answers it)
+        self._unconfirmed: dict[str, tuple[dict[str, Any], float]] = {}
 
     def routes(self) -> list[Route]:
         return [
@@ -301,11 +304,17 @@ class Api:
             raise ApiError(400, "invalid 'nextToken'") from exc
 
     async def get_info(self, request: Request) -> Response:
+        ghost = self._unconfirmed.get(request.path_params["sandbox_id"])
+        if ghost is not None and ghost[1] > time.monotonic() and self.registry.get(ghost[0]["sandboxID"]) is None:
+            return JSONResponse(ghost[0])
         return JSONResponse(self._detail(self._sandbox(request)))
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def kill(self, request: Request) -> Response:
         sandbox = self._sandbox(request)
+        if self.registry.quirks.kill_unconfirmed:  # still reported running for a while after the kill
+            self._unconfirmed = {k: v for k, v in self._unconfirmed.items() if v[1] > time.monotonic()}
+            self._unconfirmed[sandbox.id] = (self._detail(sandbox), time.monotonic() + KILL_UNCONFIRMED_S)
         await self.registry.kill(sandbox.id)
         return Response(status_code=204)
 

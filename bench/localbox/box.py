@@ -127,6 +127,7 @@ class BoxSettings:
     session_leader: bool = False  # a command leads its own session (setsid then forks)
     end_on_exit: bool = False  # report the end at process exit instead of at output EOF
     profile_lines: tuple[str, ...] = ()  # appended to the sandbox's login profile
+    hidden_paths: tuple[str, ...] = ()  # template files removed from the sandbox's view (quirks)
     limits: Limits = field(default_factory=Limits)
 
 
@@ -680,7 +681,11 @@ class Box:
                 )
                 dns = Uplink.DNS
             await self.link.result(
-                "configure", hostname=hostname, profile=list(self.settings.profile_lines), nameserver=dns
+                "configure",
+                hostname=hostname,
+                profile=list(self.settings.profile_lines),
+                hide=list(self.settings.hidden_paths),
+                nameserver=dns,
             )
         except (AgentError, TimeoutError) as exc:
             await self.kill()

@@ -13,6 +13,8 @@ from typing import Any
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
+KILL_UNCONFIRMED_S = 30  # how long the kill_unconfirmed quirk still reports a killed sandbox running
+
 
 class QuirkError(ValueError):
     """An unknown quirk or profile name, or a value of the wrong kind."""
@@ -49,6 +51,11 @@ class Quirks:
     files_write_as_user: bool = False  # POST /files writes with the user's rights (403 under root's dirs)
     unknown_route_404: bool = False  # an unimplemented route answers a bare 404
     ignore_traffic_token: bool = False  # allowPublicTraffic: false is accepted and ignored (no trafficAccessToken)
+    # What the agent computer contract (the `computer` suite) needs, each broken alone.
+    kill_leader_only: bool = False  # job control in every shell: a group cancellation ends only the leader
+    kill_unconfirmed: bool = False  # a killed sandbox is still reported running by GET for KILL_UNCONFIRMED_S
+    drop_mutation_answer: bool = False  # a rename (Filesystem/Move) is applied and its answer lost (unavailable)
+    no_useradd: bool = False  # the template as the sandbox sees it has no useradd
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.
@@ -72,7 +79,13 @@ class Quirks:
         return cwd or None
 
     def login_profile(self) -> tuple[str, ...]:
-        return (f"cd {self.cwd_override}",) if self.cwd_override else ()
+        lines = (f"cd {self.cwd_override}",) if self.cwd_override else ()
+        # Exported SHELLOPTS hands job control (monitor) down to every bash a command starts.
+        return lines + (("set -m", "export SHELLOPTS") if self.kill_leader_only else ())
+
+    def hidden_paths(self) -> tuple[str, ...]:
+        """Files of the template removed from each sandbox's view of it (an overlay whiteout in that sandbox)."""
+        return ("/usr/sbin/useradd",) if self.no_useradd else ()
 
     def active(self) -> dict[str, object]:
         default = Quirks()

@@ -174,6 +174,7 @@ class Registry:
             session_leader=q.session_leader,
             end_on_exit=q.end_on_exit,
             profile_lines=q.login_profile(),
+            hidden_paths=q.hidden_paths(),
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 

@@ -22,6 +22,7 @@ from .expectations import Expectations, judge
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
+from .remote.transient import with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
@@ -60,6 +61,8 @@ class BenchSession:
     exit_code: int | None = None
     model: ModelChoice | None = None  # set when a framework runner is selected
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
+    # (suite, runner, step) -> the retries and transient answers of the endpoint while that step ran
+    conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
@@ -220,7 +223,7 @@ class BenchSession:
                 task,
                 step_timeout_s=self.options.step_timeout_s,
                 env=runner.environment(endpoint_env),
-                on_event=lambda event: self._on_event(runner, event),
+                on_event=lambda event: self._on_event(suite, runner, event, proxy),
                 stop=self.stop,
             )
         self.created.update((result.footer or {}).get("cleanup") or {})
@@ -238,8 +241,11 @@ class BenchSession:
             "attempts": self.options.attempts,
         }
 
-    def _on_event(self, runner: Runner, event: dict[str, Any]) -> None:
-        """A runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+    def _on_event(self, suite: str, runner: Runner, event: dict[str, Any], proxy: WireProxy) -> None:
+        """A step's end takes what the endpoint's conditions did while it ran (a runner runs its steps one
+        after another); a runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+        if event.get("type") == "step":
+            self.conditions[(suite, runner.name, str(event.get("id")))] = proxy.take_conditions()
         run_dir = self.lifecycle.run_dir
         if event.get("type") != "transcript" or run_dir is None:
             return
@@ -250,6 +256,7 @@ class BenchSession:
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         identifier = case_id(suite, runner.name, step)
+        observed = with_conditions(observed, self.conditions.pop((suite, runner.name, step), []))
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
         if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement

@@ -25,6 +25,7 @@ from bench import asgi
 
 from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
+from .conditions import with_conditions
 from .disk import unmount_under
 from .mutations import mutate
 from .quirks import Quirks
@@ -231,6 +232,7 @@ class LocalServer:
         self.port = self.sockets[0].getsockname()[1]
         self.host = host
         app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
+        app = with_conditions(app, config.quirks)
         raise_open_file_limit()
         self.server = uvicorn.Server(
             uvicorn.Config(

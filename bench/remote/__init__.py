@@ -1,0 +1,1 @@
+"""Running against a remote endpoint: what its conditions (rate limits, transient errors) mean for a run."""

@@ -97,10 +97,15 @@ class BenchSession:
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
         if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
             self.model = self._start_model()
-        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
+        used = {name for _, name in self.selected}
+        python_sdks = {
+            runner.name: runner.pins["e2b"]
+            for runner in self.runners
+            if runner.name in used and runner.language == "python" and "e2b" in runner.pins
+        }
+        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight(python_sdks):
             self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
             return False
-        used = {name for _, name in self.selected}
         self._prepare([runner for runner in self.runners if runner.name in used])
         pins = {runner.name: self._pins(runner) for runner in self.runners}
         expectations = self.endpoint.expectations

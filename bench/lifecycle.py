@@ -102,10 +102,11 @@ class Lifecycle:
             self.endpoint = self.endpoint.bound(local.api_url)
         self.redactor.add(self.key)
 
-    def preflight(self) -> bool:
-        """Is the endpoint usable with the key? On failure `preflight_error` says why, in one sentence."""
+    def preflight(self, python_sdks: Mapping[str, str] | None = None) -> bool:
+        """Is the endpoint usable with the key (and by the Python SDKs `python_sdks` pins: runner -> e2b
+        version)? On failure `preflight_error` says why, in one sentence."""
         try:
-            preflight(self.endpoint, self.key)
+            preflight(self.endpoint, self.key, python_sdks=python_sdks)
         except PreflightError as exc:
             self.preflight_error = str(exc)
         return self.preflight_error is None

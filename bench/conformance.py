@@ -134,11 +134,19 @@ class BenchSession:
         self.progress(f"template {name} ready after {time.monotonic() - started:.0f} s")
 
     def _prepare(self, runners: list[Runner]) -> None:
-        """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
+        """Build (or reuse) every runner's pinned environment at once, before the header names their pins;
+        a runner that cannot be had is named now (its cases are recorded `error`, the run exits 3)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="templates") as pool:
             templates = pool.submit(self._prepare_templates)
             self.prepared = prepare_all(runners, self.progress)
             templates.result()
+        for problem in self.harness_faults:
+            self.progress(problem)
+
+    @property
+    def harness_faults(self) -> list[str]:
+        """Why each selected runner could not be had: the harness's environment, not the endpoint."""
+        return [problem for problem in self.prepared.values() if isinstance(problem, str)]
 
     def _prepare_templates(self) -> None:
         """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
@@ -287,6 +295,8 @@ class BenchSession:
         """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""
         if self._pool is not None and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
             exit_code = ExitCode.NONCONFORMANT
+        if exit_code == ExitCode.NONCONFORMANT and self.harness_faults:
+            exit_code = ExitCode.HARNESS  # some cases could not run here at all: no verdict on the endpoint
         self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]
         return self.exit_code
 

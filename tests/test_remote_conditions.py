@@ -9,18 +9,21 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from unittest import mock
 
 import httpx
 import pytest
 from e2b import Sandbox
+from run_cli import e2b_bench, only_run_dir
 
 from bench.localbox.quirks import PROFILES, QuirkError, build
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 from bench.redaction import Redactor
 from bench.remote.retry import retry_after, wait_before_retry
 from bench.remote.transient import with_conditions
+from bench.results import Run, read_run
 from bench.runners.protocol import StepResult
 from bench.wire import WireProxy
 
@@ -180,3 +183,38 @@ def test_a_step_failed_after_a_transient_answer_is_an_endpoint_transient_error_w
     kept = with_conditions(passed, [retry, handed])
     assert kept.outcome == "pass" and "cause" not in kept.details and kept.details["retries"]
     assert with_conditions(failed, [retry]).outcome == "fail"  # retried through: the failure is the endpoint's own
+
+
+SHARED_SUITES = (
+    "sandboxes/e2b/test_quickstart.py",
+    "sandboxes/e2b/test_probes.py::test_probes",
+    "sandboxes/e2b/test_behaviours.py",
+)
+LONGEST_CASE_TIMEOUT_S = 180  # the shortest lifetime a case sets on a sandbox it asked for (set_timeout's second)
+
+
+@pytest.mark.slow
+def test_a_run_slower_than_every_timeout_a_case_sets_gives_the_same_verdicts(tmp_path: Path) -> None:
+    # Every request 120 ms late and every create 3 s slow: the Python runner's run outlasts the 180 s a
+    # case sets, so a shared sandbox a case had cut short would be gone under the cases after it.
+    slow = ("--quirk", "latency=120", "--quirk", "slow_create=3000")
+    runs = {}
+    for name, quirks in (("plain", ()), ("slow", slow)):
+        done = e2b_bench(
+            "run", "--runner", "py-e2b-2.63.0", "--results-dir", str(tmp_path / name), *quirks, *SHARED_SUITES,
+            timeout=3600,
+        )  # fmt: skip
+        runs[name] = read_run(only_run_dir(tmp_path / name))
+        assert runs[name].footer is not None, done.stdout[-3000:] + done.stderr[-3000:]
+
+    def verdicts(run: Run) -> dict[str, tuple[str, bool]]:
+        return {case.id: (case.outcome, case.conformant) for case in run.cases}
+
+    started, ended = (parse(runs["slow"].header["started_at"]), parse(runs["slow"].footer["finished_at"]))
+    assert (ended - started).total_seconds() > LONGEST_CASE_TIMEOUT_S  # the condition the test needs
+    assert verdicts(runs["slow"]) == verdicts(runs["plain"])
+    assert not any("not found" in (case.error or "") for case in runs["slow"].cases)
+
+
+def parse(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))

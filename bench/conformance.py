@@ -22,7 +22,7 @@ from .expectations import Expectations, judge
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
-from .remote.transient import with_conditions
+from .remote.transient import transient_only, with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
@@ -63,6 +63,7 @@ class BenchSession:
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
     # (suite, runner, step) -> the retries and transient answers of the endpoint while that step ran
     conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # the details of each non-conformant case
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
@@ -289,12 +290,19 @@ class BenchSession:
         )
         assert self.lifecycle.run_dir is not None
         self.lifecycle.run_dir.record(record)
+        if not record.conformant:
+            self.failed.append(record.details)
         return record, verdict.note or ""
 
     def end(self, status: str, exit_code: int) -> int:
         """Leak sweep (when runners were started), then JUnit, footer and report; returns the exit code."""
-        if self._pool is not None and not self.lifecycle.sweep(self.created).conformant and exit_code == ExitCode.OK:
+        swept = self._pool is None or self.lifecycle.sweep(self.created).conformant
+        if not swept and exit_code == ExitCode.OK:
             exit_code = ExitCode.NONCONFORMANT
+        transient = transient_only(self.failed) if swept and status == "completed" else None
+        if exit_code == ExitCode.NONCONFORMANT and transient is not None:
+            self.progress(transient)
+            exit_code = ExitCode.USAGE  # the endpoint's moment, kept apart from a conformance failure
         if exit_code == ExitCode.NONCONFORMANT and self.harness_faults:
             exit_code = ExitCode.HARNESS  # some cases could not run here at all: no verdict on the endpoint
         self.exit_code = self.lifecycle.finish(status, exit_code)  # type: ignore[arg-type]

@@ -214,7 +214,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"
     code = bench.end(status, code)
-    if code != exitstatus and (code in (ExitCode.INTERRUPTED, ExitCode.HARNESS) or exitstatus == pytest.ExitCode.OK):
+    overriding = (ExitCode.INTERRUPTED, ExitCode.HARNESS, ExitCode.USAGE)
+    if code != exitstatus and (code in overriding or exitstatus == pytest.ExitCode.OK):
         session.exitstatus = code
 
 

@@ -22,7 +22,7 @@ from bench.localbox.quirks import PROFILES, QuirkError, build
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 from bench.redaction import Redactor
 from bench.remote.retry import retry_after, wait_before_retry
-from bench.remote.transient import with_conditions
+from bench.remote.transient import transient_only, with_conditions
 from bench.results import Run, read_run
 from bench.runners.protocol import StepResult
 from bench.wire import WireProxy
@@ -183,6 +183,18 @@ def test_a_step_failed_after_a_transient_answer_is_an_endpoint_transient_error_w
     kept = with_conditions(passed, [retry, handed])
     assert kept.outcome == "pass" and "cause" not in kept.details and kept.details["retries"]
     assert with_conditions(failed, [retry]).outcome == "fail"  # retried through: the failure is the endpoint's own
+
+
+def test_a_run_failed_only_by_transient_answers_is_kept_apart_from_a_conformance_failure() -> None:
+    transient = {"cause": "endpoint transient (503)", "observed_outcome": "fail"}
+    conformance = {"observed_outcome": "fail"}
+
+    assert transient_only([transient, transient]) == (
+        "2 case(s) failed only because the endpoint answered 429/502/503 where no retry was due "
+        "(see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
+    )
+    assert transient_only([transient, conformance]) is None  # one real failure: a conformance verdict (exit 1)
+    assert transient_only([]) is None
 
 
 SHARED_SUITES = (

@@ -12,6 +12,23 @@ from ..runners.protocol import StepResult
 from .retry import transient_cause
 
 FAILED = frozenset({"fail", "error"})
+CAUSE_PREFIX = "endpoint transient ("
+
+
+def is_transient(details: dict[str, Any]) -> bool:
+    """Was this case's failure only the endpoint's transient answer?"""
+    return str(details.get("cause", "")).startswith(CAUSE_PREFIX)
+
+
+def transient_only(failed: Sequence[dict[str, Any]]) -> str | None:
+    """When every non-conformant case (their `details`) failed only by a transient answer: the sentence that
+    says so (the run is then no conformance verdict, exit 2), else None."""
+    if not failed or not all(is_transient(details) for details in failed):
+        return None
+    return (
+        f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 where no retry was due "
+        "(see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
+    )
 
 
 def with_conditions(observed: StepResult, conditions: Sequence[dict[str, Any]]) -> StepResult:

@@ -92,6 +92,11 @@ class BenchSession:
     def start(self, suites: list[str]) -> bool:
         """Endpoint, model, preflight, pinned runners, run directory; False when the preflight failed."""
         suite = "+".join(suites) or "none"
+        disk = self.lifecycle.disk_fault()
+        if disk is not None:  # before anything starts: a full disk mid-run would lose the run
+            self.lifecycle.preflight_error = disk
+            self.exit_code = self.lifecycle.abort(disk, suite, code=ExitCode.HARNESS)
+            return False
         try:
             self._serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable

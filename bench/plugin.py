@@ -172,7 +172,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if bench is None or not bench.suites:
         return
     if not bench.start(sorted(bench.suites)):
-        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=ExitCode.USAGE)
+        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
 
 
 @pytest.fixture

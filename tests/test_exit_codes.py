@@ -5,6 +5,8 @@ are recorded with JUnit, report and `latest.json` naming this run."""
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,36 @@ def test_e2b_bench_node_must_answer_as_node_20_or_newer(tmp_path: Path) -> None:
     assert refusals[0].endswith(f"'): {fix}")
     assert refusals[1] == f"E2B_BENCH_NODE={tmp_path} cannot be run (Permission denied): {fix}"
     assert find_node({}).name == "node"  # the node on PATH answers as Node.js 20 or newer
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB file system mounted for the test: the results directory of a run that has no room."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_results_directory_without_room_exits_3_with_one_sentence_and_latest_json_names_this_run(
+    small_disk: Path,
+) -> None:
+    (small_disk / "latest.json").write_text(json.dumps({"run_dir": "/elsewhere/previous-run", "exit_code": 0}))
+
+    done = e2b_bench(
+        "run", "--results-dir", str(small_disk), "--runner", "py-e2b-2.63.0", "sandboxes/e2b/test_quickstart.py"
+    )
+
+    output = done.stdout + done.stderr
+    assert done.returncode == 3, output[-3000:]
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    assert f"e2b-bench: the results directory {small_disk} has " in output
+    assert "MB free, less than the 64 MB a run needs: free some space or choose another --results-dir" in output
+    run = read_run(only_run_dir(small_disk))
+    assert run.cases == [] and run.footer is not None and run.footer["exit_code"] == 3
+    assert (run.path / "junit.xml").is_file()
+    latest = json.loads((small_disk / "latest.json").read_text())
+    assert (latest["run_dir"], latest["exit_code"]) == (str(run.path.resolve()), 3)

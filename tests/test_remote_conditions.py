@@ -207,9 +207,10 @@ LONGEST_CASE_TIMEOUT_S = 180  # the shortest lifetime a case sets on a sandbox i
 
 @pytest.mark.slow
 def test_a_run_slower_than_every_timeout_a_case_sets_gives_the_same_verdicts(tmp_path: Path) -> None:
-    # Every request 120 ms late and every create 3 s slow: the Python runner's run outlasts the 180 s a
-    # case sets, so a shared sandbox a case had cut short would be gone under the cases after it.
-    slow = ("--quirk", "latency=120", "--quirk", "slow_create=3000")
+    # Every request 500 ms late and every create 3 s slow: each client's behaviours after `set_timeout` take
+    # longer than the 180 s it sets, so a shared sandbox it had cut short would be gone under the cases after
+    # it (at 300 ms they took 177 s: the old harness, which cut the shared one, still passed).
+    slow = ("--quirk", "latency=500", "--quirk", "slow_create=3000")
     runs = {}
     for name, quirks in (("plain", ()), ("slow", slow)):
         done = e2b_bench(

@@ -28,6 +28,7 @@ from .remote.budget import Budget, cost_line
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import slowness
+from .remote.transient import transient_only, with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
@@ -78,6 +79,9 @@ class BenchSession:
     left: dict[str, str] = field(default_factory=dict)  # sandboxes left by this run -> what their kill did
     cost: dict[str, Any] | None = None  # the footer's cost figure, once the run ended
     _timer: threading.Timer | None = None
+    # (suite, runner, step) -> the retries and transient answers of the endpoint while that step ran
+    conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    failed: list[dict[str, Any]] = field(default_factory=list)  # the details of each non-conformant case
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
@@ -110,16 +114,26 @@ class BenchSession:
     def start(self, suites: list[str]) -> bool:
         """Endpoint, model, preflight, pinned runners, run directory; False when the preflight failed."""
         suite = "+".join(suites) or "none"
+        disk = self.lifecycle.disk_fault()
+        if disk is not None:  # before anything starts: a full disk mid-run would lose the run
+            self.lifecycle.preflight_error = disk
+            self.exit_code = self.lifecycle.abort(disk, suite, code=ExitCode.HARNESS)
+            return False
         try:
             self._serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
         if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
             self.model = self._start_model()
-        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight():
+        used = {name for _, name in self.selected}
+        python_sdks = {
+            runner.name: runner.pins["e2b"]
+            for runner in self.runners
+            if runner.name in used and runner.language == "python" and "e2b" in runner.pins
+        }
+        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight(python_sdks):
             self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
             return False
-        used = {name for _, name in self.selected}
         self._prepare([runner for runner in self.runners if runner.name in used])
         pins = {runner.name: self._pins(runner) for runner in self.runners}
         expectations = self.endpoint.expectations
@@ -163,11 +177,19 @@ class BenchSession:
         self.progress(f"template {name} ready after {time.monotonic() - started:.0f} s")
 
     def _prepare(self, runners: list[Runner]) -> None:
-        """Build (or reuse) every runner's pinned environment at once, before the header names their pins."""
+        """Build (or reuse) every runner's pinned environment at once, before the header names their pins;
+        a runner that cannot be had is named now (its cases are recorded `error`, the run exits 3)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="templates") as pool:
             templates = pool.submit(self._prepare_templates)
             self.prepared = prepare_all(runners, self.progress)
             templates.result()
+        for problem in self.harness_faults:
+            self.progress(problem)
+
+    @property
+    def harness_faults(self) -> list[str]:
+        """Why each selected runner could not be had: the harness's environment, not the endpoint."""
+        return [problem for problem in self.prepared.values() if isinstance(problem, str)]
 
     def _prepare_templates(self) -> None:
         """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
@@ -301,7 +323,7 @@ class BenchSession:
                 task,
                 run_once,
                 on_result=deliver,
-                on_event=lambda event: self._on_event(suite, runner, event),
+                on_event=lambda event: self._on_event(suite, runner, event, proxy),
                 evidence=lambda: dict(seen),
             )
         for run in runs:
@@ -339,10 +361,13 @@ class BenchSession:
             "attempts": self.options.attempts,
         }
 
-    def _on_event(self, suite: str, runner: Runner, event: dict[str, Any]) -> None:
-        """A step is told to `on_step` as it is reported and its end is noted (its wire evidence is what its
-        runner sent before); a runner's transcript goes to `<runner>.json`, with the scripted model's side of it."""
+    def _on_event(self, suite: str, runner: Runner, event: dict[str, Any], proxy: WireProxy) -> None:
+        """A step is told to `on_step` as it is reported, its end is noted (its wire evidence is what its runner
+        sent before) and it takes what the endpoint's conditions did while it ran (retries, transient answers: a
+        runner runs its steps one after another); a runner's transcript goes to `<runner>.json`, with the
+        scripted model's side of it."""
         if event.get("type") == "step" and isinstance(event.get("id"), str):
+            self.conditions[(suite, runner.name, event["id"])] = proxy.take_conditions()
             duration = event.get("duration_ms")
             seen = StepSeen(event["id"], datetime.now(UTC), duration if isinstance(duration, int | float) else None)
             self.steps_seen.setdefault((suite, runner.name), []).append(seen)
@@ -367,6 +392,7 @@ class BenchSession:
 
     def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         identifier = case_id(suite, runner.name, step)
+        observed = with_conditions(observed, self.conditions.pop((suite, runner.name, step), []))
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
         if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement
@@ -387,6 +413,8 @@ class BenchSession:
         )
         assert self.lifecycle.run_dir is not None
         self.lifecycle.run_dir.record(record)
+        if not record.conformant:
+            self.failed.append(record.details)
         return record, verdict.note or ""
 
     def footer_lines(self) -> list[str]:
@@ -412,16 +440,26 @@ class BenchSession:
 
     def end(self, status: str, exit_code: int) -> int:
         """Cases not run recorded with the reason, the sandboxes this run left killed, the leak sweep (when
-        runners were started), then JUnit, footer (with the cost) and report; returns the exit code."""
+        runners were started), then JUnit, footer (with the cost) and report; returns the exit code. A run whose
+        only failures are the endpoint's transient answers, or one some runner could not run at all, says so in
+        its exit code (2, 3) rather than as a conformance failure (1)."""
         if status != "completed" and self.not_run(self.stop_reason or "the run was interrupted"):
             exit_code = exit_code if exit_code != ExitCode.OK else ExitCode.NONCONFORMANT
+        swept = True
         if self._pool is not None:
             self.left = kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
             for sandbox_id, what in self.left.items():
                 if what in KILLED.values():
                     self.ledger.observe("DELETE", f"/sandboxes/{sandbox_id}", 204, None)
-            if not self.lifecycle.sweep(self.created | self.ledger.ids()).conformant and exit_code == ExitCode.OK:
+            swept = self.lifecycle.sweep(self.created | self.ledger.ids()).conformant
+            if not swept and exit_code == ExitCode.OK:
                 exit_code = ExitCode.NONCONFORMANT
+        transient = transient_only(self.failed) if swept and status == "completed" else None
+        if exit_code == ExitCode.NONCONFORMANT and transient is not None:
+            self.progress(transient)
+            exit_code = ExitCode.USAGE  # the endpoint's moment, kept apart from a conformance failure
+        if exit_code == ExitCode.NONCONFORMANT and self.harness_faults:
+            exit_code = ExitCode.HARNESS  # some cases could not run here at all: no verdict on the endpoint
         self.cost = self.budget.cost(self.ledger.sandbox_seconds())
         extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left}
         if self.stop_reason:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import ssl
 import tomllib
@@ -31,6 +32,10 @@ DEFAULT_KEY_ENV = "E2B_API_KEY"
 LOCAL_KEY_ENV = "E2B_BENCH_LOCAL_KEY"
 DEFAULT_DOMAIN = "e2b.app"
 PREFLIGHT_TIMEOUT_S = 5.0
+# The key format Python e2b checks before sending a key, unless E2B_VALIDATE_API_KEY=false: the pinned
+# 2.31.0 and 2.45.1 do; 2.20.3, 2.63.0 and npm e2b 2.50/2.51 send any key (read in each pinned SDK's source).
+SDK_KEY_FORMAT = re.compile(r"\Ae2b_[0-9a-f]+\Z")
+KEY_FORMAT_CHECKED = ((2, 31), (2, 63))  # Python e2b releases [from, to) that refuse other keys
 
 Kind = Literal["local", "env", "toml"]
 
@@ -66,6 +71,13 @@ class Endpoint:
     def bound(self, url: str) -> Endpoint:
         """The same endpoint served at `url` (the embedded server once it listens)."""
         return dataclasses.replace(self, api_url=url.rstrip("/"), sandbox_url=url.rstrip("/"))
+
+    @property
+    def api_url_source(self) -> str:
+        """Where the user set `api_url`, named as they would look for it."""
+        return {"env": "E2B_API_URL", "toml": f"api_url of [endpoints.{self.name}] in endpoints.toml"}.get(
+            self.kind, "the API URL"
+        )
 
     def sdk_env(self) -> dict[str, str]:
         """Environment variables pointing an SDK straight at this endpoint (without the key)."""
@@ -218,12 +230,27 @@ def _e2b_quota(api_url: str) -> int | None:
 # --- preflight -------------------------------------------------------------------------------------
 
 
-def preflight(endpoint: Endpoint, key: str | None, *, timeout_s: float | None = None) -> None:
-    """List one sandbox with the key; raise PreflightError with one actionable sentence if that fails."""
+def preflight(
+    endpoint: Endpoint,
+    key: str | None,
+    *,
+    timeout_s: float | None = None,
+    python_sdks: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> None:
+    """List one sandbox with the key; raise PreflightError with one actionable sentence if that fails.
+    `python_sdks`: runner name -> the Python e2b version it pins, for the runs whose SDKs judge the key."""
     if not key:
         raise PreflightError(
             f"{endpoint.key_env} is not set: export it with the API key of endpoint {endpoint.name!r} "
             f"({endpoint.api_url}) or choose another endpoint with --endpoint."
+        )
+    refusing = key_refused_by(key, python_sdks or {}, environ)
+    if refusing:
+        raise PreflightError(
+            f"the key in {endpoint.key_env} is not of the form e2b_<hex>, which {', '.join(refusing)} refuse "
+            "before sending it ('Invalid API key format'): export E2B_VALIDATE_API_KEY=false (those SDKs read it) "
+            "or leave those runners out with --runner."
         )
     timeout = scaled(PREFLIGHT_TIMEOUT_S) if timeout_s is None else timeout_s  # a busy host answers late
     with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
@@ -271,6 +298,11 @@ def _judge(endpoint: Endpoint, response: httpx.Response, key: str) -> None:
             f"authentication failed: the key in {endpoint.key_env} was rejected by {url} (HTTP {status}, "
             f"{_excerpt(response, key)}): check that it is a valid key for this endpoint."
         )
+    if status in (404, 405, 501) and endpoint.api_url.endswith("/v1"):
+        raise PreflightError(
+            f"{endpoint.api_url} has no sandbox list (HTTP {status}): the SDKs add their own versioned paths "
+            f"(/v2/sandboxes), so drop the trailing /v1 from {endpoint.api_url_source}."
+        )
     if status == 404:
         raise PreflightError(
             f"{endpoint.api_url} has neither /v2/sandboxes nor /sandboxes (HTTP 404): "
@@ -294,6 +326,18 @@ def _judge(endpoint: Endpoint, response: httpx.Response, key: str) -> None:
             f"{url} answered HTTP {status} with JSON that is not a sandbox list ({_excerpt(response, key)}): "
             "check that api_url points at an E2B API."
         )
+
+
+def key_refused_by(key: str, python_sdks: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The runners (by name) whose pinned Python e2b refuses `key` before sending it."""
+    if SDK_KEY_FORMAT.match(key) or environ.get("E2B_VALIDATE_API_KEY", "true").lower() == "false":
+        return []
+    low, high = KEY_FORMAT_CHECKED
+    return sorted(name for name, version in python_sdks.items() if low <= _release(version) < high)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
 
 
 def _excerpt(response: httpx.Response, key: str, limit: int = 120) -> str:

@@ -13,7 +13,8 @@ from types import FrameType
 class ExitCode(enum.IntEnum):
     OK = 0  # every case conformant (or the command did what it was asked)
     NONCONFORMANT = 1  # some case is not conformant, or the run could not finish its work
-    USAGE = 2  # configuration, environment or endpoint unusable: one sentence says what to fix
+    USAGE = 2  # configuration, environment or endpoint unusable (or only transient): one sentence says which
+    HARNESS = 3  # the harness's own environment failed (Node, a runner that cannot be built, no disk room)
     NO_CASES = 5  # the selection (-k, -m, suites) matched no case
     INTERRUPTED = 130  # Ctrl-C or SIGTERM: runners stopped, footer `interrupted`, results written
 
@@ -21,7 +22,11 @@ class ExitCode(enum.IntEnum):
 EPILOG = """exit codes:
   0    every case conformant
   1    some case not conformant (or a quirk not detected, a benchmark sample failed)
-  2    configuration, environment or endpoint unusable (one sentence says what to fix); nothing ran
+  2    configuration, environment or endpoint unusable (one sentence says what to fix); nothing ran.
+       Also a run whose every non-conformant case failed only by a 429/502/503 of the endpoint
+  3    the harness's own environment failed: Node.js missing or too old, E2B_BENCH_NODE wrong, a runner
+       environment that could not be built (the other runners' cases are recorded), or a results directory
+       with less than 64 MB free (nothing ran)
   5    the selection matched no case
   130  interrupted (Ctrl-C or SIGTERM): runners and their sandboxes stopped, results written; a signal
        after the last case lets the results be written as the run ended, then exits 130

@@ -11,6 +11,7 @@ import contextlib
 import importlib.metadata
 import json
 import platform
+import shutil
 import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 PREFLIGHT_JSON = "preflight.json"
 LATEST_JSON = "latest.json"  # in the results directory: the run that finished last
+MIN_FREE_MB = 64  # what a run's wire logs, cases and report need at least: less is a full disk to come
 HARNESS_PACKAGES = ("e2b", "connectrpc", "protobuf-py", "uvicorn", "starlette", "httptools", "uvloop", "httpx")
 
 
@@ -103,10 +105,11 @@ class Lifecycle:
             self.endpoint = self.endpoint.bound(local.api_url)
         self.redactor.add(self.key)
 
-    def preflight(self) -> bool:
-        """Is the endpoint usable with the key? On failure `preflight_error` says why, in one sentence."""
+    def preflight(self, python_sdks: Mapping[str, str] | None = None) -> bool:
+        """Is the endpoint usable with the key (and by the Python SDKs `python_sdks` pins: runner -> e2b
+        version)? On failure `preflight_error` says why, in one sentence."""
         try:
-            preflight(self.endpoint, self.key)
+            preflight(self.endpoint, self.key, python_sdks=python_sdks)
         except PreflightError as exc:
             self.preflight_error = str(exc)
         return self.preflight_error is None
@@ -135,13 +138,31 @@ class Lifecycle:
         self.run_dir.record(record)
         return record
 
-    def abort(self, reason: str, suite: str, pins: Mapping[str, Mapping[str, str]] | None = None) -> ExitCode:
-        """End a run that could not start (the preflight failed): a run directory that says why, exit 2."""
+    def abort(
+        self,
+        reason: str,
+        suite: str,
+        pins: Mapping[str, Mapping[str, str]] | None = None,
+        code: ExitCode = ExitCode.USAGE,
+    ) -> ExitCode:
+        """End a run that could not start (the preflight failed: exit 2; the harness's environment: exit 3):
+        a run directory that says why."""
         if self.run_dir is None:
             self.open(suite, pins or {})
         assert self.run_dir is not None
         self.run_dir.write_json(PREFLIGHT_JSON, {"error": reason})
-        return self.finish("aborted", ExitCode.USAGE)
+        return self.finish("aborted", code)
+
+    def disk_fault(self) -> str | None:
+        """Why the results directory cannot hold a run (too little free space), in one sentence, or None."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        free_mb = shutil.disk_usage(self.results_dir).free / 2**20
+        if free_mb >= MIN_FREE_MB:
+            return None
+        return (
+            f"the results directory {self.results_dir} has {free_mb:.1f} MB free, less than the {MIN_FREE_MB} MB "
+            "a run needs: free some space or choose another --results-dir"
+        )
 
     def finish(self, status: Status, exit_code: int, **footer: Any) -> ExitCode:
         """JUnit, footer (with `footer`'s members, e.g. the cost) and report; returns the exit code."""

@@ -220,7 +220,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if bench is None or not bench.suites:
         return
     if not bench.start(sorted(bench.suites)):
-        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=ExitCode.USAGE)
+        pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
 
 
 @pytest.fixture
@@ -265,7 +265,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"
     code = bench.end(status, code)
-    if code != exitstatus and (code == ExitCode.INTERRUPTED or exitstatus == pytest.ExitCode.OK):
+    overriding = (ExitCode.INTERRUPTED, ExitCode.HARNESS, ExitCode.USAGE)
+    if code != exitstatus and (code in overriding or exitstatus == pytest.ExitCode.OK):
         session.exitstatus = code
 
 

@@ -112,8 +112,16 @@ def check_model(
             f"the variable {key_env} named by --model-key-env is not set: export it with the model's key "
             "(the harness reads the key from it and never writes it anywhere)"
         )
+    base = base_url.rstrip("/")
     try:
-        httpx.get(base_url.rstrip("/") + "/models", timeout=MODEL_PROBE_TIMEOUT_S)
+        listing = httpx.get(base + "/models", timeout=MODEL_PROBE_TIMEOUT_S)
+        # OpenAI clients append /chat/completions to the base URL as given: a server under /v1 needs it there.
+        missing = listing.status_code == 404 and not base.endswith("/v1")
+        if missing and httpx.get(base + "/v1/models", timeout=MODEL_PROBE_TIMEOUT_S).status_code != 404:
+            raise SelectionError(
+                f"--model-base-url {base_url} has no /models but {base}/v1 has: add /v1 "
+                f"(--model-base-url {base}/v1), OpenAI clients append /chat/completions to it as given"
+            )
     except httpx.HTTPError as exc:
         raise SelectionError(
             f"the model at --model-base-url {base_url} is unreachable ({type(exc).__name__}: {exc}): "

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .housekeeping import Sweep, leak_record
 from .junit import write_junit
+from .lifecycle import LATEST_JSON
 from .redaction import Redactor
 from .results import CaseRecord, Run, RunDir, RunError, case_id, read_run
 from .triage.causes import CAUSES_JSON, write_causes
@@ -173,7 +174,7 @@ def _shard_case(index: int, total: int, run: Run | None) -> CaseRecord:
     problem: str | None = None
     details: dict[str, Any] = {"shard": f"{index}/{total}"}
     if run is None:
-        problem = f"shard {index}/{total} is missing: no run directory of it was given"
+        problem = f"missing shard {index}/{total}: no run directory of it was given"
     else:
         planned = int(run.header["shard"]["cases"])
         recorded = sum(case.suite != "housekeeping" for case in run.cases)
@@ -233,11 +234,24 @@ def _copy_files(runs: Sequence[Run], target: Path) -> None:
                 shutil.copyfile(source, destination.with_name(f"{source.stem}.shard-{index}{source.suffix}"))
 
 
-def _status(runs: Sequence[Run], complete: bool) -> str:
+def _status(runs: Sequence[Run]) -> str:
+    """How the shards that were given ended; a missing or short shard is a failing case, not an interruption."""
     statuses = {run.status for run in runs}
     if "aborted" in statuses:
         return "aborted"
-    return "completed" if complete and statuses == {"completed"} else "interrupted"
+    return "completed" if statuses == {"completed"} else "interrupted"
+
+
+def _run_dirs(paths: Sequence[Path]) -> list[Path]:
+    """The run directories among `paths`: a results directory's `latest.json` pointer (a glob over a
+    downloaded shard artifact picks it up; it names a path on the shard's machine) is passed over."""
+    dirs = []
+    for path in paths:
+        if path.is_dir():
+            dirs.append(path)
+        elif path.name != LATEST_JSON:
+            raise ShardError(f"{path} is not a run directory: give the shards' run directories")
+    return dirs
 
 
 def merge(run_dirs: Sequence[Path], results_dir: Path, report: bool = True) -> MergeResult:
@@ -245,6 +259,7 @@ def merge(run_dirs: Sequence[Path], results_dir: Path, report: bool = True) -> M
 
     Raises `ShardError` (nothing written) when the directories are not distinct shards of one run.
     """
+    run_dirs = _run_dirs(run_dirs)
     if not run_dirs:
         raise ShardError("merge needs the run directories of the shards")
     runs = sorted(
@@ -283,7 +298,7 @@ def merge(run_dirs: Sequence[Path], results_dir: Path, report: bool = True) -> M
     conformant = all(case.conformant for case in [*cases, *_merged_leak_check(runs), *shard_cases])
     exit_code = EXIT_OK if conformant and not problems else EXIT_FAILED
     merged.write_text("junit.xml", write_junit(merged.path))
-    merged.finish(_status(runs, not problems), exit_code)  # type: ignore[arg-type]
+    merged.finish(_status(runs), exit_code)  # type: ignore[arg-type]
     write_causes(merged.path, redactor)
     if report:
         from .report import render

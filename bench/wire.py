@@ -38,6 +38,7 @@ import httpx
 import uvicorn
 
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
+from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
 
 REDACTED = "[REDACTED]"
@@ -130,6 +131,7 @@ class _Exchange:
     request_bytes: int = 0
     response_bytes: int = 0
     error: str | None = None
+    retries: list[dict[str, Any]] = field(default_factory=list)  # answers not handed on, and the wait after each
     logged: bool = False
     request_body: bytearray = field(default_factory=bytearray)
     response_body: bytearray = field(default_factory=bytearray)
@@ -238,6 +240,20 @@ class WireProxy:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._conditions: list[dict[str, Any]] = []  # retries and transient answers since the last take
+        self._conditions_lock = threading.Lock()
+
+    def take_conditions(self) -> list[dict[str, Any]]:
+        """The retries made and the transient answers (429, 502, 503) handed on since the last call: what
+        the endpoint's conditions did to the step that just ended."""
+        with self._conditions_lock:
+            taken, self._conditions = self._conditions, []
+        return taken
+
+    def _condition(self, exchange: _Exchange, status: int, **more: Any) -> None:
+        path = httpx.URL(exchange.url).path
+        with self._conditions_lock:
+            self._conditions.append({"method": exchange.method, "path": path, "status": status, **more})
 
     @property
     def url(self) -> str:
@@ -363,14 +379,15 @@ class WireProxy:
             url = _join(self.upstream_for(scope["path"], sandbox_id), raw_path, query)
             exchange.url = _redact_query(str(url))
             control_plane = not _is_envd(scope["path"], sandbox_id)
+            retry_path = scope["path"] if control_plane and retryable(scope["method"], scope["path"]) else None
             followed = self.ledger is not None and control_plane and is_lifecycle(exchange.method, scope["path"])
             if followed:
                 exchange.lifecycle_body = bytearray()
             self._open[id(exchange)] = exchange
             if followed and is_create(exchange.method, scope["path"]):
-                await self._create(exchange, url, headers, receive, send)
+                await self._create(exchange, url, headers, receive, send, retry_path)
             else:
-                await self._forward(exchange, url, headers, control_plane, receive, send)
+                await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
                 if followed:
                     self._observe(exchange, scope["path"])
         except _NoUpstream as exc:
@@ -380,14 +397,20 @@ class WireProxy:
             self._write(exchange)
 
     async def _create(
-        self, exchange: _Exchange, url: httpx.URL, headers: list[tuple[str, str]], receive: Receive, send: Send
+        self,
+        exchange: _Exchange,
+        url: httpx.URL,
+        headers: list[tuple[str, str]],
+        receive: Receive,
+        send: Send,
+        retry_path: str | None = None,
     ) -> None:
         """A create waits for a slot under the run's sandbox quota; its answer names the sandbox to count."""
         assert self.ledger is not None
         await self.ledger.admit()
         made = False
         try:
-            await self._forward(exchange, url, headers, True, receive, send)
+            await self._forward(exchange, url, headers, True, receive, send, retry_path)
             answer = exchange.response_json if isinstance(exchange.response_json, dict) else {}
             sandbox_id = answer.get("sandboxID")
             if exchange.status is not None and exchange.status < 300 and isinstance(sandbox_id, str):
@@ -412,13 +435,21 @@ class WireProxy:
         learn: bool,
         receive: Receive,
         send: Send,
+        retry_path: str | None = None,
     ) -> None:
+        """`retry_path`: the request may be sent again (bench/remote/retry.py), so its body is read whole first."""
         assert self._client is not None
         body_done = asyncio.Event()
         header_map = dict(headers)
         content: AsyncIterator[bytes] | bytes | None
         if "transfer-encoding" in header_map or header_map.get("content-length", "0") not in ("", "0"):
             content = self._request_body(exchange, receive, body_done)
+            if retry_path is not None:
+                try:
+                    content = b"".join([chunk async for chunk in content])
+                except _ClientGone as exc:
+                    exchange.error = str(exc)
+                    return
         else:
             await receive()  # the empty http.request message
             body_done.set()
@@ -429,7 +460,7 @@ class WireProxy:
             headers=[(name, value) for name, value in headers if name not in HOP_BY_HOP],
             content=content,
         )
-        relay = asyncio.create_task(self._relay(exchange, request, learn, send))
+        relay = asyncio.create_task(self._relay(exchange, request, learn, send, retry_path))
         watch = asyncio.create_task(_wait_for_disconnect(receive, body_done))
         await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
         if not relay.done():
@@ -460,17 +491,35 @@ class WireProxy:
                 break
         body_done.set()
 
-    async def _relay(self, exchange: _Exchange, request: httpx.Request, learn: bool, send: Send) -> None:
+    async def _relay(
+        self, exchange: _Exchange, request: httpx.Request, learn: bool, send: Send, retry_path: str | None = None
+    ) -> None:
         assert self._client is not None
-        try:
-            response = await self._client.send(request, stream=True)
-        except _ClientGone as exc:
-            exchange.error = str(exc)
-            return
-        except (httpx.HTTPError, OSError) as exc:
-            reason = _reason(exc)
-            await self._reply_502(exchange, send, f"e2b-bench wire proxy: upstream {request.url} unreachable: {reason}")
-            return
+        waited = 0.0
+        while True:
+            try:
+                response = await self._client.send(request, stream=True)
+            except _ClientGone as exc:
+                exchange.error = str(exc)
+                return
+            except (httpx.HTTPError, OSError) as exc:
+                message = f"e2b-bench wire proxy: upstream {request.url} unreachable: {_reason(exc)}"
+                await self._reply_502(exchange, send, message)
+                return
+            status, attempt = response.status_code, len(exchange.retries) + 1
+            wait = None
+            if retry_path is not None:
+                wait = wait_before_retry(exchange.method, retry_path, status, response.headers, attempt, waited)
+            if wait is None:
+                break
+            await response.aread()  # an error answer the runner never sees: small, read to free the connection
+            await response.aclose()
+            exchange.retries.append({"status": status, "wait_ms": round(wait * 1000)})
+            self._condition(exchange, status, retried=True, wait_ms=round(wait * 1000))
+            await asyncio.sleep(wait)
+            waited += wait
+        if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
+            self._condition(exchange, response.status_code, retried=False)
         try:
             exchange.status = response.status_code
             exchange.response_headers = _redact_headers(
@@ -572,6 +621,8 @@ class WireProxy:
         if exchange.frames is not None:
             record["frame_count"] = exchange.frames.count
             record["frames"] = exchange.frames.texts(self.redactor)
+        if exchange.retries:
+            record["retries"] = exchange.retries
         if self.body_bytes:
             for part, headers, kept, total in (
                 ("request_body", exchange.request_headers, exchange.request_body, exchange.request_bytes),

@@ -8,12 +8,16 @@ The CI services themselves are not involved: `uses:` steps (checkout, cache, upl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from run_cli import only_run_dir
+
+from bench.results import read_run
 
 REPO = Path(__file__).resolve().parents[1]
 GITHUB = REPO / "docs" / "ci" / "github-actions.yml"
@@ -133,3 +137,87 @@ def test_gitlab_job_runs_the_gate_and_the_nightly_history(tmp_path: Path) -> Non
     history = (tmp_path / "history-report" / "history.md").read_text().splitlines()
     assert history[0] == "## e2b-bench history: 1 run(s), 0 failed the gate"
     assert job["artifacts"]["reports"]["junit"] == "results/*/junit.xml"
+
+
+SHARDED = REPO / "docs" / "ci" / "sharded-run.yml"
+# Four groups (a group is one runner's steps of one suite), so each of the recipe's four shards runs one.
+SHARDED_SELECTION = (
+    "--runner py-e2b-2.63.0 --runner js-e2b-2.51.0 sandboxes/e2b/test_quickstart.py "
+    "sandboxes/e2b/test_probes.py::test_probes sandboxes/e2b/test_probes.py::test_refusals"
+)
+
+
+def expand(command: str, values: dict[str, str]) -> str:
+    """GitHub's `${{ name }}` expressions of a `run:` replaced by their values, as the service does."""
+    for name, value in values.items():
+        command = command.replace("${{ " + name + " }}", value)
+    assert "${{" not in command, command
+    return command
+
+
+def test_sharded_recipe_runs_every_shard_merges_them_and_names_a_missing_shard(tmp_path: Path) -> None:
+    workflow = yaml.safe_load(SHARDED.read_text())
+    shard_job, merge_job = workflow["jobs"]["shard"], workflow["jobs"]["merge"]
+    total = str(workflow["env"]["SHARDS"])
+    assert shard_job["strategy"]["matrix"]["shard"] == list(range(1, int(total) + 1))
+    downloads = tmp_path / "artifacts"
+    codes = []
+    for index in shard_job["strategy"]["matrix"]["shard"]:
+        work = tmp_path / f"shard-job-{index}"
+        work.mkdir()
+        env = service_env(
+            {**workflow["env"], **shard_job["env"]},
+            {"E2B_BENCH_ENDPOINT": "local", "E2B_BENCH_ARGS": SHARDED_SELECTION},
+        )
+        values = {"matrix.shard": str(index), "env.SHARDS": total}
+        (run,) = [expand(step["run"], values) for step in shard_job["steps"] if "run" in step]
+        # The job's working directory is the checkout; its `shard/` is uploaded as artifact shard-K.
+        step = bash(run.replace("--results-dir shard", f"--results-dir {work / 'shard'}"), env)
+        codes.append(step.code)
+        (downloads / "shards").mkdir(parents=True, exist_ok=True)
+        shutil.copytree(work / "shard", downloads / "shards" / f"shard-{index}")
+
+    def merge_job_run(shards: Path, name: str) -> list[Step]:
+        job_dir = tmp_path / name
+        job_dir.mkdir()
+        summary = job_dir / "summary.md"
+        env = service_env({}, {"GITHUB_STEP_SUMMARY": str(summary)})
+        steps = []
+        for step in merge_job["steps"]:
+            if "run" in step:
+                script = step["run"].replace("shards/", f"{shards}/").replace("merged", str(job_dir / "merged"))
+                steps.append(bash(script, env))
+        return steps
+
+    complete = merge_job_run(downloads / "shards", "merge-all")
+    shutil.rmtree(downloads / "shards" / "shard-3")
+    short = merge_job_run(downloads / "shards", "merge-one-missing")
+
+    assert codes == [0] * int(total)
+    assert [step.code for step in complete] == [0, 0], [step.output[-2000:] for step in complete]
+    merged = read_run(only_run_dir(tmp_path / "merge-all" / "merged"))
+    assert merged.status == "completed" and all(case.conformant for case in merged.cases)
+    assert {case.id for case in merged.cases if case.suite == "shards"} == {
+        f"shards/harness/shard_{i}_of_{total}" for i in range(1, int(total) + 1)
+    }
+    assert [step.code for step in short] == [1, 0], [step.output[-2000:] for step in short]
+    assert f"e2b-bench merge: missing shard 3/{total}: no run directory of it was given" in short[0].output
+    missing = read_run(only_run_dir(tmp_path / "merge-one-missing" / "merged"))
+    assert missing.status == "completed"  # the shards given finished; the missing one fails the gate as a case
+    (case,) = [c for c in missing.cases if c.id == f"shards/harness/shard_3_of_{total}"]
+    assert (case.outcome, case.error) == ("error", f"missing shard 3/{total}: no run directory of it was given")
+
+
+def test_every_recipe_sets_up_node_20_or_newer() -> None:
+    github = [yaml.safe_load(path.read_text()) for path in (GITHUB, SHARDED)]
+    versions = [
+        str(step["with"]["node-version"])
+        for workflow in github
+        for job in workflow["jobs"].values()
+        for step in job["steps"]
+        if str(step.get("uses", "")).startswith("actions/setup-node@")
+    ]
+    image = yaml.safe_load(GITLAB.read_text())["e2b-bench"]["image"]
+
+    assert versions and all(int(version.split(".")[0]) >= 20 for version in versions)
+    assert image.startswith("node:") and int(image.split(":")[1].split("-")[0]) >= 20

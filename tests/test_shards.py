@@ -128,10 +128,11 @@ def test_merge_says_which_shard_is_missing_and_fails(tmp_path: Path) -> None:
     result = merge(shards, tmp_path / "out", report=False)
 
     assert result.exit_code == 1
-    assert result.problems == ["shard 2/3 is missing: no run directory of it was given"]
+    assert result.problems == ["missing shard 2/3: no run directory of it was given"]
     missing = merged_cases(result.path)["shards/harness/shard_2_of_3"]
     assert (missing.outcome, missing.conformant) == ("error", False)
-    assert read_run(result.path).footer["status"] == "interrupted"  # type: ignore[index]
+    # The shards given all finished: the run is complete and fails on the missing shard's case, not interrupted.
+    assert read_run(result.path).footer["status"] == "completed"  # type: ignore[index]
 
 
 def test_merge_flags_a_shard_cut_short(tmp_path: Path) -> None:

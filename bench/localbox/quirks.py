@@ -60,6 +60,11 @@ class Quirks:
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.
     stream_stall: int | None = None
+    # Remote conditions (bench/localbox/conditions.py): what a distant, shared endpoint does to a run.
+    rate_limit: int = 0  # creates per second past which a create answers 429 with Retry-After; 0: none
+    transient_5xx: float = 0.0  # the fraction of control-plane requests answered 502 or 503 (seeded)
+    latency: int = 0  # ms every request waits before the endpoint sees it
+    slow_create: tuple[int, int] = (0, 0)  # ms a create takes on top, `MS` or `MIN-MAX` (seeded)
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):
@@ -142,7 +147,31 @@ B3OS_BETA = Quirks(
     token_error="envd_token_invalid: the access token is missing, wrong or expired",
 )
 
-PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA}
+# A faithful endpoint seen from afar: 50 ms away, creates of 1-2 s, a rare 502/503 and a 429 past a burst of
+# creates. Conformance verdicts under it are those of `e2b`: only the wall clock differs.
+REMOTE_E2B = Quirks(rate_limit=4, transient_5xx=0.01, latency=50, slow_create=(1000, 2000))
+
+PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA, "remote-e2b": REMOTE_E2B}
+
+
+def _number(name: str, value: str, current: int | float | tuple[int, int]) -> object:
+    """`value` read as `current`'s kind: a count, a fraction in [0, 1], or milliseconds `MS` / `MIN-MAX`."""
+    low, _, high = value.partition("-")
+    try:
+        if isinstance(current, tuple):
+            span = (int(low), int(high or low))
+            if 0 <= span[0] <= span[1]:
+                return span
+        elif isinstance(current, float):
+            fraction = float(value)
+            if 0 <= fraction <= 1:
+                return fraction
+        elif int(value) >= 0:
+            return int(value)
+    except ValueError:
+        pass
+    wanted = {tuple: "milliseconds MS or MIN-MAX", float: "a fraction from 0 to 1"}.get(type(current), "a count >= 0")
+    raise QuirkError(f"quirk {name} takes {wanted}, not {value!r}")
 
 
 COUNTS = frozenset({"stream_stall"})  # quirks whose value is a whole number; given bare, 0 (every one)
@@ -168,13 +197,15 @@ def build(profile: str = "e2b", overrides: Sequence[str] = ()) -> Quirks:
         if name not in known:
             raise QuirkError(f"unknown quirk {name!r}; known: {', '.join(sorted(known))}")
         current = getattr(Quirks(), name)
-        parsed: bool | frozenset[str] | str | int | None
+        parsed: object
         if name in COUNTS:
             parsed = _count(name, value)
         elif isinstance(current, bool):
             parsed = value.lower() not in ("0", "false", "no", "off") if value else True
         elif isinstance(current, frozenset):
             parsed = frozenset(v for v in value.split(",") if v)
+        elif isinstance(current, int | float | tuple):
+            parsed = _number(name, value, current)
         else:
             parsed = value or None
         # The field is named at run time, so its type is the default's (checked above), not a static one.

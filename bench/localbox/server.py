@@ -26,6 +26,7 @@ from bench import asgi
 from ..remote.slowness import scaled
 from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
+from .conditions import with_conditions
 from .disk import unmount_under
 from .mutations import mutate, stall
 from .quirks import Quirks
@@ -233,6 +234,7 @@ class LocalServer:
         self.host = host
         app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
         app = stall(app, config.quirks.stream_stall)
+        app = with_conditions(app, config.quirks)
         raise_open_file_limit()
         self.server = uvicorn.Server(
             uvicorn.Config(

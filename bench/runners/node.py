@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -18,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.runners.envs import REPO_ROOT, RunnerEnvError, RunnerSpec, default_cache_dir, file_lock
+
+MIN_NODE_MAJOR = 20
+NODE_VERSION_TIMEOUT_S = 30
 
 PROJECT_FILES = ("package.json", "package-lock.json")
 _READY_MARKER = ".e2b-bench-ready"
@@ -37,10 +41,26 @@ def __getattr__(name: str) -> Any:
 
 
 def find_node(environ: Mapping[str, str] = os.environ) -> Path:
-    """`E2B_BENCH_NODE`, else `node` on PATH."""
-    configured = environ.get("E2B_BENCH_NODE") or shutil.which("node")
+    """`E2B_BENCH_NODE`, else `node` on PATH, once it has answered `--version` with 20 or newer."""
+    given = environ.get("E2B_BENCH_NODE")
+    configured = given or shutil.which("node")
     if not configured:
         raise RunnerEnvError("node is not installed: install Node.js 20 or newer, or set E2B_BENCH_NODE")
+    which = f"E2B_BENCH_NODE={given}" if given else f"node on PATH ({configured})"
+    try:
+        answer = subprocess.run(
+            [configured, "--version"], capture_output=True, text=True, timeout=NODE_VERSION_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise RunnerEnvError(f"{which} cannot be run ({reason}): point E2B_BENCH_NODE at Node.js 20 or newer") from None
+    said = (answer.stdout.strip().splitlines() or [""])[0][:60]
+    found = re.fullmatch(r"v(\d+)\.\S*", said)
+    if answer.returncode != 0 or found is None:
+        raise RunnerEnvError(f"{which} is not Node.js (`--version` said {said!r}): "
+                             "point E2B_BENCH_NODE at Node.js 20 or newer")  # fmt: skip
+    if int(found[1]) < MIN_NODE_MAJOR:
+        raise RunnerEnvError(f"{which} is Node.js {said}: the runners need 20 or newer")
     return Path(configured)
 
 

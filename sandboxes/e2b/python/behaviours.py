@@ -141,7 +141,8 @@ class Flavour:
         """One sandbox per flavour for the behaviours that only add files and processes of their own."""
         key = f"shared-{self.name}"
         if key not in self.ctx.state:
-            self.ctx.state[key] = await self.new()
+            self.ctx.state[key] = await self.new(timeout=self.ctx.shared_timeout_s)
+            self.ctx.shared_created(self.ctx.state[key].sandbox_id)
         return self.ctx.state[key]
 
     async def sh(self, sandbox: Any, command: str, **options: Any) -> str:
@@ -272,7 +273,7 @@ async def get_info_fields(fl: Flavour, obs: Observed) -> None:
 
 @behaviour("set_timeout")
 async def set_timeout(fl: Flavour, obs: Observed) -> None:
-    sbx = await fl.shared()
+    sbx = await fl.new()  # its own: a shared sandbox cut to 180 s would expire under later cases
     for seconds in (250, 180):  # longer, then shorter: both move endAt to now + timeout
         asked = time.time()
         await got(sbx.set_timeout(seconds))

@@ -15,6 +15,7 @@ observed SDK failure (`fail`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import os
 import re
@@ -66,6 +67,12 @@ class Refused(Exception):
         self.details = {key: value for key, value in details.items() if value is not None}
 
 
+# A sandbox several steps share outlives the run however slow the endpoint (a case's own timeout never cuts
+# it short), and is given that lifetime again once a third of it has passed.
+SHARED_LIFETIME_S = 900
+SHARED_REFRESH_S = SHARED_LIFETIME_S // 3
+
+
 class Context:
     """State shared by the steps of one run."""
 
@@ -75,6 +82,8 @@ class Context:
         self._metadata = dict(metadata) if metadata else {RUN_TAG: run_id}
         self.template: str | None = options.get("template")
         self.sandbox_timeout_s = int(options.get("sandbox_timeout_s", 120))
+        self.shared_timeout_s = max(self.sandbox_timeout_s, SHARED_LIFETIME_S)
+        self.refreshed: dict[str, float] = {}  # shared sandbox id -> when its lifetime was last given again
         self.sandbox: Any = None
         self.sandbox_id: str | None = None
         self.created: list[str] = []
@@ -90,11 +99,30 @@ class Context:
         """A sandbox tagged with the run (always killed at the end)."""
         from e2b import Sandbox
 
-        sandbox = Sandbox.create(
-            template=self.template, timeout=self.sandbox_timeout_s, metadata=self.metadata, **options
-        )
+        options.setdefault("timeout", self.sandbox_timeout_s)
+        sandbox = Sandbox.create(template=self.template, metadata=self.metadata, **options)
         self.created.append(sandbox.sandbox_id)
         return sandbox
+
+    def shared_created(self, sandbox_id: str) -> None:
+        """`sandbox_id` (created with `shared_timeout_s`) is shared by later steps: keep it alive for them."""
+        self.refreshed[sandbox_id] = time.monotonic()
+
+    def lifetime_changed(self, sandbox_id: str) -> None:
+        """A step gave a shared sandbox another lifetime (a resume's default): give it back before the next."""
+        self.refreshed[sandbox_id] = float("-inf")
+
+    def keep_alive(self) -> None:
+        """Give each shared sandbox its whole lifetime again once a third of it has passed, through the REST
+        API (not an SDK call a case would be credited with); one that is gone is the next step's to see."""
+        import httpx
+
+        due = [sid for sid, last in self.refreshed.items() if time.monotonic() - last >= SHARED_REFRESH_S]
+        for sandbox_id in due:
+            if sandbox_id not in self.killed:
+                with rest() as client, contextlib.suppress(httpx.HTTPError):
+                    client.post(f"/sandboxes/{sandbox_id}/timeout", json={"timeout": self.shared_timeout_s})
+            self.refreshed[sandbox_id] = time.monotonic()
 
 
 Observed = dict[str, Any]
@@ -163,6 +191,7 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
     if function is None:
         return "error", f"runner has no implementation of step {step_id}", {}
     observed: Observed = {}
+    ctx.keep_alive()
     try:
         function(ctx, observed)
         return "pass", None, observed

@@ -31,8 +31,9 @@ ERROR_CODES = re.compile(r"\b(unsupported_option|not_implemented|envd_token_inva
 def sandbox(ctx: Context) -> Any:
     """One shared sandbox for the probes that only observe."""
     if ctx.sandbox is None:
-        ctx.sandbox = ctx.new_sandbox()
+        ctx.sandbox = ctx.new_sandbox(timeout=ctx.shared_timeout_s)
         ctx.sandbox_id = ctx.sandbox.sandbox_id
+        ctx.shared_created(ctx.sandbox_id)
     return ctx.sandbox
 
 

@@ -23,9 +23,10 @@ MISSING_FILE = "/home/user/e2b-bench-missing.txt"
 def create(ctx: Context, obs: Observed) -> None:
     from e2b import Sandbox
 
-    sandbox = Sandbox.create(template=ctx.template, timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+    sandbox = Sandbox.create(template=ctx.template, timeout=ctx.shared_timeout_s, metadata=ctx.metadata)
     ctx.sandbox, ctx.sandbox_id = sandbox, sandbox.sandbox_id
     ctx.created.append(sandbox.sandbox_id)
+    ctx.shared_created(sandbox.sandbox_id)
     obs["sandbox_id"] = sandbox.sandbox_id
     expect(isinstance(sandbox.sandbox_id, str) and sandbox.sandbox_id != "", "sandbox_id is empty")
 
@@ -160,11 +161,14 @@ def list_and_get_info(ctx: Context, obs: Observed) -> None:
 def set_timeout_pause_connect(ctx: Context, obs: Observed) -> None:
     from e2b import Sandbox, SandboxState
 
+    # Longer than the sandbox was given, so endAt moves later and the steps after this one keep their sandbox.
+    seconds = ctx.shared_timeout_s + 60
     before = Sandbox.get_info(ctx.sandbox_id).end_at
-    ctx.sandbox.set_timeout(300)
+    ctx.sandbox.set_timeout(seconds)
     after = Sandbox.get_info(ctx.sandbox_id).end_at
     obs.update(end_at_before=before.isoformat(), end_at_after=after.isoformat())
-    expect(after > before, f"end_at did not move after set_timeout(300): {before} -> {after}")
+    expect(after > before, f"end_at did not move after set_timeout({seconds}): {before} -> {after}")
+    ctx.lifetime_changed(ctx.sandbox_id)  # a resume gives it the endpoint's default lifetime
     paused = ctx.sandbox.pause()
     obs["pause"] = paused
     expect(paused is True, f"pause() returned {paused!r}, expected True")

@@ -74,7 +74,10 @@ class Behaviour {
 
   /** One sandbox shared by the behaviours that only add files and processes of their own. */
   async shared() {
-    if (!this.ctx.state.shared) this.ctx.state.shared = await this.fresh()
+    if (!this.ctx.state.shared) {
+      this.ctx.state.shared = await this.fresh({ timeoutMs: this.ctx.sharedTimeoutMs })
+      this.ctx.sharedCreated(this.ctx.state.shared.sandboxId)
+    }
     return observed(this.ctx.state.shared, 'Sandbox', this.calls)
   }
 
@@ -170,7 +173,7 @@ behaviour('get_info_fields', async (b, obs) => {
 })
 
 behaviour('set_timeout', async (b, obs) => {
-  const sbx = await b.shared()
+  const sbx = await b.fresh() // its own: a shared sandbox cut to 180 s would expire under later cases
   for (const s of [250, 180]) {
     const asked = Date.now() / 1000
     await sbx.setTimeout(s * 1000)

@@ -141,6 +141,11 @@ export function step(id, run) {
   STEPS.set(id, run)
 }
 
+// A sandbox several steps share outlives the run however slow the endpoint (a case's own timeout never cuts
+// it short), and is given that lifetime again once a third of it has passed.
+export const SHARED_LIFETIME_S = 900
+const SHARED_REFRESH_MS = (SHARED_LIFETIME_S / 3) * 1000
+
 export class Context {
   constructor(sdk, task) {
     const options = task.options ?? {}
@@ -149,6 +154,8 @@ export class Context {
     this.tags = { ...task.metadata }
     this.template = options.template
     this.sandboxTimeoutMs = Number(options.sandbox_timeout_s ?? 120) * 1000
+    this.sharedTimeoutMs = Math.max(this.sandboxTimeoutMs, SHARED_LIFETIME_S * 1000)
+    this.refreshed = new Map() // shared sandbox id -> when its lifetime was last given again (ms)
     this.sandbox = null
     this.sandboxId = null
     this.created = []
@@ -171,6 +178,32 @@ export class Context {
     return sandbox
   }
 
+  /** `sandboxId` (created with `sharedTimeoutMs`) is shared by later steps: keep it alive for them. */
+  sharedCreated(sandboxId) {
+    this.refreshed.set(sandboxId, Date.now())
+  }
+
+  /** A step gave a shared sandbox another lifetime (a resume's default): give it back before the next. */
+  lifetimeChanged(sandboxId) {
+    this.refreshed.set(sandboxId, -Infinity)
+  }
+
+  /** Give each shared sandbox its whole lifetime again once a third of it has passed, through the REST API
+   * (not an SDK call a case would be credited with); one that is gone is the next step's to see. */
+  async keepAlive() {
+    for (const [id, last] of this.refreshed) {
+      if (Date.now() - last < SHARED_REFRESH_MS) continue
+      if (!this.killed.has(id)) {
+        await fetch(`${process.env.E2B_API_URL}/sandboxes/${id}/timeout`, {
+          method: 'POST',
+          headers: { 'X-API-KEY': process.env.E2B_API_KEY, 'Content-Type': 'application/json' },
+          body: JSON.stringify({ timeout: this.sharedTimeoutMs / 1000 }),
+        }).catch(() => null)
+      }
+      this.refreshed.set(id, Date.now())
+    }
+  }
+
   /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed at the end. */
   async adopt(creating) {
     const stray = await creating
@@ -184,6 +217,7 @@ async function runStep(ctx, id) {
   const run = STEPS.get(id)
   if (run === undefined) return { outcome: 'error', error: `no implementation for step ${id}`, details: {} }
   const obs = {}
+  await ctx.keepAlive()
   try {
     await run(ctx, obs)
     return { outcome: 'pass', error: null, details: obs }

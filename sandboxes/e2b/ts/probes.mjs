@@ -24,8 +24,9 @@ const HTTP_STATUS = /\bHTTP (\d{3})\b/
 /** One shared sandbox for the probes. */
 async function sandbox(ctx) {
   if (ctx.sandbox === null) {
-    ctx.sandbox = await ctx.newSandbox()
+    ctx.sandbox = await ctx.newSandbox({ timeoutMs: ctx.sharedTimeoutMs })
     ctx.sandboxId = ctx.sandbox.sandboxId
+    ctx.sharedCreated(ctx.sandboxId)
   }
   return ctx.sandbox
 }

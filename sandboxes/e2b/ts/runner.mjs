@@ -28,13 +28,14 @@ const MISSING_FILE = `${HOME}/e2b-bench-missing.txt`
 // --- steps -------------------------------------------------------------------------------------
 
 step('ts01_create', async (ctx, obs) => {
-  const opts = { timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata }
+  const opts = { timeoutMs: ctx.sharedTimeoutMs, metadata: ctx.metadata }
   const sandbox = ctx.template
     ? await ctx.sdk.Sandbox.create(ctx.template, opts)
     : await ctx.sdk.Sandbox.create(opts)
   ctx.sandbox = sandbox
   ctx.sandboxId = sandbox.sandboxId
   ctx.created.push(sandbox.sandboxId)
+  ctx.sharedCreated(sandbox.sandboxId)
   obs.sandbox_id = sandbox.sandboxId
   expect(typeof sandbox.sandboxId === 'string' && sandbox.sandboxId !== '', 'sandboxId is empty')
 })
@@ -277,19 +278,22 @@ step('ts20_getInfo', async (ctx, obs) => {
 
 step('ts21_setTimeout', async (ctx, obs) => {
   const { Sandbox } = ctx.sdk
+  // Longer than the sandbox was given, so endAt moves later and the steps after this one keep their sandbox.
+  const ms = ctx.sharedTimeoutMs + 60_000
   const before = (await Sandbox.getInfo(ctx.sandboxId)).endAt
-  await ctx.sandbox.setTimeout(300_000)
+  await ctx.sandbox.setTimeout(ms)
   const after = (await Sandbox.getInfo(ctx.sandboxId)).endAt
   Object.assign(obs, { endAt_before: before, endAt_after: after })
   expect(before instanceof Date && after instanceof Date, `endAt is not a Date: ${show(before)} / ${show(after)}`)
   obs.moved_ms = after - before
-  expect(after > before, `endAt did not move after setTimeout(300000): ${show(before)} -> ${show(after)}`)
+  expect(after > before, `endAt did not move after setTimeout(${ms}): ${show(before)} -> ${show(after)}`)
 })
 
 step('ts22_pause_connect', async (ctx, obs) => {
   const { Sandbox } = ctx.sdk
   need(ctx.sandbox, 'pause', 'Sandbox.pause')
   need(Sandbox, 'connect', 'Sandbox.connect')
+  ctx.lifetimeChanged(ctx.sandboxId) // a resume gives it the endpoint's default lifetime
   const paused = await ctx.sandbox.pause()
   obs.pause = paused
   expect(paused === true, `pause() returned ${show(paused)}, expected true`)

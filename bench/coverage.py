@@ -64,7 +64,7 @@ def _unspecified_route(path: str) -> str:
 def wire_requests(run_dir: Path) -> list[dict[str, Any]]:
     found = []
     for log in sorted((run_dir / "wire").glob("*.jsonl")):
-        for line in log.read_text(encoding="utf-8").splitlines():
+        for line in log.read_text(encoding="utf-8").split("\n"):
             if line.strip():
                 found.append(json.loads(line))
     return found
@@ -187,7 +187,7 @@ def read_cases(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / "cases.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def write_coverage(run_dir: Path) -> dict | None:

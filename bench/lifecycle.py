@@ -168,7 +168,11 @@ class Lifecycle:
         """JUnit, footer (with `footer`'s members, e.g. the cost) and report; returns the exit code."""
         assert self.run_dir is not None
         self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
-        coverage = write_coverage(self.run_dir.path)  # from the wire logs and the runners' reports, if any
+        coverage = None
+        try:  # from the wire logs and the runners' reports, if any; a log it cannot read must not lose the run
+            coverage = write_coverage(self.run_dir.path)
+        except (OSError, ValueError) as exc:
+            print(f"e2b-bench: coverage.json not written: {exc}", file=sys.stderr)
         self.run_dir.finish(status, int(exit_code), coverage, **footer)
         with contextlib.suppress(Exception):  # like the report: grouping the failures must not lose the run
             write_causes(self.run_dir.path, self.redactor)

@@ -148,7 +148,7 @@ class CaseSources:
             path = self._runs[run_id].path / name
             try:
                 text = path.read_text("utf-8")
-                parsed = [json.loads(x) for x in text.splitlines() if x.strip()] if lines else json.loads(text)
+                parsed = [json.loads(x) for x in text.split("\n") if x.strip()] if lines else json.loads(text)
                 self._cache[key] = parsed
             except (OSError, ValueError):
                 self._cache[key] = None

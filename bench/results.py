@@ -177,9 +177,14 @@ def atomic_write(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
+# Characters `str.splitlines` breaks at that JSON leaves as they are (a case's details may hold any text, e.g. a
+# property test's generated values): escaped, so one record stays one line for every reader.
+JSON_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def append_line(path: Path, obj: Any) -> None:
     """Append one JSON line durably; safe across processes (pytest-xdist workers)."""
-    data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+    data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(JSON_LINE_BREAKS) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, ARTIFACT_MODE)
     try:

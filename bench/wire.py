@@ -647,7 +647,7 @@ def last_exchange(log_path: Path) -> dict[str, Any] | None:
         with log_path.open("rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(handle.tell() - LEARN_LIMIT_BYTES, 0))
-            lines = handle.read().splitlines()
+            lines = handle.read().split(b"\n")
     except OSError:
         return None
     for line in reversed(lines):

@@ -317,3 +317,19 @@ def test_every_file_of_a_run_directory_is_readable_by_all_whatever_the_umask(tmp
     modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in run.path.iterdir()}
 
     assert modes == {name: 0o644 for name in ("run.json", "cases.jsonl", "py-e2b-2.63.0.json", "junit.xml")}
+
+
+@pytest.mark.parametrize("breaker", ["\x85", "\u2028", "\u2029"])
+def test_a_record_holding_a_unicode_line_break_stays_one_line_for_every_reader(tmp_path: Path, breaker: str) -> None:
+    """A property test's generated env value once held U+2028: written raw, `splitlines` readers (coverage)
+    tore the line and the run's write-up ended in a traceback with no latest.json."""
+    from bench.coverage import read_cases
+    from bench.results import append_line
+
+    path = tmp_path / "cases.jsonl"
+    records = [{"id": "a", "details": {"value": f"x{breaker}y"}}, {"id": "b", "details": {}}]
+    for record in records:
+        append_line(path, record)
+
+    assert path.read_text(encoding="utf-8").splitlines() == path.read_text(encoding="utf-8").split("\n")[:-1]
+    assert read_cases(tmp_path) == records

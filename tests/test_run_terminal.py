@@ -54,7 +54,7 @@ def test_quiet_prints_only_the_verdict_line_with_the_failures_counted(tmp_path: 
 
     run = only_run_dir(tmp_path)
     assert (done.returncode, done.stderr) == (1, "")
-    assert done.stdout == f"NOT CONFORMANT: 1 of 3 cases; gate FAILED; report: {run / 'report.html'}\n"
+    assert done.stdout == f"NOT CONFORMANT: 1 of 3 cases in 1 cause; gate FAILED; report: {run / 'report.html'}\n"
 
 
 def test_the_verdict_line_counts_causes_when_the_run_has_them(tmp_path: Path) -> None:

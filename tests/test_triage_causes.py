@@ -165,7 +165,7 @@ def test_causes_json_is_written_valid_and_the_report_opens_with_the_causes(tmp_p
     # the causes come first: before the per-case list of the gate and the matrix
     assert html.index("3 failing cases, 3 causes") < html.index('class="gate-failures"') < html.index('id="matrix"')
     assert html.count('<details class="cause-cases">') == 3
-    assert "--include-slow sandboxes/e2b/test_probes.py" in html.split('class="gate-failures"')[0]
+    assert "--case probes/py-e2b-2.63.0/pr10_metrics" in html.split('class="gate-failures"')[0]
     assert markdown.index("### 3 failing cases, 3 causes") < markdown.index("### Runs")
 
 

@@ -80,7 +80,7 @@ def test_a_results_directory_without_room_exits_3_with_one_sentence_and_latest_j
     output = done.stdout + done.stderr
     assert done.returncode == 3, output[-3000:]
     assert "Traceback" not in output and "INTERNALERROR" not in output
-    assert f"e2b-bench: the results directory {small_disk} has " in output
+    assert f"HARNESS ENVIRONMENT FAULT: the results directory {small_disk} has " in output
     assert "MB free, less than the 64 MB a run needs: free some space or choose another --results-dir" in output
     run = read_run(only_run_dir(small_disk))
     assert run.cases == [] and run.footer is not None and run.footer["exit_code"] == 3

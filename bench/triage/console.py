@@ -89,12 +89,15 @@ def verdict_line(run_path: Path, report: Path | None) -> str:
     """The one closing line: what the gate says of the run in `run_path`, and where to read more."""
     where = f"report: {report}" if report is not None else f"run directory: {run_path}"
     problem = preflight_error(run_path)
-    if problem is not None:
-        return f"ENDPOINT UNUSABLE: {problem}; nothing ran; gate FAILED; {where}"
     try:
         run = read_run(run_path, allow_truncated=True)
     except RunError as exc:
+        if problem is not None:
+            return f"ENDPOINT UNUSABLE: {problem}; nothing ran; gate FAILED; {where}"
         return f"NO RESULTS: {exc}; gate FAILED; {where}"
+    if problem is not None:  # the footer's exit code says whose fault: the harness's environment (3) or not
+        fault = "HARNESS ENVIRONMENT FAULT" if (run.footer or {}).get("exit_code") == 3 else "ENDPOINT UNUSABLE"
+        return f"{fault}: {problem}; nothing ran; gate FAILED; {where}"
     records = list({case.id: case for case in run.cases}.values())
     failing = sum(not case.conformant for case in records)
     gate = verdict([run], records)

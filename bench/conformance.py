@@ -27,7 +27,7 @@ from .redaction import Redactor
 from .remote.budget import Budget, cost_line
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
-from .remote.slowness import slowness
+from .remote.slowness import scaled, slowness
 from .remote.transient import transient_only, with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
@@ -88,6 +88,9 @@ class BenchSession:
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
     on_step: Callable[[str, str, dict[str, Any]], None] | None = None  # (suite, runner, step event) as reported
     steps_seen: dict[tuple[str, str], list[StepSeen]] = field(default_factory=dict)  # (suite, runner): in order
+    proxies: dict[tuple[str, str], tuple[WireProxy, dict[str, float]]] = field(
+        default_factory=dict
+    )  # + step -> read at
     wire_logs: WireLogs = field(default_factory=WireLogs)
 
     @property
@@ -296,6 +299,7 @@ class BenchSession:
             ledger=self.ledger,
             suite=suite,
         ) as proxy:
+            self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
             if runner.has_suite(FRAMEWORKS) and self.model is not None and self.model.key_env:
                 endpoint_env[self.model.key_env] = self.model.key
@@ -371,6 +375,7 @@ class BenchSession:
             duration = event.get("duration_ms")
             seen = StepSeen(event["id"], datetime.now(UTC), duration if isinstance(duration, int | float) else None)
             self.steps_seen.setdefault((suite, runner.name), []).append(seen)
+            self.proxies[(suite, runner.name)][1][event["id"]] = time.monotonic()
             if self.on_step is not None:
                 self.on_step(suite, runner.name, event)
         run_dir = self.lifecycle.run_dir
@@ -436,6 +441,9 @@ class BenchSession:
         run_dir = self.lifecycle.run_dir
         if index is None or run_dir is None:
             return None
+        proxy, read_at = self.proxies[(suite, runner)]
+        if step in read_at:  # the step's last exchange may still be on its way to the log
+            proxy.wait_logged(read_at[step], scaled(EVIDENCE_WAIT_S))
         return self.wire_logs.evidence(run_dir.wire_path(runner), suite, Window.of_step(seen, index))
 
     def end(self, status: str, exit_code: int) -> int:
@@ -471,6 +479,7 @@ class BenchSession:
 SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on a quiet host
 # A lifetime stays below the 300 s the quickstart's set_timeout step sets (it checks that end_at moves later).
 MAX_SANDBOX_LIFETIME_S = 290
+EVIDENCE_WAIT_S = 1.0  # how long a failing case waits for its last exchange to reach the wire log (quiet host)
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"

@@ -337,6 +337,14 @@ class WireProxy:
         finally:
             await self._client.aclose()
 
+    def wait_logged(self, started_before: float, timeout_s: float) -> None:
+        """Wait, at most `timeout_s`, until every exchange that started before `started_before` (on
+        `time.monotonic()`'s clock) is in the log: a runner may report a step before the proxy has written the
+        last exchange of it (a stream's line is written when it ends), and its evidence is read at once."""
+        deadline = time.monotonic() + timeout_s
+        while any(e.started < started_before for e in list(self._open.values())) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def in_flight(self) -> list[dict[str, Any]]:
         """The exchanges still open now (a stream that never ends is one), oldest first, redacted."""
         now = time.monotonic()
@@ -393,8 +401,8 @@ class WireProxy:
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))
         finally:
+            self._write(exchange)  # logged before it stops being open: `wait_logged` relies on that order
             self._open.pop(id(exchange), None)
-            self._write(exchange)
 
     async def _create(
         self,

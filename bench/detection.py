@@ -68,6 +68,21 @@ def both(*bodies: str) -> tuple[str, ...]:
     return tuple(f"behaviours/{flavour}_{body}" for body in bodies for flavour in ("sync", "async"))
 
 
+def computer(*steps: str) -> tuple[str, ...]:
+    """Steps of the computer suite."""
+    return tuple(f"computer/{step}" for step in steps)
+
+
+# The computer steps that run commands as the agent user: each needs it created (useradd) and its own ids.
+AS_AGENT_USER = computer(
+    "co02_template_agent_user",
+    "co03_skills_read_only",
+    "co04_command_limits",
+    "co05_cancel_descendants",
+    "co06_file_streams",
+)
+
+
 # Each wire mutation (bench/localbox/mutations.py) breaks one documented behaviour; these cases notice.
 MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "list_ignores_metadata": both("list_filters_paging"),
@@ -145,16 +160,7 @@ COMPUTER_CASES: dict[str, tuple[str, ...]] = {
     "kill_leader_only": ("computer/co04_command_limits", "computer/co05_cancel_descendants"),
     "kill_unconfirmed": ("computer/co08_release", *both("kill", "rest_statuses")),
     "drop_mutation_answer": ("computer/co06_file_streams", *both("rename")),
-    "no_useradd": tuple(
-        f"computer/{step}"
-        for step in (
-            "co02_template_agent_user",
-            "co03_skills_read_only",
-            "co04_command_limits",
-            "co05_cancel_descendants",
-            "co06_file_streams",
-        )
-    ),
+    "no_useradd": AS_AGENT_USER,
 }
 DETECTED_BY: dict[str, tuple[str, ...]] = {
     "cwd_override=/workspace": (
@@ -181,41 +187,17 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 # Deviations of other areas the computer suite notices too (measured: the suite alone under each quirk).
 COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
-    "mutations=get_drops_metadata": tuple(
-        f"computer/{step}"
-        for step in (
-            "co01_open_seeds_python",  # its receipt tag is not in GET; the steps on its computer depend on it
-            "co02_template_agent_user",
-            "co03_skills_read_only",
-            "co04_command_limits",
-            "co05_cancel_descendants",
-            "co06_file_streams",
-            "co09_no_credentials_inside",
-        )
+    "mutations=get_drops_metadata": (
+        # co01's receipt tag is not in GET; the steps on its computer depend on it
+        *computer("co01_open_seeds_python"),
+        *AS_AGENT_USER,
+        *computer("co09_no_credentials_inside"),
     ),
     "mutations=create_ignores_timeout": ("computer/co08_release",),
     "mutations=kill_ignored": ("computer/co08_release",),
     "mutations=not_found_as_400": ("computer/co08_release",),
-    "mutations=start_ignores_user": tuple(
-        f"computer/{step}"
-        for step in (
-            "co02_template_agent_user",
-            "co03_skills_read_only",
-            "co04_command_limits",
-            "co05_cancel_descendants",
-            "co06_file_streams",
-        )
-    ),
-    "mutations=exit_code_zeroed": tuple(
-        f"computer/{step}"
-        for step in (
-            "co02_template_agent_user",
-            "co03_skills_read_only",
-            "co04_command_limits",
-            "co05_cancel_descendants",
-            "co06_file_streams",
-        )
-    ),
+    "mutations=start_ignores_user": AS_AGENT_USER,
+    "mutations=exit_code_zeroed": AS_AGENT_USER,
     "mutations=output_truncated": ("computer/co04_command_limits",),
     "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
     "mutations=remove_ignored": ("computer/co03_skills_read_only",),

@@ -154,6 +154,10 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "pause_keeps_memory": both("pause_filesystem"),
     "files_write_as_user": both("file_metadata_replaced"),
     "unknown_route_404": both("rest_statuses"),
+    # fidelity: wake on traffic, host masking, watch events
+    "ignore_auto_resume": both("auto_resume_wakes_on_traffic"),
+    "ignore_mask_host": both("mask_request_host"),
+    "extra_write_event": both("watch_events_match_envd"),
 }
 # What the agent computer contract needs from an endpoint (the `computer` suite), each quirk breaking one thing.
 COMPUTER_CASES: dict[str, tuple[str, ...]] = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,6 +75,42 @@ def unknown_route(sbx: Sandbox, ep: LocalEndpoint) -> Any:
     return httpx.get(f"{ep.api_url}/volumes", headers={"X-API-KEY": ep.api_key}).status_code
 
 
+# fidelity: wake on traffic, host masking, watch events
+HOST_ECHO = (Path(__file__).parent / "fixtures" / "host_echo.py").read_text()
+
+
+def paused_envd_request(sbx: Sandbox, ep: LocalEndpoint) -> Any:
+    sleeper = Sandbox.create(timeout=60, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        sleeper.pause()
+        return _raises(lambda: sleeper.commands.run("true")), sleeper.get_info().state.value
+    finally:
+        sleeper.kill()
+
+
+def masked_host(sbx: Sandbox, ep: LocalEndpoint) -> Any:
+    masked = Sandbox.create(timeout=60, network={"mask_request_host": "app.internal:${PORT}"})
+    try:
+        masked.files.write("/tmp/host_echo.py", HOST_ECHO)
+        masked.commands.run("python3 /tmp/host_echo.py 8124 >/dev/null 2>&1 &")
+        masked.commands.run("for i in $(seq 100); do curl -s -o /dev/null localhost:8124 && exit 0; sleep 0.1; done")
+        headers = {"E2b-Sandbox-Id": masked.sandbox_id, "E2b-Sandbox-Port": "8124", "Host": "caller.example"}
+        return httpx.get(ep.sandbox_url, headers=headers).json()[0]
+    finally:
+        masked.kill()
+
+
+def upload_events(sbx: Sandbox, ep: LocalEndpoint) -> Any:
+    handle = sbx.files.watch_dir("/home/user")
+    sbx.files.write("/home/user/new.txt", "data")
+    sbx.commands.run("mkdir /home/user/marker")
+    seen: list[str] = []
+    while "CREATE marker" not in seen:
+        seen += [f"{e.type.name} {e.name}" for e in handle.get_new_events()]
+    handle.stop()
+    return seen[: seen.index("CREATE marker")]
+
+
 # quirk -> (what shows it, what it shows with the quirk on)
 OLD_BEHAVIOUR: dict[str, tuple[Callable[[Sandbox, LocalEndpoint], Any], Any]] = {
     "dir_mode_go_bit": (dir_mode, oct(0o20000000755)),
@@ -86,6 +123,10 @@ OLD_BEHAVIOUR: dict[str, tuple[Callable[[Sandbox, LocalEndpoint], Any], Any]] = 
     "pause_keeps_memory": (filesystem_pause, "1\n"),
     "files_write_as_user": (upload_under_root, "SandboxException"),
     "unknown_route_404": (unknown_route, 404),
+    # fidelity: wake on traffic, host masking, watch events
+    "ignore_auto_resume": (paused_envd_request, ("SandboxException", "paused")),
+    "ignore_mask_host": (masked_host, "caller.example"),
+    "extra_write_event": (upload_events, ["CREATE new.txt", "WRITE new.txt", "CHMOD new.txt", "WRITE new.txt"]),
 }
 
 

@@ -61,7 +61,8 @@ KEPT_CAPS = {0, 1, 3, 4, 5, 6, 7, 8, 10, 18, 29, 31}  # chown dac_override fowne
 # setuid setpcap net_bind_service sys_chroot audit_write setfcap
 LAST_CAP = 40
 
-IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8  # modify attrib moved_from moved_to create delete close_write
+# modify attrib moved_from moved_to create delete close_write delete_self move_self
+IN_EVENTS = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x8 | 0x400 | 0x800
 
 # /proc paths that reveal or change the host, as container runtimes hide them: files get /dev/null over
 # them, directories an empty read-only tmpfs; the rest are read-only.
@@ -874,13 +875,18 @@ class Agent:
             make_dirs(parent, uid, gid)
         if os.path.isdir(path):
             raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
-        fd = open_in_sandbox(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        fd, created = open_upload(path)
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", path)
             os.set_blocking(fd, True)
-            os.ftruncate(fd, 0)
+            if message.get("truncate_first"):  # the extra_write_event quirk: a WRITE before the chown's CHMOD
+                os.ftruncate(fd, 0)
+            # envd's order, as a watcher sees it: a new file CREATE, CHMOD (the chown), then the data's WRITE; an
+            # existing one CHMOD, then WRITE for the truncation (envd chowns, then opens with O_TRUNC) and the data.
             os.fchown(fd, uid, gid)
+            if not created:
+                os.ftruncate(fd, 0)
             for name in os.listxattr(fd):
                 if name.startswith(METADATA_PREFIX):
                     os.removexattr(fd, name)
@@ -890,6 +896,22 @@ class Agent:
             os.close(fd)
             raise
         return {}, [fd]
+
+
+def open_upload(path: str) -> tuple[int, bool]:
+    """An upload's file opened for writing (non-blocking: a FIFO without a reader fails instead of waiting),
+    and whether this open created it: a new file is never truncated, so no WRITE precedes its data's."""
+    for _ in range(3):
+        try:
+            return open_in_sandbox(path, os.O_WRONLY | os.O_NONBLOCK), False
+        except FileNotFoundError:
+            pass
+        try:
+            return open_in_sandbox(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK, 0o644), True
+        except FileExistsError:
+            pass  # made in between by the sandbox: open it as an existing file
+    # A dangling link (O_EXCL does not follow it) or a path that keeps changing: created through, as envd's open.
+    return open_in_sandbox(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644), True
 
 
 def _refuse_irregular(mode: int, path: str) -> None:

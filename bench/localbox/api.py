@@ -204,9 +204,8 @@ class Api:
         layers = snapshot.layers if snapshot else await self._template_layers(template_id or "base")
         try:
             egress = EgressRules.from_create(body)
-            ingress = Ingress.from_create(body)
-            if self.registry.quirks.ignore_traffic_token:
-                ingress = Ingress()
+            quirks = self.registry.quirks
+            ingress = Ingress.from_create(body).without(token=quirks.ignore_traffic_token, mask=quirks.ignore_mask_host)
         except NetworkError as exc:
             raise ApiError(400, str(exc)) from exc
         _refuse_unenforced(egress)

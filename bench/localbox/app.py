@@ -27,7 +27,7 @@ from .api import Api, ApiError, error_response, unimplemented
 from .box import default_state_root
 from .envd import envd_apps, rpc_paths
 from .files import Files
-from .ports import PortProxy, port_target
+from .ports import PortProxy, paused_error, port_target
 from .registry import Registry, Sandbox
 from .template import default_cache_dir
 
@@ -289,8 +289,8 @@ class LocalboxApp:
             )
         elif isinstance(sandbox := await self._gate(scope), str):
             response = self._unauthorized(sandbox, rpc=True)
-        elif sandbox.state != "running":
-            response = connect_json_error(502, "unavailable", f"The sandbox {sandbox.id} is paused")
+        elif not await self.registry.wake(sandbox):
+            response = paused_error(sandbox.id)
         elif path in SERVER_STREAMS and not sandbox.quirks.streams_outlive_clients:
             await _cancelled_on_disconnect(app, scope, receive, send)  # type: ignore[arg-type]
             return
@@ -308,8 +308,8 @@ class LocalboxApp:
         if isinstance(sandbox, str):
             await self._unauthorized(sandbox, rpc=False)(scope, receive, send)
             return
-        if sandbox.state != "running":
-            await error_response(502, f"The sandbox {sandbox.id} is paused")(scope, receive, send)
+        if not await self.registry.wake(sandbox):
+            await paused_error(sandbox.id)(scope, receive, send)
             return
         scope.setdefault("state", {})["sandbox"] = sandbox
         await self.envd_http(scope, receive, send)
@@ -333,6 +333,8 @@ class LocalboxApp:
         sandbox_id = request.headers.get("e2b-sandbox-id", "")
         sandbox = await self._debug_sandbox() if self.debug and sandbox_id == DEBUG_SANDBOX_ID else None
         sandbox = sandbox or self.registry.get(sandbox_id)
+        if sandbox is not None:
+            await self.registry.wake(sandbox)  # a paused sandbox left paused answers 502: is_running() is False
         if sandbox is None or sandbox.state != "running" or not sandbox.box.running:
             body = {
                 "code": 502,

@@ -128,6 +128,7 @@ class BoxSettings:
     end_on_exit: bool = False  # report the end at process exit instead of at output EOF
     profile_lines: tuple[str, ...] = ()  # appended to the sandbox's login profile
     hidden_paths: tuple[str, ...] = ()  # template files removed from the sandbox's view (quirks)
+    upload_truncates_first: bool = False  # an upload truncates before the chown (the extra_write_event quirk)
     limits: Limits = field(default_factory=Limits)
 
 
@@ -1148,7 +1149,8 @@ class Box:
 
     async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> int:
         """A file opened for an upload as envd opens it: by root, then owned by the user."""
-        _, fds = await self._call("write_open", path=path, user=user, metadata=metadata)
+        truncate_first = self.settings.upload_truncates_first
+        _, fds = await self._call("write_open", path=path, user=user, metadata=metadata, truncate_first=truncate_first)
         return fds[0]
 
     async def fs(self, op: str, **fields: object) -> dict[str, Any]:

@@ -6,7 +6,8 @@ The host's table also keeps every uplink off the host itself: its loopback and i
 routed to `lo`), multicast and broadcast; only the resolvers of /etc/resolv.conf answer on port 53, for the
 sandbox's DNS (10.0.2.3). An uplink's sockets are told apart by their group: the sandbox's host root gid.
 
-Ingress is enforced by the port proxy (`allowPublicTraffic: false` -> a traffic access token).
+Ingress is enforced by the port proxy (`allowPublicTraffic: false` -> a traffic access token; `maskRequestHost` ->
+the Host header the sandbox's server sees).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import ipaddress
 import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 TABLE = "e2b_bench_egress"
@@ -29,6 +30,8 @@ DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a
 
 
 TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token"
+PORT_PLACEHOLDER = "${PORT}"  # in maskRequestHost: the port the request is for
+MASK_HOST = re.compile(r"^[A-Za-z0-9.-]+(:\d{1,5})?$")  # host[:port], ASCII, once the placeholder is filled in
 
 
 class NetworkError(ValueError):
@@ -39,29 +42,38 @@ class NetworkError(ValueError):
 class Ingress:
     """Who may reach the sandbox's ports through the port proxy, as E2B's proxy decides it: anyone, or (with
     `allowPublicTraffic: false`) only requests carrying the sandbox's traffic access token. The raw token lives
-    in memory only, as envd access tokens do; the create and connect answers hand it out."""
+    in memory only, as envd access tokens do; the create and connect answers hand it out. `mask_host` is the
+    Host header the sandbox's servers see instead of the caller's (`${PORT}` filled in), envd's port aside."""
 
     traffic_token: str | None = None
+    mask_host: str | None = None
 
     @classmethod
     def from_create(cls, body: dict[str, Any]) -> Ingress:
         network = body.get("network") or {}
         if not isinstance(network, dict):
             raise NetworkError("'network' must be an object")
+        mask = network.get("maskRequestHost")
+        if mask is not None and not (isinstance(mask, str) and MASK_HOST.match(mask.replace(PORT_PLACEHOLDER, "1"))):
+            raise NetworkError(f"mask request host is not valid: {mask}")
         public = network.get("allowPublicTraffic")
-        if public is None:
-            return cls()
-        if not isinstance(public, bool):
+        if public is not None and not isinstance(public, bool):
             raise NetworkError("'allowPublicTraffic' must be a boolean")
-        return cls() if public else cls.secured()
-
-    @classmethod
-    def secured(cls) -> Ingress:
-        return cls(secrets.token_urlsafe(32))
+        return cls(secrets.token_urlsafe(32) if public is False else None, mask or None)
 
     def renewed(self) -> Ingress:
         """The same policy with a token of its own (a fork is a sandbox of its own)."""
-        return self.secured() if self.traffic_token else self
+        return replace(self, traffic_token=secrets.token_urlsafe(32)) if self.traffic_token else self
+
+    def without(self, *, token: bool = False, mask: bool = False) -> Ingress:
+        """This policy with the token or the mask left out (an endpoint that accepts and ignores them)."""
+        return replace(
+            self, traffic_token=None if token else self.traffic_token, mask_host=None if mask else self.mask_host
+        )
+
+    def request_host(self, port: int) -> str | None:
+        """The Host header a request for `port` reaches the sandbox with, or None to keep the caller's."""
+        return self.mask_host.replace(PORT_PLACEHOLDER, str(port)) if self.mask_host else None
 
     def refusal(self, presented: str) -> str | None:
         """Why a proxied request is refused (E2B's message), or None when it may pass."""
@@ -75,7 +87,8 @@ class Ingress:
 
     def wire(self) -> dict[str, Any]:
         """Its members of a sandbox's `network` detail: only a change from the default is shown."""
-        return {} if self.traffic_token is None else {"allowPublicTraffic": False}
+        public = {} if self.traffic_token is None else {"allowPublicTraffic": False}
+        return {**public, **({"maskRequestHost": self.mask_host} if self.mask_host else {})}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 As E2B's sandbox proxy: the port comes from `E2b-Sandbox-Port` (with `E2b-Sandbox-Id`) or from a
 `<port>-<sandbox id>.` host name; HTTP bodies stream both ways and WebSocket upgrades are relayed message by
 message. The connection is made inside the sandbox by its agent, so it reaches the sandbox's network stack.
-A sandbox created with `allowPublicTraffic: false` is reached only with its traffic access token, and the
+A sandbox created with `allowPublicTraffic: false` is reached only with its traffic access token; with
+`maskRequestHost` its servers see that Host (`${PORT}` filled in) and the caller's in X-Forwarded-Host; a paused
+sandbox created with autoResume is resumed by the request, which then goes on (else E2B's 409); and the
 credentials of this endpoint (API key, envd and traffic tokens, `Authorization`) never reach the sandbox.
 """
 
@@ -57,6 +59,12 @@ def proxy_error(status: int, message: str, sandbox_id: str, port: int) -> JSONRe
     return JSONResponse({"code": status, "message": message, "sandboxId": sandbox_id, "port": port}, status)
 
 
+def paused_error(sandbox_id: str) -> JSONResponse:
+    """E2B's proxy's answer for traffic to a paused sandbox it does not resume (no autoResume)."""
+    body = {"sandboxId": sandbox_id, "message": "The sandbox is paused", "code": 409, "canAutoResume": False}
+    return JSONResponse(body, 409)
+
+
 class PortProxy:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
@@ -68,8 +76,8 @@ class PortProxy:
             refusal = proxy_error(400, f"invalid port {port}", sandbox_id, port)
         elif sandbox is None or not sandbox.box.running:
             refusal = proxy_error(502, f"The sandbox {sandbox_id} was not found", sandbox_id, port)
-        elif sandbox.state != "running":
-            refusal = proxy_error(502, f"The sandbox {sandbox_id} is paused", sandbox_id, port)
+        elif not await self.registry.wake(sandbox):  # as E2B's: the wake comes first, the token is checked after
+            refusal = paused_error(sandbox_id)
         elif (denied := sandbox.ingress.refusal(_header(scope, TRAFFIC_TOKEN_HEADER.encode()))) is not None:
             refusal = JSONResponse({"sandboxId": sandbox_id, "message": denied, "code": 403}, 403)
         if refusal is not None or sandbox is None:
@@ -84,7 +92,7 @@ class PortProxy:
         if scope["type"] == "websocket":
             await _relay_websocket(scope, receive, send, sock, sandbox, port)
         else:
-            await _proxy_http(scope, receive, send, sock)
+            await _proxy_http(scope, receive, send, sock, sandbox.ingress.request_host(port))
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, response: JSONResponse | None) -> None:
@@ -95,10 +103,14 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, response: JSONResp
         await response(scope, receive, send)
 
 
-def _request_head(scope: Scope) -> tuple[h11.Request, bool]:
-    """The request as it goes on to the sandbox, and whether a body follows."""
+def _request_head(scope: Scope, mask_host: str | None = None) -> tuple[h11.Request, bool]:
+    """The request as it goes on to the sandbox (with `mask_host` as its Host, the caller's then in
+    X-Forwarded-Host), and whether a body follows."""
     original = {k.lower(): v for k, v in scope["headers"]}
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in NOT_PASSED]
+    if mask_host is not None:
+        headers = [(k, v) for k, v in headers if k.lower() not in (b"host", b"x-forwarded-host")]
+        headers = [(b"host", mask_host.encode()), *headers, (b"x-forwarded-host", original.get(b"host", b""))]
     chunked = b"chunked" in original.get(b"transfer-encoding", b"").lower()
     if chunked:
         headers.append((b"transfer-encoding", b"chunked"))
@@ -110,10 +122,12 @@ def _request_head(scope: Scope) -> tuple[h11.Request, bool]:
     return h11.Request(method=scope["method"], target=target, headers=headers), has_body
 
 
-async def _proxy_http(scope: Scope, receive: Receive, send: Send, sock: socket.socket) -> None:
+async def _proxy_http(
+    scope: Scope, receive: Receive, send: Send, sock: socket.socket, mask_host: str | None = None
+) -> None:
     reader, writer = await asyncio.open_connection(sock=sock)
     conn = h11.Connection(h11.CLIENT)
-    request, has_body = _request_head(scope)
+    request, has_body = _request_head(scope, mask_host)
     writer.write(conn.send(request) or b"")
 
     async def pump_body() -> None:

@@ -51,6 +51,10 @@ class Quirks:
     files_write_as_user: bool = False  # POST /files writes with the user's rights (403 under root's dirs)
     unknown_route_404: bool = False  # an unimplemented route answers a bare 404
     ignore_traffic_token: bool = False  # allowPublicTraffic: false is accepted and ignored (no trafficAccessToken)
+    # fidelity: wake on traffic, host masking, watch events
+    ignore_auto_resume: bool = False  # autoResume accepted and reported; traffic never wakes a paused sandbox
+    ignore_mask_host: bool = False  # maskRequestHost accepted and ignored: the sandbox's servers see the caller's Host
+    extra_write_event: bool = False  # an upload truncates after opening: a watcher sees one WRITE more than envd's
     # What the agent computer contract (the `computer` suite) needs, each broken alone.
     kill_leader_only: bool = False  # job control in every shell: a group cancellation ends only the leader
     kill_unconfirmed: bool = False  # a killed sandbox is still reported running by GET for KILL_UNCONFIRMED_S

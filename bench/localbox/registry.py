@@ -76,6 +76,7 @@ class Sandbox:
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
+    timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -143,6 +144,7 @@ class Registry:
         self._reaper: asyncio.Task | None = None
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
+        self._waking: dict[str, asyncio.Future[None]] = {}
         self.zygote: Zygote | None = None
         self.disks: Disks | None = None
         self.template_roots: dict[str, Path] = {"base": config.template_root}
@@ -175,6 +177,7 @@ class Registry:
             end_on_exit=q.end_on_exit,
             profile_lines=q.login_profile(),
             hidden_paths=q.hidden_paths(),
+            upload_truncates_first=q.extra_write_event,
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 
@@ -285,6 +288,7 @@ class Registry:
             end_at=now + timeout_s,
             egress=egress or EgressRules(),
             ingress=ingress or Ingress(),
+            timeout_s=timeout_s,
         )
         box.on_exit = lambda: self._box_exited(sandbox)
         self.sandboxes[sandbox_id] = sandbox
@@ -343,6 +347,26 @@ class Registry:
         sandbox.state = "running"
         sandbox.paused_at = None
         sandbox.end_at = time.time() + timeout_s
+
+    async def wake(self, sandbox: Sandbox) -> bool:
+        """Traffic reached `sandbox`: resume it if it is paused and created with autoResume (one resume however
+        many requests wait on it); returns whether it runs. A filesystem-only pause is not woken (E2B's SDK:
+        such a sandbox is resumed by connect), nor is any sandbox under the ignore_auto_resume quirk."""
+        if sandbox.state == "running":
+            return True
+        if not sandbox.auto_resume or sandbox.kept_root is not None or self.quirks.ignore_auto_resume:
+            return False
+        waking = self._waking.get(sandbox.id)
+        if waking is None:
+            waking = asyncio.ensure_future(self._wake(sandbox))
+            self._waking[sandbox.id] = waking
+            waking.add_done_callback(lambda _: self._waking.pop(sandbox.id, None))
+        await asyncio.shield(waking)  # a request whose client leaves does not stop the resume others wait on
+        return sandbox.state == "running"
+
+    async def _wake(self, sandbox: Sandbox) -> None:
+        if sandbox.state == "paused" and self.sandboxes.get(sandbox.id) is sandbox:
+            await self.resume(sandbox, sandbox.timeout_s)
 
     async def set_egress(self, sandbox: Sandbox, rules: EgressRules) -> None:
         """Replace a running sandbox's egress rules (rules that restrict nothing clear its filter)."""

@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 HEADER = struct.Struct("iIII")
 IN_MODIFY, IN_ATTRIB, IN_MOVED_FROM, IN_MOVED_TO = 0x2, 0x4, 0x40, 0x80
 IN_CREATE, IN_DELETE, IN_ISDIR, IN_Q_OVERFLOW = 0x100, 0x200, 0x40000000, 0x4000
+IN_DELETE_SELF, IN_MOVE_SELF = 0x400, 0x800
 KINDS = (
     (IN_CREATE | IN_MOVED_TO, fs_pb.EventType.CREATE),
     (IN_MODIFY, fs_pb.EventType.WRITE),
-    (IN_DELETE, fs_pb.EventType.REMOVE),
-    (IN_MOVED_FROM, fs_pb.EventType.RENAME),
+    (IN_DELETE | IN_DELETE_SELF, fs_pb.EventType.REMOVE),
+    (IN_MOVED_FROM | IN_MOVE_SELF, fs_pb.EventType.RENAME),
     (IN_ATTRIB, fs_pb.EventType.CHMOD),
 )
 
@@ -67,7 +68,14 @@ class Watcher:
             name = data[offset + HEADER.size : offset + HEADER.size + length].rstrip(b"\0").decode(errors="replace")
             offset += HEADER.size + length
             directory = self.paths.get(wd)
-            if directory is None or not name:
+            if directory is None:
+                continue
+            if not name:
+                # The watched directory itself went (envd's fsnotify: REMOVE or RENAME named "."; the stream
+                # stays open with nothing more to say). A subdirectory's own event repeats its parent's: dropped.
+                if (directory.rstrip("/") or "/") != self.root or not mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                    continue
+                self.raw.append((mask, self.root))
                 continue
             full = f"{directory.rstrip('/')}/{name}"
             self.raw.append((mask, full))

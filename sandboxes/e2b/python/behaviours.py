@@ -1113,5 +1113,185 @@ async def pause_filesystem(fl: Flavour, obs: Observed) -> None:
     expect(before[1] != after[1], "pid 1 is the same process: the resume restored memory instead of booting")
 
 
+# fidelity: wake on traffic, host masking, watch events
+
+# A server answering every GET with the Host header it got (the sandbox's side of host masking), or with the
+# contents of a file: what a port request through the endpoint reaches.
+HOST_ECHO = (
+    "import http.server, sys\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        body = (self.headers.get('Host') or '').encode()\n"
+    "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()\n"
+    "        self.wfile.write(body)\n"
+    "    def log_message(self, *args): pass\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+)
+MASK_TEMPLATE = "bench-masked.internal:${PORT}"
+
+
+async def serve_host_echo(fl: Flavour, sbx: Any, port: int) -> None:
+    """HOST_ECHO on `port` of the sandbox's loopback, answering before this returns."""
+    script = f"/tmp/bh-host-echo-{port}.py"
+    await got(sbx.files.write(script, HOST_ECHO))
+    await fl.sh(sbx, f"nohup python3 {script} {port} >/dev/null 2>&1 &")
+    ready = f"for i in $(seq 100); do curl -s -o /dev/null localhost:{port} && echo up && break; sleep 0.1; done"
+    expect((await fl.sh(sbx, ready)).strip() == "up", f"the sandbox's server on port {port} did not start")
+
+
+def port_get(sandbox_id: str, host: str, port: int) -> httpx.Response:
+    """A GET of a sandbox port through the endpoint: routed by headers at E2B_SANDBOX_URL when one is set, else
+    at the host name `get_host` gives, as E2B routes it."""
+    base = os.environ.get("E2B_SANDBOX_URL")
+    if base:
+        routed = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(port)}
+        return httpx.get(base, headers=routed, timeout=60)
+    return httpx.get(f"https://{host}", timeout=60)
+
+
+def end_at(sandbox_id: str) -> float:
+    return parse_time(rest_get(sandbox_id).json()["endAt"]).timestamp()
+
+
+@behaviour("auto_resume_wakes_on_traffic")
+async def auto_resume_wakes_on_traffic(fl: Flavour, obs: Observed) -> None:
+    """lifecycle auto_resume: a paused sandbox is woken by an envd request and by a port request, each of which
+    waits and succeeds; it runs again (SDK and REST) with its timeout restarted. Without it both requests get
+    E2B's paused-sandbox answer and the sandbox stays paused."""
+    if "lifecycle" not in inspect.signature(fl.Sandbox.create).parameters:
+        raise Skip("Sandbox.create(lifecycle=...)")
+    port = 8137
+    for wakes in (True, False):
+        label = "auto_resume" if wakes else "no_auto_resume"
+        sbx = await fl.new(lifecycle={"on_timeout": "pause", "auto_resume": wakes})
+        await serve_host_echo(fl, sbx, port)
+        host = sbx.get_host(port)
+        for request in ("envd", "port"):
+            before = end_at(sbx.sandbox_id)
+            expect(await got(sbx.pause()) is True, f"{label}: pause() did not return True")
+            same(obs, f"{label}_{request}_paused", rest_get(sbx.sandbox_id).json().get("state"), "paused")
+            if request == "envd":
+                try:
+                    answer: Any = (await got(sbx.commands.run("echo awake"))).stdout
+                except Exception as exc:
+                    answer = f"{type(exc).__name__}: {exc}"
+            else:
+                response = port_get(sbx.sandbox_id, host, port)
+                answer = [response.status_code, response.text if response.status_code == 200 else response.json()]
+            obs[f"{label}_{request}_answer"] = answer
+            state = rest_get(sbx.sandbox_id).json().get("state")
+            if wakes:
+                if request == "port":
+                    expect(answer[0] == 200 and bool(answer[1]), f"a port request to the paused sandbox got {answer}")
+                else:
+                    same(obs, f"{label}_envd_result", answer, "awake\n")
+                same(obs, f"{label}_{request}_rest_state", state, "running")
+                info = await got(sbx.get_info())
+                same(obs, f"{label}_{request}_sdk_state", getattr(info.state, "value", info.state), "running")
+                after = end_at(sbx.sandbox_id)
+                obs[f"{label}_{request}_end_at_moved_s"] = round(after - before, 1)
+                expect(after > before, f"the wake on {request} traffic did not restart the timeout (endAt stayed)")
+            else:
+                if request == "envd":
+                    expect("paused" in str(answer).lower(), f"an envd request to a paused sandbox got {answer!r}")
+                else:
+                    body = answer[1] if isinstance(answer[1], dict) else {}
+                    same(obs, f"{label}_port_status", answer[0], 409)
+                    same(obs, f"{label}_port_message", body.get("message"), "The sandbox is paused")
+                same(obs, f"{label}_{request}_stays_paused", state, "paused")
+                await got(fl.Sandbox.connect(sbx.sandbox_id))  # resumed by hand for the next request
+
+
+@behaviour("mask_request_host")
+async def mask_request_host(fl: Flavour, obs: Observed) -> None:
+    """network mask_request_host: a server in the sandbox sees that Host, ${PORT} replaced by the port asked
+    for; a sandbox without it sees the caller's Host."""
+    from e2b.sandbox.sandbox_api import SandboxNetworkOpts
+
+    if "mask_request_host" not in getattr(SandboxNetworkOpts, "__annotations__", {}):
+        raise Skip("network mask_request_host")
+    port = 8138
+    masked = await fl.new(network={"mask_request_host": MASK_TEMPLATE})
+    network = rest_get(masked.sandbox_id).json().get("network") or {}
+    same(obs, "rest_mask_request_host", network.get("maskRequestHost"), MASK_TEMPLATE)
+    plain = await fl.shared()
+    seen = {}
+    for name, sbx in (("masked", masked), ("plain", plain)):
+        await serve_host_echo(fl, sbx, port)
+        response = port_get(sbx.sandbox_id, sbx.get_host(port), port)
+        same(obs, f"{name}_status", response.status_code, 200)
+        seen[name] = response.text
+    same(obs, "masked_host_seen", seen["masked"], MASK_TEMPLATE.replace("${PORT}", str(port)))
+    obs["plain_host_seen"] = seen["plain"]
+    expect(bool(seen["plain"]) and "bench-masked" not in seen["plain"], "a sandbox without the mask saw a masked Host")
+
+
+# envd's events for each operation, as its inotify watcher (fsnotify) reports them: (type, name relative to
+# the watched directory). The watch is recursive and `sub` exists before it starts.
+WATCH_OPERATIONS = (
+    ("upload a new file", [("CREATE", "up.txt"), ("CHMOD", "up.txt"), ("WRITE", "up.txt")]),
+    ("append in a shell", [("WRITE", "up.txt")]),
+    ("rename", [("RENAME", "up.txt"), ("CREATE", "moved.txt")]),
+    ("chmod in a shell", [("CHMOD", "moved.txt")]),
+    ("make_dir", [("CREATE", "made"), ("CHMOD", "made")]),
+    ("remove a file", [("REMOVE", "moved.txt")]),
+    ("upload into a subdirectory", [("CREATE", "sub/in.txt"), ("CHMOD", "sub/in.txt"), ("WRITE", "sub/in.txt")]),
+)
+WATCH_WAIT_S = 60  # bounds a wait for an event that arrives in milliseconds
+
+
+@behaviour("watch_events_match_envd")
+async def watch_events_match_envd(fl: Flavour, obs: Observed) -> None:
+    """Each operation's events, exactly: after each, a marker directory is made in a shell, and the events up to
+    the marker's CREATE are that operation's (inotify keeps their order). Removing the watched directory then
+    ends the watch as envd's does: REMOVE '.' last, and the handle stops cleanly."""
+    sbx = await fl.shared()
+    base = fl.dir("watch-envd")
+    await fl.sh(sbx, f"rm -rf {base}; mkdir -p {base}/sub")
+    events: list[Any] = []
+    if fl.name == "sync":
+        handle = sbx.files.watch_dir(base, recursive=True)
+    else:
+        handle = await sbx.files.watch_dir(base, on_event=events.append, recursive=True)
+
+    async def until(done: Callable[[list[tuple[str, str]]], bool]) -> list[tuple[str, str]]:
+        deadline = time.monotonic() + WATCH_WAIT_S
+        while True:
+            if fl.name == "sync":
+                events.extend(handle.get_new_events())
+            seen = [(e.type.name, e.name) for e in events]
+            if done(seen) or time.monotonic() > deadline:
+                return seen
+            await asyncio.sleep(0.05)
+
+    actions: list[Callable[[], Any]] = [
+        lambda: sbx.files.write(f"{base}/up.txt", "hello"),
+        lambda: sbx.commands.run(f"printf more >> {base}/up.txt"),
+        lambda: sbx.files.rename(f"{base}/up.txt", f"{base}/moved.txt"),
+        lambda: sbx.commands.run(f"chmod 600 {base}/moved.txt"),
+        lambda: sbx.files.make_dir(f"{base}/made"),
+        lambda: sbx.files.remove(f"{base}/moved.txt"),
+        lambda: sbx.files.write(f"{base}/sub/in.txt", "nested"),
+    ]
+    got_events: dict[str, list[tuple[str, str]]] = {}
+    for n, ((label, _), action) in enumerate(zip(WATCH_OPERATIONS, actions, strict=True)):
+        await got(action())
+        marker = ("CREATE", f"mark-{n}")
+        await fl.sh(sbx, f"mkdir {base}/mark-{n}")
+        seen = await until(lambda seen, marker=marker: marker in seen)
+        expect(marker in seen, f"{label}: no event arrived in {WATCH_WAIT_S} s")
+        cut = seen.index(marker)
+        got_events[label] = [e for e in seen[:cut] if not e[1].startswith("mark-")]
+        del events[: cut + 1]
+    obs["events"] = {label: [" ".join(e) for e in found] for label, found in got_events.items()}
+    same(obs, "events_per_operation", got_events, {label: wanted for label, wanted in WATCH_OPERATIONS})
+    await got(sbx.files.remove(base))
+    seen = await until(lambda seen: ("REMOVE", ".") in seen)
+    obs["events_of_removal"] = [" ".join(e) for e in seen]
+    expect(bool(seen) and seen[-1] == ("REMOVE", "."), "removing the watched directory did not end with REMOVE '.'")
+    expect({kind for kind, _ in seen} == {"REMOVE"}, f"removing the watched directory gave {seen}")
+    await got(handle.stop())
+
+
 if __name__ == "__main__":
     sys.exit(main(SUITES))

@@ -339,7 +339,6 @@ def signal_dispositions(ctx: Context, obs: Observed) -> None:
 
 CREATE_OPTIONS = {
     "rf01_create_mcp": {"mcp": {"exa": {"apiKey": "e2b-bench-placeholder"}}},
-    "rf02_create_auto_resume": {"autoPause": True, "autoResume": {"enabled": True}},
     "rf03_create_volume_mounts": {"volumeMounts": [{"name": "e2b-bench-volume", "path": "/mnt/data"}]},
     "rf04_create_iam": {"iam": {"tokens": {"bench": {"audience": "e2b-bench", "tokenType": "jwt"}}}},
     "rf05_create_network_rules": {"network": {"allowOut": ["1.1.1.1"], "allowPublicTraffic": False}},
@@ -361,6 +360,21 @@ def _create_option(step_id: str):
 
 for _step_id in CREATE_OPTIONS:
     step(_step_id)(_create_option(_step_id))
+
+
+@step("rf02_create_auto_resume")
+def create_auto_resume(ctx: Context, obs: Observed) -> None:
+    """Accepted, and reported as the sandbox's lifecycle (its effect, a wake on traffic, is a behaviours case)."""
+    body = {"autoPause": True, "autoResume": {"enabled": True}}
+    obs["body"] = body
+    with rest() as client:
+        response = raw_create(ctx, client, **body)
+        if response.status_code != 201:
+            raise http_refusal(response, "create with autoPause, autoResume")
+        detail = client.get(f"/sandboxes/{response.json()['sandboxID']}")
+    obs["lifecycle"] = lifecycle = detail.json().get("lifecycle") if detail.status_code == 200 else detail.status_code
+    wanted = {"autoResume": True, "onTimeout": "pause"}
+    expect(lifecycle == wanted, f"GET /sandboxes/{{id}} reports lifecycle {lifecycle!r}, expected {wanted!r}")
 
 
 @step("rf16_create_private_traffic")

@@ -718,4 +718,160 @@ behaviour('pause_filesystem', async (b, obs) => {
   expect(before[1] !== after[1], 'pid 1 is the same process: the resume restored memory instead of booting')
 })
 
+// fidelity: wake on traffic, host masking, watch events
+
+// A server answering every GET with the Host header it got (the sandbox's side of host masking).
+const HOST_ECHO = [
+  'import http.server, sys',
+  'class H(http.server.BaseHTTPRequestHandler):',
+  '    def do_GET(self):',
+  "        body = (self.headers.get('Host') or '').encode()",
+  "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()",
+  '        self.wfile.write(body)',
+  '    def log_message(self, *args): pass',
+  "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()",
+  '',
+].join('\n')
+const MASK_TEMPLATE = 'bench-masked.internal:${PORT}'
+const WATCH_WAIT_MS = 60_000 // bounds a wait for an event that arrives in milliseconds
+
+async function serveHostEcho(b, sbx, port) {
+  const script = `/tmp/bh-host-echo-${port}.py`
+  await sbx.files.write(script, HOST_ECHO)
+  await b.sh(sbx, `nohup python3 ${script} ${port} >/dev/null 2>&1 &`)
+  const ready = `for i in $(seq 100); do curl -s -o /dev/null localhost:${port} && echo up && break; sleep 0.1; done`
+  expect((await b.sh(sbx, ready)).trim() === 'up', `the sandbox's server on port ${port} did not start`)
+}
+
+/** A GET of a sandbox port through the endpoint: by headers at E2B_SANDBOX_URL when set, else at getHost's name. */
+async function portGet(sbx, port) {
+  const base = process.env.E2B_SANDBOX_URL
+  const response = base
+    ? await fetch(base, { headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': String(port) } })
+    : await fetch(`https://${sbx.getHost(port)}`)
+  const text = await response.text()
+  let body = text
+  try {
+    if (response.status !== 200) body = JSON.parse(text)
+  } catch {}
+  return [response.status, body]
+}
+
+const endAt = async (sandboxId) => seconds((await restInfo(sandboxId)).body.endAt)
+
+behaviour('auto_resume_wakes_on_traffic', async (b, obs) => {
+  const port = 8137
+  for (const wakes of [true, false]) {
+    const label = wakes ? 'auto_resume' : 'no_auto_resume'
+    const sbx = await b.fresh({ lifecycle: { onTimeout: 'pause', autoResume: wakes } })
+    await serveHostEcho(b, sbx, port)
+    for (const request of ['envd', 'port']) {
+      const before = await endAt(sbx.sandboxId)
+      same(obs, `${label}_${request}_pause`, await sbx.pause(), true)
+      same(obs, `${label}_${request}_paused`, (await restInfo(sbx.sandboxId)).body?.state, 'paused')
+      let answer
+      if (request === 'envd') {
+        try {
+          answer = (await sbx.commands.run('echo awake')).stdout
+        } catch (err) {
+          answer = `${err?.name}: ${err?.message}`
+        }
+      } else {
+        answer = await portGet(sbx, port)
+      }
+      obs[`${label}_${request}_answer`] = answer
+      const state = (await restInfo(sbx.sandboxId)).body?.state
+      if (wakes) {
+        if (request === 'port') expect(answer[0] === 200 && Boolean(answer[1]), `a port request to the paused sandbox got ${show(answer)}`)
+        else same(obs, `${label}_envd_result`, answer, 'awake\n')
+        same(obs, `${label}_${request}_rest_state`, state, 'running')
+        same(obs, `${label}_${request}_sdk_state`, (await sbx.getInfo()).state, 'running')
+        const after = await endAt(sbx.sandboxId)
+        obs[`${label}_${request}_end_at_moved_s`] = Math.round((after - before) * 10) / 10
+        expect(after > before, `the wake on ${request} traffic did not restart the timeout (endAt stayed)`)
+      } else {
+        if (request === 'envd') expect(String(answer).toLowerCase().includes('paused'), `an envd request to a paused sandbox got ${show(answer)}`)
+        else {
+          same(obs, `${label}_port_status`, answer[0], 409)
+          same(obs, `${label}_port_message`, answer[1]?.message, 'The sandbox is paused')
+        }
+        same(obs, `${label}_${request}_stays_paused`, state, 'paused')
+        await b.Sandbox.connect(sbx.sandboxId) // resumed by hand for the next request
+      }
+    }
+  }
+})
+
+behaviour('mask_request_host', async (b, obs) => {
+  const port = 8138
+  const masked = await b.fresh({ network: { maskRequestHost: MASK_TEMPLATE } })
+  same(obs, 'rest_mask_request_host', (await restInfo(masked.sandboxId)).body?.network?.maskRequestHost, MASK_TEMPLATE)
+  const plain = await b.shared()
+  const seen = {}
+  for (const [name, sbx] of [['masked', masked], ['plain', plain]]) {
+    await serveHostEcho(b, sbx, port)
+    const [status, body] = await portGet(sbx, port)
+    same(obs, `${name}_status`, status, 200)
+    seen[name] = body
+  }
+  same(obs, 'masked_host_seen', seen.masked, MASK_TEMPLATE.replace('${PORT}', String(port)))
+  obs.plain_host_seen = seen.plain
+  expect(Boolean(seen.plain) && !String(seen.plain).includes('bench-masked'), 'a sandbox without the mask saw a masked Host')
+})
+
+// envd's events for each operation (type, name relative to the watched directory); the watch is recursive and
+// `sub` exists before it starts. The same table as the Python suite's WATCH_OPERATIONS.
+const WATCH_OPERATIONS = [
+  ['upload a new file', [['create', 'up.txt'], ['chmod', 'up.txt'], ['write', 'up.txt']]],
+  ['append in a shell', [['write', 'up.txt']]],
+  ['rename', [['rename', 'up.txt'], ['create', 'moved.txt']]],
+  ['chmod in a shell', [['chmod', 'moved.txt']]],
+  ['make_dir', [['create', 'made'], ['chmod', 'made']]],
+  ['remove a file', [['remove', 'moved.txt']]],
+  ['upload into a subdirectory', [['create', 'sub/in.txt'], ['chmod', 'sub/in.txt'], ['write', 'sub/in.txt']]],
+]
+
+behaviour('watch_events_match_envd', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('watch-envd')
+  await b.sh(sbx, `rm -rf ${base}; mkdir -p ${base}/sub`)
+  const events = []
+  const handle = await sbx.files.watchDir(base, (event) => events.push(event), { recursive: true })
+  const seenNow = () => events.map((e) => [String(e.type), e.name])
+  const until = async (done) => {
+    const deadline = Date.now() + WATCH_WAIT_MS
+    while (!done(seenNow()) && Date.now() < deadline) await sleep(50)
+    return seenNow()
+  }
+  const actions = [
+    () => sbx.files.write(`${base}/up.txt`, 'hello'),
+    () => sbx.commands.run(`printf more >> ${base}/up.txt`),
+    () => sbx.files.rename(`${base}/up.txt`, `${base}/moved.txt`),
+    () => sbx.commands.run(`chmod 600 ${base}/moved.txt`),
+    () => sbx.files.makeDir(`${base}/made`),
+    () => sbx.files.remove(`${base}/moved.txt`),
+    () => sbx.files.write(`${base}/sub/in.txt`, 'nested'),
+  ]
+  const found = {}
+  for (const [n, [label]] of WATCH_OPERATIONS.entries()) {
+    await actions[n]()
+    await b.sh(sbx, `mkdir ${base}/mark-${n}`)
+    const isMarker = (e) => e[0] === 'create' && e[1] === `mark-${n}`
+    const seen = await until((list) => list.some(isMarker))
+    const cut = seen.findIndex(isMarker)
+    expect(cut >= 0, `${label}: no event arrived in ${WATCH_WAIT_MS / 1000} s`)
+    found[label] = seen.slice(0, cut).filter((e) => !e[1].startsWith('mark-'))
+    events.splice(0, cut + 1)
+  }
+  obs.events = Object.fromEntries(Object.entries(found).map(([label, list]) => [label, list.map((e) => e.join(' '))]))
+  same(obs, 'events_per_operation', found, Object.fromEntries(WATCH_OPERATIONS))
+  await sbx.files.remove(base)
+  const seen = await until((list) => list.some((e) => e[0] === 'remove' && e[1] === '.'))
+  obs.events_of_removal = seen.map((e) => e.join(' '))
+  const last = seen.at(-1)
+  expect(last?.[0] === 'remove' && last?.[1] === '.', "removing the watched directory did not end with remove '.'")
+  expect(seen.every((e) => e[0] === 'remove'), `removing the watched directory gave ${show(seen)}`)
+  await handle.stop()
+})
+
 process.exitCode = await main(SUITE)

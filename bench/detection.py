@@ -138,7 +138,9 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
 # Behaviours a refused create/pause/connect option also breaks.
 OPTION_BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "pauseWithoutMemory": both("pause_filesystem"),
-    "network": ("refusals/rf16_create_private_traffic",),  # allowPublicTraffic is a network member too
+    # allowPublicTraffic and maskRequestHost are network members too
+    "network": ("refusals/rf16_create_private_traffic", *both("mask_request_host")),
+    "autoResume": both("auto_resume_wakes_on_traffic"),
 }
 # Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
 FIDELITY_CASES: dict[str, tuple[str, ...]] = {
@@ -176,7 +178,9 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
     "refuse_pty": ("probes/pr06_pty", "refusals/rf11_envd_pty", *both("pty_resize_kill", "pty_connect_input")),
     "refuse_gzip_upload": ("probes/pr07_gzip", "refusals/rf12_gzip_upload", *both("gzip")),
     "refuse_signed_urls": ("probes/pr08_signed_urls", *both("signed_urls", "signed_url_refusals", "download_encoding")),
-    "watch_dir_404": ("probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir", *both("watch_recursive")),
+    "watch_dir_404": (
+        "probes/pr09_watch_dir", "refusals/rf14_envd_watch_dir", *both("watch_recursive", "watch_events_match_envd")
+    ),
     "metrics_404": (
         "probes/pr10_metrics", "refusals/rf15_get_metrics", *both("metrics", "rest_statuses", "metrics_window")
     ),

@@ -1209,8 +1209,10 @@ async def auto_resume_wakes_on_traffic(fl: Flavour, obs: Observed) -> None:
 async def mask_request_host(fl: Flavour, obs: Observed) -> None:
     """network mask_request_host: a server in the sandbox sees that Host, ${PORT} replaced by the port asked
     for; a sandbox without it sees the caller's Host."""
-    from e2b.sandbox.sandbox_api import SandboxNetworkOpts
-
+    try:
+        from e2b.sandbox.sandbox_api import SandboxNetworkOpts
+    except ImportError:
+        raise Skip("network mask_request_host") from None  # an older SDK has no network options
     if "mask_request_host" not in getattr(SandboxNetworkOpts, "__annotations__", {}):
         raise Skip("network mask_request_host")
     port = 8138

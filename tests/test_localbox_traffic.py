@@ -14,10 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 from e2b import AsyncSandbox, Sandbox, SandboxException
+from websockets.sync.client import connect as ws_connect
 
 from bench.localbox.server import LocalEndpoint
 
 HOST_ECHO = (Path(__file__).parent / "fixtures" / "host_echo.py").read_text()
+PORT_SERVER = (Path(__file__).parent / "fixtures" / "port_server.py").read_text()
 PORT = 8124
 
 
@@ -123,6 +125,22 @@ def test_mask_request_host_is_the_host_the_sandboxs_server_sees(endpoint: LocalE
 
     assert seen == [f"app.internal:{PORT}", "caller.example"]
     assert reported == {"maskRequestHost": "app.internal:${PORT}"}
+
+
+def test_a_masked_websocket_upgrade_reaches_the_server_with_the_mask_as_its_host(endpoint: LocalEndpoint) -> None:
+    masked = Sandbox.create(timeout=60, network={"mask_request_host": "app.internal:${PORT}"})
+    try:
+        masked.files.write("/tmp/port_server.py", PORT_SERVER)
+        masked.commands.run(f"python3 /tmp/port_server.py {PORT} >/dev/null 2>&1 &")
+        masked.commands.run(f"for i in $(seq 100); do curl -s -o /dev/null localhost:{PORT} && exit 0; sleep 0.1; done")
+        url = endpoint.sandbox_url.replace("http://", "ws://") + "/ws"
+        with ws_connect(url, additional_headers=routed(masked)) as ws:
+            ws.send("host?")
+            seen = ws.recv(timeout=30)
+    finally:
+        masked.kill()
+
+    assert seen == f"app.internal:{PORT}"
 
 
 def test_without_a_mask_the_server_sees_the_callers_host(sandbox: Sandbox, endpoint: LocalEndpoint) -> None:

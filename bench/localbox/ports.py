@@ -21,7 +21,7 @@ import h11
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from .agentlink import AgentError
 from .network import TRAFFIC_TOKEN_HEADER
@@ -190,10 +190,16 @@ async def _relay_websocket(
     path = scope.get("raw_path") or scope["path"].encode()
     query = b"?" + scope["query_string"] if scope.get("query_string") else b""
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"] if k.lower() in PASSED_WS]
+    # The socket is connected already: the URI's authority is only the Host the sandbox's server sees.
+    authority = sandbox.ingress.request_host(port)
+    if authority is not None:
+        headers.append(
+            ("X-Forwarded-Host", next((v.decode("latin-1") for k, v in scope["headers"] if k == b"host"), ""))
+        )
     sock.setblocking(True)  # websockets takes a blocking socket and makes it its own
     try:
         upstream = await connect(
-            f"ws://127.0.0.1:{port}{(path + query).decode('latin-1')}",
+            f"ws://{authority or f'127.0.0.1:{port}'}{(path + query).decode('latin-1')}",
             sock=sock,
             additional_headers=headers,
             subprotocols=scope.get("subprotocols") or None,  # type: ignore[arg-type]
@@ -201,7 +207,7 @@ async def _relay_websocket(
             max_size=WS_MAX_MESSAGE,
             open_timeout=10,
         )
-    except (InvalidHandshake, OSError, TimeoutError) as exc:
+    except (InvalidHandshake, InvalidURI, OSError, TimeoutError) as exc:
         await send({"type": "websocket.close", "code": 1011, "reason": f"the sandbox refused: {exc}"[:120]})
         return
     await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})

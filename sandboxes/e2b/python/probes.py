@@ -296,8 +296,10 @@ def kill_grandchildren(ctx: Context, obs: Observed) -> None:
     from e2b import CommandExitException
 
     sbx = sandbox(ctx)
+    sbx.commands.run("rm -f /tmp/grandchild")
     handle = sbx.commands.run("sleep 300 >/dev/null 2>&1 & echo $! > /tmp/grandchild; wait", background=True)
-    time.sleep(0.3)
+    # The kill comes once the grandchild runs (its pid written), not after a fixed delay a busy host can outlast.
+    sbx.commands.run("for i in $(seq 3000); do [ -s /tmp/grandchild ] && break; sleep 0.01; done")
     sbx.commands.kill(handle.pid)
     with contextlib.suppress(CommandExitException):
         handle.wait()

@@ -169,7 +169,7 @@ class Api:
             **sandbox.summary(),
             "startedAt": utc(sandbox.started_at),
             "endAt": utc(sandbox.end_at),
-            "cpuCount": CPU_COUNT,
+            "cpuCount": self.registry.quirks.cpu_count(CPU_COUNT),
             "memoryMB": MEMORY_MB,
             "diskSizeMB": self.registry.config.disk_size_mb,
             "metadata": sandbox.metadata,
@@ -346,7 +346,11 @@ class Api:
         body = await json_body(request)
         if sandbox.state != "paused":
             raise ApiError(409, f"sandbox {sandbox.id} is already running")
-        await self.registry.resume(sandbox, _int(body, "timeout", DEFAULT_TIMEOUT_V1))
+        if body.get("autoPause") is not None:  # the lifecycle this resume asks for, as a create's autoPause
+            sandbox.auto_pause = bool(body["autoPause"])
+        await self.registry.resume(
+            sandbox, _int(body, "timeout", DEFAULT_TIMEOUT_V1), reboot=body.get("memory") is False
+        )
         return self._created(sandbox, sandbox.mint_token(), 201)
 
     async def connect(self, request: Request) -> Response:

@@ -337,6 +337,8 @@ def signal_dispositions(ctx: Context, obs: Observed) -> None:
 
 # --- refusal cases ------------------------------------------------------------------------------
 
+TRANSFORM_RULES = {"example.com": [{"transform": {"headers": {"X-E2b-Bench": "1"}}}]}
+EGRESS_PROXY = {"address": "127.0.0.1:3128", "username": "e2b-bench", "password": "e2b-bench-placeholder"}
 CREATE_OPTIONS = {
     "rf01_create_mcp": {"mcp": {"exa": {"apiKey": "e2b-bench-placeholder"}}},
     "rf02_create_auto_resume": {"autoPause": True, "autoResume": {"enabled": True}},
@@ -344,6 +346,14 @@ CREATE_OPTIONS = {
     "rf04_create_iam": {"iam": {"tokens": {"bench": {"audience": "e2b-bench", "tokenType": "jwt"}}}},
     "rf05_create_network_rules": {"network": {"allowOut": ["1.1.1.1"], "allowPublicTraffic": False}},
     "rf06_create_on_timeout_filesystem": {"autoPause": True, "autoPauseMemory": False},
+    # fidelity: field table and second-path checks
+    "rf17_create_network_transform_rules": {"network": {"rules": TRANSFORM_RULES}},
+    "rf18_create_egress_proxy": {"network": {"egressProxy": EGRESS_PROXY}},
+}
+# Network update options, each alone: they pass when the endpoint applies them.
+UPDATE_OPTIONS = {
+    "rf19_update_network_transform_rules": {"rules": TRANSFORM_RULES},
+    "rf20_update_egress_proxy": {"egressProxy": EGRESS_PROXY},
 }
 
 
@@ -361,6 +371,24 @@ def _create_option(step_id: str):
 
 for _step_id in CREATE_OPTIONS:
     step(_step_id)(_create_option(_step_id))
+
+
+def _update_option(step_id: str):
+    def run(ctx: Context, obs: Observed) -> None:
+        body = UPDATE_OPTIONS[step_id]
+        obs["body"] = body
+        with rest() as client:
+            made = raw_create(ctx, client)
+            expect(made.status_code == 201, f"create answered {made.status_code}")
+            response = client.put(f"/sandboxes/{made.json()['sandboxID']}/network", json=body)
+        if response.status_code != 204:
+            raise http_refusal(response, f"PUT /sandboxes/{{id}}/network with {', '.join(body)}")
+
+    return run
+
+
+for _step_id in UPDATE_OPTIONS:
+    step(_step_id)(_update_option(_step_id))
 
 
 @step("rf16_create_private_traffic")

@@ -104,6 +104,17 @@ def _string_map(body: dict, key: str) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+# fidelity: field table and second-path checks
+# Create members whose feature this endpoint does not provide: refused naming the member, never accepted and ignored.
+UNPROVIDED = {"mcp": "an MCP gateway", "volumeMounts": "volumes", "iam": "workload identity"}
+
+
+def _refuse_unprovided(body: dict) -> None:
+    for member, feature in UNPROVIDED.items():
+        if body.get(member) not in (None, {}, []):
+            raise ApiError(501, f"this endpoint does not provide {feature} ('{member}')", "not_implemented")
+
+
 def _refuse_unenforced(rules: EgressRules) -> None:
     """Rules this endpoint cannot enforce are refused (501), never accepted and ignored."""
     missing = rules.unenforced()
@@ -210,6 +221,7 @@ class Api:
         except NetworkError as exc:
             raise ApiError(400, str(exc)) from exc
         _refuse_unenforced(egress)
+        _refuse_unprovided(body)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:

@@ -171,14 +171,15 @@ REPORTED_CASES: dict[str, tuple[str, ...]] = {
 }
 # The new cases of the field table, as the older quirks and mutations also break them (measured).
 FIELD_ALSO: dict[str, tuple[str, ...]] = {
-    "cwd_override=/workspace": both("options_end_with_call"),
+    "cwd_override=/workspace": both("options_end_with_call", "process_info"),
     "refuse_stdin": both("process_selectors"),
     "refuse_pty": both("pty_bytes", "process_selectors"),
     "metrics_404": both("reported_resources"),
     "mutations=metrics_empty": both("reported_resources"),
     "mutations=get_drops_metadata": both("reported_resources"),
-    "mutations=start_ignores_envs": both("options_end_with_call"),
-    "mutations=start_ignores_cwd": both("options_end_with_call"),
+    "mutations=start_ignores_envs": both("options_end_with_call", "process_info"),
+    "mutations=start_ignores_cwd": both("options_end_with_call", "process_info"),
+    "mutations=process_list_empty": both("process_info"),
     "mutations=start_ignores_user": both("options_end_with_call"),
     "mutations=exit_code_zeroed": both("pty_bytes"),
     "mutations=pty_resize_ignored": both("process_selectors"),

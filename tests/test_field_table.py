@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from bench.coverage import load_operations
+from bench.expectations import Expectations
 from bench.runners.manifest import MANIFEST_PATH, load_manifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -247,6 +248,21 @@ def test_every_refused_field_has_a_refusal_case_that_names_it() -> None:
         assert refusal["code"] and refusal["message"], where
         names = entry["field"].split(":", 1)[1].replace("[]", "").split(".")
         assert any(f"'{name}'" in refusal["message"] for name in names), where
+
+
+def test_the_embedded_endpoint_declares_each_refusal_as_the_table_says() -> None:
+    # A declared refusal that starts passing fails the gate: a refused field the endpoint accepts is caught there.
+    local = Expectations.load(REPO / "expectations" / "local.toml")
+    differing = []
+    for entry in (e for e in table() if e["status"] == "refused"):
+        refusal = entry["refusal"]
+        suite, case = refusal["case"].split("/")
+        declared = local.for_case(f"{suite}/any-runner/{case}")  # declarations name every runner
+        wanted = ("refused", refusal["status"], refusal["code"], refusal["message"])
+        if (declared.outcome, declared.status, declared.code, declared.message) != wanted:
+            differing.append((entry["field"], declared))
+
+    assert differing == []
 
 
 def test_every_field_not_applicable_says_why() -> None:

@@ -37,7 +37,7 @@ from bench.results import read_run
 REPO = Path(__file__).resolve().parents[1]
 B3OS = Expectations.load(REPO / "expectations" / "b3os-beta.toml")
 QUIRK_CASES = {quirk: set(cases) for quirk, cases in DETECTED_BY.items()}
-BEHAVIOURS = 55  # steps of the [behaviours.python] table, each run under the sync and the async client
+BEHAVIOURS = 56  # steps of the [behaviours.python] table, each run under the sync and the async client
 COMPUTER = 9  # steps of the [computer.ts] table, (a)-(i) of the agent computer contract
 
 

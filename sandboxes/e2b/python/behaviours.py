@@ -1202,6 +1202,29 @@ async def file_info_current(fl: Flavour, obs: Observed) -> None:
     )
 
 
+# Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
+PROC_VIEW = (
+    "tr '\\0' '\\n' < /proc/{pid}/cmdline; echo --; readlink /proc/{pid}/cwd; "
+    "tr '\\0' '\\n' < /proc/{pid}/environ | grep ^BH_PROC="
+)
+
+
+@behaviour("process_info")
+async def process_info(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("sleep 47; true", background=True, envs={"BH_PROC": fl.name}, cwd="/tmp"))
+    try:
+        listed = [p for p in await got(sbx.commands.list()) if p.pid == handle.pid]
+        expect(len(listed) == 1, f"pid {handle.pid} is not listed once by commands.list()")
+        command, _, rest = (await fl.sh(sbx, PROC_VIEW.format(pid=handle.pid))).partition("--\n")
+        cwd, env = rest.split()
+        same(obs, "command_line", [listed[0].cmd, *listed[0].args], command.splitlines())
+        same(obs, "cwd", [listed[0].cwd, cwd], ["/tmp", "/tmp"])
+        same(obs, "env", [listed[0].envs.get("BH_PROC"), env], [fl.name, f"BH_PROC={fl.name}"])
+    finally:
+        await got(sbx.commands.kill(handle.pid))
+
+
 @behaviour("options_end_with_call")
 async def options_end_with_call(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.new()  # its own: an option that outlives its call would change later cases' commands

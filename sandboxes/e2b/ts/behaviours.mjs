@@ -783,6 +783,25 @@ behaviour('file_info_current', async (b, obs) => {
   same(obs, 'list_is_stat_now', seen(listed[0]), wanted)
 })
 
+// Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
+const PROC_VIEW = (pid) => `tr '\\0' '\\n' < /proc/${pid}/cmdline; echo --; readlink /proc/${pid}/cwd; tr '\\0' '\\n' < /proc/${pid}/environ | grep ^BH_PROC=`
+
+behaviour('process_info', async (b, obs) => {
+  const sbx = await b.shared()
+  const handle = await sbx.commands.run('sleep 47; true', { background: true, envs: { BH_PROC: 'js' }, cwd: '/tmp' })
+  try {
+    const listed = (await sbx.commands.list()).filter((p) => p.pid === handle.pid)
+    expect(listed.length === 1, `pid ${handle.pid} is not listed once by commands.list()`)
+    const [command, rest] = (await b.sh(sbx, PROC_VIEW(handle.pid))).split('--\n')
+    const [cwd, env] = rest.split(/\s+/).filter(Boolean)
+    same(obs, 'command_line', [listed[0].cmd, ...listed[0].args], command.split('\n').filter(Boolean))
+    same(obs, 'cwd', [listed[0].cwd, cwd], ['/tmp', '/tmp'])
+    same(obs, 'env', [listed[0].envs?.BH_PROC, env], ['js', 'BH_PROC=js'])
+  } finally {
+    await sbx.commands.kill(handle.pid)
+  }
+})
+
 behaviour('options_end_with_call', async (b, obs) => {
   const sbx = await b.fresh() // its own: an option that outlives its call would change later cases' commands
   const given = await sbx.commands.run('pwd; whoami; printf %s "$BH_ONCE"', { envs: { BH_ONCE: '1' }, cwd: '/tmp', user: 'root' })

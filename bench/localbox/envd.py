@@ -122,7 +122,7 @@ class ProcessService(EnvdBase, Process):
             )
         except AgentError as exc:
             raise connect_error(exc) from exc
-        sandbox.last_cwd = config.cwd or sandbox.last_cwd
+        sandbox.last_cwd = config.cwd or None
         queue = record.subscribe()
         deadline_ms = ctx.timeout_ms
         if deadline_ms is not None:

@@ -60,7 +60,7 @@ class Quirks:
     # What an endpoint reports, or how far an option reaches, differing from what is: each breaks one.
     wrong_cpu_count: bool = False  # GET and list report one vCPU more than the sandbox has
     stale_file_info: bool = False  # Stat answers a path's first answer again, whatever changed since
-    sticky_cwd: bool = False  # a command without cwd runs in the cwd the sandbox's previous command was given
+    sticky_cwd: bool = False  # a command without cwd runs in the cwd the sandbox's previous command was given, if any
     pty_strips_cr: bool = False  # a pty's output loses the CR of the terminal's CRLF line endings
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)

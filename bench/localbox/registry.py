@@ -76,7 +76,7 @@ class Sandbox:
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
-    last_cwd: str | None = None  # the cwd the last command was given (the `sticky_cwd` quirk reads it)
+    last_cwd: str | None = None  # the cwd the previous command was given, if any (the `sticky_cwd` quirk reads it)
     stat_answers: dict[str, Any] = field(default_factory=dict)  # path -> first Stat answer (`stale_file_info`)
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)

@@ -296,13 +296,15 @@ def kill_grandchildren(ctx: Context, obs: Observed) -> None:
     from e2b import CommandExitException
 
     sbx = sandbox(ctx)
-    handle = sbx.commands.run("sleep 300 >/dev/null 2>&1 & echo $! > /tmp/grandchild; wait", background=True)
-    time.sleep(0.3)
+    pidfile = f"/tmp/grandchild-{time.time_ns()}"
+    handle = sbx.commands.run(f"sleep 300 >/dev/null 2>&1 & echo $! > {pidfile}; wait", background=True)
+    # The grandchild runs once its pid is written (a fixed wait lost that race on a busy host).
+    sbx.commands.run(f"timeout 30 sh -c 'until [ -s {pidfile} ]; do sleep 0.05; done'")
     sbx.commands.kill(handle.pid)
     with contextlib.suppress(CommandExitException):
         handle.wait()
-    alive = sbx.commands.run("kill -0 $(cat /tmp/grandchild) 2>/dev/null && echo alive || echo gone").stdout.strip()
-    sbx.commands.run("kill -9 $(cat /tmp/grandchild) 2>/dev/null; true")
+    alive = sbx.commands.run(f"kill -0 $(cat {pidfile}) 2>/dev/null && echo alive || echo gone").stdout.strip()
+    sbx.commands.run(f"kill -9 $(cat {pidfile}) 2>/dev/null; true")
     # envd signals the command's own process only: its children are left running.
     observe(obs, alive, "alive")
 

@@ -138,9 +138,15 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
 # Behaviours a refused create/pause/connect option also breaks.
 OPTION_BEHAVIOURS: dict[str, tuple[str, ...]] = {
     "pauseWithoutMemory": both("pause_filesystem"),
-    # allowPublicTraffic and maskRequestHost are network members too
-    "network": ("refusals/rf16_create_private_traffic", *both("mask_request_host")),
+    "network": (
+        "refusals/rf16_create_private_traffic",  # allowPublicTraffic is a network member too
+        *both("mask_request_host"),  # and maskRequestHost
+        # fidelity: field table and second-path checks
+        "refusals/rf17_create_network_transform_rules",  # refused as an unsupported member, not as unenforceable
+        "refusals/rf18_create_egress_proxy",
+    ),
     "autoResume": both("auto_resume_wakes_on_traffic"),
+    "onTimeoutFilesystem": both("rest_options"),
 }
 # Each fidelity quirk brings back one behaviour the embedded endpoint used to have and E2B does not.
 FIDELITY_CASES: dict[str, tuple[str, ...]] = {
@@ -153,13 +159,41 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "signed_url_generic_error": both("signed_url_refusals"),
     "metrics_ignore_window": both("metrics_window"),
     "ignore_traffic_token": ("refusals/rf16_create_private_traffic",),
-    "pause_keeps_memory": both("pause_filesystem"),
     "files_write_as_user": both("file_metadata_replaced"),
     "unknown_route_404": both("rest_statuses"),
     # fidelity: wake on traffic, host masking, watch events
     "ignore_auto_resume": both("auto_resume_wakes_on_traffic"),
     "ignore_mask_host": both("mask_request_host"),
     "extra_write_event": both("watch_events_match_envd"),
+    # fidelity: field table and second-path checks
+    "pause_keeps_memory": both("pause_filesystem", "rest_options"),
+}
+# What an endpoint reports, or how far an option reaches, compared with what is: each quirk breaks one.
+REPORTED_CASES: dict[str, tuple[str, ...]] = {
+    "wrong_cpu_count": both("reported_resources"),
+    "stale_file_info": both("file_info_current"),
+    "sticky_cwd": both("run_envs_cwd_user", "options_end_with_call"),
+    "pty_strips_cr": both("pty_bytes"),
+}
+# The new cases of the field table, as the older quirks and mutations also break them (measured).
+FIELD_ALSO: dict[str, tuple[str, ...]] = {
+    "cwd_override=/workspace": both("options_end_with_call", "process_info"),
+    "refuse_stdin": both("process_selectors"),
+    "refuse_pty": both("pty_bytes", "process_selectors"),
+    "metrics_404": both("reported_resources"),
+    "mutations=metrics_empty": both("reported_resources"),
+    "mutations=get_drops_metadata": both("reported_resources"),
+    "mutations=start_ignores_envs": both("options_end_with_call", "process_info"),
+    "mutations=start_ignores_cwd": both("options_end_with_call", "process_info"),
+    "mutations=process_list_empty": both("process_info"),
+    "mutations=start_ignores_user": both("options_end_with_call"),
+    "mutations=exit_code_zeroed": both("pty_bytes"),
+    "mutations=pty_resize_ignored": both("process_selectors"),
+    "mutations=stat_mtime_epoch": both("file_info_current"),
+    "mutations=list_ignores_metadata": both("rest_options"),
+    "mutations=get_state_always_running": both("rest_options"),
+    "mutations=create_ignores_timeout": both("rest_options"),
+    "mutations=pause_ignored": both("rest_options"),
 }
 # What the agent computer contract needs from an endpoint (the `computer` suite), each quirk breaking one thing.
 COMPUTER_CASES: dict[str, tuple[str, ...]] = {
@@ -192,7 +226,10 @@ DETECTED_BY: dict[str, tuple[str, ...]] = {
     **{f"mutations={name}": cases for name, cases in MUTATION_CASES.items()},
     **FIDELITY_CASES,
     **COMPUTER_CASES,
+    **REPORTED_CASES,
 }  # fmt: skip
+for _quirk, _also in FIELD_ALSO.items():
+    DETECTED_BY[_quirk] = (*DETECTED_BY[_quirk], *_also)
 # Deviations of other areas the computer suite notices too (measured: the suite alone under each quirk).
 COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
     "mutations=get_drops_metadata": (

@@ -71,9 +71,9 @@ def test_each_python_behaviour_runs_under_both_clients_and_in_npm() -> None:
 
     assert len(python) == len(sync) + len(asynchronous)
     assert sync == asynchronous
-    # The npm SDK has no commands.stream_input, and the REST statuses are the same whatever the language:
-    # every other behaviour is checked in both languages.
-    assert sync - npm == {"stream_input", "rest_statuses"}
+    # The npm SDK has no commands.stream_input, and the REST statuses and options and envd's raw selectors are the
+    # same whatever the language: every other behaviour is checked in both languages.
+    assert sync - npm == {"stream_input", "rest_statuses", "rest_options", "process_selectors"}
     assert npm <= sync
 
 

@@ -60,6 +60,22 @@ def test_the_servers_state_directory_is_not_visible(sandbox: Sandbox, endpoint: 
     assert result.stdout == "0\n"
 
 
+def test_a_sandbox_reads_its_own_cgroup_limits_read_only_and_no_others_cgroups(sandbox: Sandbox) -> None:
+    # fidelity: field table and second-path checks (what get_info reports is what the sandbox can read)
+    script = (
+        "cat /proc/self/cgroup | cut -d: -f3 | sort -u; "
+        "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null; "
+        "ls /sys/fs/cgroup /sys/fs/cgroup/memory 2>/dev/null | grep -c -- '-' || true; "
+        "(echo 1 > /sys/fs/cgroup/cpu.max || echo 1 > /sys/fs/cgroup/cpu/cpu.cfs_quota_us) 2>&1 | grep -c 'Read-only'"
+    )
+
+    lines = sandbox.commands.run(script, user="root").stdout.split()
+
+    # Its cgroups are the root of its view; the limit is the 512 MiB get_info reports; no other sandbox's cgroup
+    # (named like the server's, with dashes) is listed; writing a limit is refused by the read-only mount.
+    assert lines == ["/", str(512 << 20), "0", "1"]
+
+
 def test_two_sandboxes_see_neither_files_nor_processes_of_each_other(endpoint: LocalEndpoint) -> None:
     first, second = Sandbox.create(timeout=60), Sandbox.create(timeout=60)
     try:

@@ -37,7 +37,7 @@ from bench.results import read_run
 REPO = Path(__file__).resolve().parents[1]
 B3OS = Expectations.load(REPO / "expectations" / "b3os-beta.toml")
 QUIRK_CASES = {quirk: set(cases) for quirk, cases in DETECTED_BY.items()}
-BEHAVIOURS = 52  # steps of the [behaviours.python] table, each run under the sync and the async client
+BEHAVIOURS = 59  # steps of the [behaviours.python] table, each run under the sync and the async client
 COMPUTER = 9  # steps of the [computer.ts] table, (a)-(i) of the agent computer contract
 
 
@@ -63,7 +63,7 @@ def test_the_faithful_profile_flags_nothing(tmp_path: Path) -> None:
 
     assert flagged(baseline) == []
     # probes, refusals, the Python behaviours under both clients, the computer suite (Node), the leak check
-    assert len(read_run(baseline).cases) == 17 + 16 + 2 * BEHAVIOURS + COMPUTER + 1
+    assert len(read_run(baseline).cases) == 17 + 20 + 2 * BEHAVIOURS + COMPUTER + 1
 
 
 @pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))

@@ -126,6 +126,7 @@ def setup_root(lower_fds: list[int]) -> None:
     # userxattr: overlayfs keeps its own attributes in user.* xattrs, the only ones a user namespace may set.
     mount("overlay", "merged", "overlay", 0, f"lowerdir={':'.join(layers)},upperdir=upper,workdir=work,userxattr")
     mount("proc", "merged/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount_own_cgroup("merged/sys/fs/cgroup")
     dev = "merged/dev"
     mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=64k")
     for name in ("null", "zero", "full", "random", "urandom", "tty"):
@@ -150,6 +151,32 @@ def setup_root(lower_fds: list[int]) -> None:
     _check(libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
     _check(libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
+
+
+def mount_own_cgroup(target: str) -> None:
+    """The sandbox's own cgroups (the root of its cgroup namespace), read-only, where a VM's guest sees its own
+    CPU and memory: the unified hierarchy on a cgroup v2 host, the cpu and memory hierarchies on a v1 host."""
+    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+    wanted: list[tuple[str, str, str | None]]
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        wanted = [("cgroup2", target, None)]
+    else:
+        with open("/proc/self/mounts") as mounts:
+            found = [line.split() for line in mounts]
+        hierarchies = [
+            (point, [o for o in options.split(",") if o in ("cpu", "cpuacct", "memory")])
+            for _, point, kind, options, *_ in found
+            if kind == "cgroup" and point.startswith("/sys/fs/cgroup/")
+        ]
+        wanted = [
+            ("cgroup", f"{target}/{os.path.basename(point)}", ",".join(controllers))
+            for point, controllers in hierarchies
+            if {"cpu", "memory"} & set(controllers)
+        ]
+    for kind, path, controller in wanted:
+        os.makedirs(path, exist_ok=True)
+        with contextlib.suppress(OSError):  # a kernel that refuses it leaves the sandbox as it was
+            mount(kind, path, kind, flags, controller)
 
 
 def random_uuid() -> str:
@@ -946,6 +973,7 @@ def run_agent(config: dict, sock: socket.socket, lower_fds: list[int]) -> None:
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x4000000, 0x8000000
 CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x20000000, 0x40000000, 0x10000000
+CLONE_NEWCGROUP = 0x02000000
 PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
 libc.unshare.argtypes = [ctypes.c_int]
 
@@ -1011,7 +1039,9 @@ def start_sandbox(config: dict, control_fd: int) -> None:
                 f.write("0")
         os.chdir(config["box"])
         lower_fds = enter_user_namespace(config)
-        _check(libc.unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET), "unshare")
+        # A cgroup namespace of its own, entered once it is in its cgroups: those are the root of its view.
+        namespaces = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP
+        _check(libc.unshare(namespaces), "unshare")
     except Exception as exc:
         with contextlib.suppress(OSError):
             sock.send(json.dumps({"op": "failed", "error": str(exc)}).encode())

@@ -104,6 +104,17 @@ def _string_map(body: dict, key: str) -> dict[str, str]:
     return {str(k): v for k, v in value.items()}
 
 
+# fidelity: field table and second-path checks
+# Create members whose feature this endpoint does not provide: refused naming the member, never accepted and ignored.
+UNPROVIDED = {"mcp": "an MCP gateway", "volumeMounts": "volumes", "iam": "workload identity"}
+
+
+def _refuse_unprovided(body: dict) -> None:
+    for member, feature in UNPROVIDED.items():
+        if body.get(member) not in (None, {}, []):
+            raise ApiError(501, f"this endpoint does not provide {feature} ('{member}')", "not_implemented")
+
+
 def _refuse_unenforced(rules: EgressRules) -> None:
     """Rules this endpoint cannot enforce are refused (501), never accepted and ignored."""
     missing = rules.unenforced()
@@ -169,7 +180,7 @@ class Api:
             **sandbox.summary(),
             "startedAt": utc(sandbox.started_at),
             "endAt": utc(sandbox.end_at),
-            "cpuCount": CPU_COUNT,
+            "cpuCount": self.registry.quirks.cpu_count(CPU_COUNT),
             "memoryMB": MEMORY_MB,
             "diskSizeMB": self.registry.config.disk_size_mb,
             "metadata": sandbox.metadata,
@@ -209,6 +220,7 @@ class Api:
         except NetworkError as exc:
             raise ApiError(400, str(exc)) from exc
         _refuse_unenforced(egress)
+        _refuse_unprovided(body)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:
@@ -345,7 +357,11 @@ class Api:
         body = await json_body(request)
         if sandbox.state != "paused":
             raise ApiError(409, f"sandbox {sandbox.id} is already running")
-        await self.registry.resume(sandbox, _int(body, "timeout", DEFAULT_TIMEOUT_V1))
+        if body.get("autoPause") is not None:  # the lifecycle this resume asks for, as a create's autoPause
+            sandbox.auto_pause = bool(body["autoPause"])
+        await self.registry.resume(
+            sandbox, _int(body, "timeout", DEFAULT_TIMEOUT_V1), reboot=body.get("memory") is False
+        )
         return self._created(sandbox, sandbox.mint_token(), 201)
 
     async def connect(self, request: Request) -> Response:

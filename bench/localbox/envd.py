@@ -114,7 +114,7 @@ class ProcessService(EnvdBase, Process):
                 cmd=config.cmd,
                 args=list(config.args),
                 envs={**sandbox.env_vars, **dict(config.envs)},
-                cwd=sandbox.quirks.command_cwd(config.cwd),
+                cwd=sandbox.quirks.command_cwd(config.cwd, sandbox.last_cwd),
                 user=user,
                 tag=request.tag or None,
                 stdin=bool(request.stdin),
@@ -122,6 +122,7 @@ class ProcessService(EnvdBase, Process):
             )
         except AgentError as exc:
             raise connect_error(exc) from exc
+        sandbox.last_cwd = config.cwd or None
         queue = record.subscribe()
         deadline_ms = ctx.timeout_ms
         if deadline_ms is not None:
@@ -168,6 +169,7 @@ class ProcessService(EnvdBase, Process):
                     continue
                 if event[0] == "data":
                     _, kind, data = event
+                    data = sandbox.quirks.pty_output(data) if kind == "pty" else data
                     output = pb.ProcessEvent.DataEvent(output=Oneof(kind, data))
                     data_event: Oneof[Literal["data"], pb.ProcessEvent.DataEvent] = Oneof("data", output)
                     yield pb.ProcessEvent(event=data_event)
@@ -289,6 +291,8 @@ class FilesystemService(EnvdBase, Filesystem):
         sandbox = self.sandbox(ctx)
         path, user = await self.path(sandbox, ctx, request.path)
         info = await self._fs(sandbox, "stat", path=path, user=user)
+        if sandbox.quirks.stale_file_info:
+            info = sandbox.stat_answers.setdefault(path, info)
         return fs_pb.StatResponse(entry=entry(sandbox, info))
 
     async def make_dir(self, request: fs_pb.MakeDirRequest, ctx: RequestContext) -> fs_pb.MakeDirResponse:

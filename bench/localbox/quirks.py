@@ -60,6 +60,12 @@ class Quirks:
     kill_unconfirmed: bool = False  # a killed sandbox is still reported running by GET for KILL_UNCONFIRMED_S
     drop_mutation_answer: bool = False  # a rename (Filesystem/Move) is applied and its answer lost (unavailable)
     no_useradd: bool = False  # the template as the sandbox sees it has no useradd
+    # fidelity: field table and second-path checks
+    # What an endpoint reports, or how far an option reaches, differing from what is: each breaks one.
+    wrong_cpu_count: bool = False  # GET and list report one vCPU more than the sandbox has
+    stale_file_info: bool = False  # Stat answers a path's first answer again, whatever changed since
+    sticky_cwd: bool = False  # a command without cwd runs in the cwd the sandbox's previous command was given, if any
+    pty_strips_cr: bool = False  # a pty's output loses the CR of the terminal's CRLF line endings
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.
@@ -84,8 +90,15 @@ class Quirks:
                 return found
         return None
 
-    def command_cwd(self, cwd: str | None) -> str | None:
-        return cwd or None
+    def command_cwd(self, cwd: str | None, previous: str | None = None) -> str | None:
+        """The cwd a command runs in: its own, else (`sticky_cwd`) the one the previous command was given."""
+        return cwd or (previous if self.sticky_cwd else None)
+
+    def cpu_count(self, real: int) -> int:
+        return real + 1 if self.wrong_cpu_count else real
+
+    def pty_output(self, data: bytes) -> bytes:
+        return data.replace(b"\r\n", b"\n") if self.pty_strips_cr else data
 
     def login_profile(self) -> tuple[str, ...]:
         lines = (f"cd {self.cwd_override}",) if self.cwd_override else ()

@@ -77,6 +77,8 @@ class Sandbox:
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again
+    last_cwd: str | None = None  # the cwd the previous command was given, if any (the `sticky_cwd` quirk reads it)
+    stat_answers: dict[str, Any] = field(default_factory=dict)  # path -> first Stat answer (`stale_file_info`)
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
 

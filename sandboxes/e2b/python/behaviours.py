@@ -1296,6 +1296,450 @@ async def watch_events_match_envd(fl: Flavour, obs: Observed) -> None:
     expect(bool(seen) and seen[-1] == ("REMOVE", "."), "removing the watched directory did not end with REMOVE '.'")
     expect({kind for kind, _ in seen} == {"REMOVE"}, f"removing the watched directory gave {seen}")
     await got(handle.stop())
+# --- fidelity: field table and second-path checks ------------------------------------------------
+# What an SDK call reports, compared with what the sandbox itself shows; options that end with their call;
+# bytes envd defines; and the REST and envd options no SDK call takes, each by its effect.
+
+# Inside the sandbox: its CPU count (the cgroup's cpu.max quota over its period where one is set, else the
+# CPUs it may run on) and its memory in MiB (the cgroup's memory.max where set, else MemTotal).
+SANDBOX_RESOURCES = """python3 - <<'EOF'
+import math, os
+def read(path):
+    try:
+        return open(path).read().split()
+    except OSError:
+        return []
+v1 = "/sys/fs/cgroup/cpu/cpu.cfs_"
+quota = read("/sys/fs/cgroup/cpu.max") or read(v1 + "quota_us") + read(v1 + "period_us")
+limited = len(quota) == 2 and quota[0].isdigit() and int(quota[0]) > 0
+cpus = math.ceil(int(quota[0]) / int(quota[1])) if limited else len(os.sched_getaffinity(0))
+limit = (read("/sys/fs/cgroup/memory.max") or read("/sys/fs/cgroup/memory/memory.limit_in_bytes") or ["max"])[0]
+meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+total = int(meminfo["MemTotal"].split()[0]) * 1024
+capped = limit.isdigit() and int(limit) < total
+print(cpus, (int(limit) if capped else total) >> 20, "cgroup" if capped else "meminfo")
+EOF"""
+
+
+def memory_agrees(reported_mb: int, seen_mb: int, source: str) -> bool:
+    """A cgroup limit is exact; a VM's MemTotal is what is left after the kernel's own share (at most 15%)."""
+    return seen_mb == reported_mb if source == "cgroup" else 0.85 * reported_mb <= seen_mb <= reported_mb
+
+
+@behaviour("reported_resources")
+async def reported_resources(fl: Flavour, obs: Observed) -> None:
+    from e2b import SandboxQuery
+
+    mark = f"{fl.ctx.run_id}-{fl.name}-resources"
+    sbx = await fl.new(metadata={"bh-resources": mark})
+    cpus, memory_mb, source = (await fl.sh(sbx, SANDBOX_RESOURCES)).split()
+    obs["inside"] = {"cpus": int(cpus), "memory_mb": int(memory_mb), "source": source}
+    info = await got(sbx.get_info())
+    same(obs, "get_info_cpu_count_is_the_sandboxs", info.cpu_count, int(cpus))
+    expect(
+        memory_agrees(info.memory_mb, int(memory_mb), source),
+        f"get_info memoryMB {info.memory_mb}, the sandbox has {memory_mb} MiB ({source})",
+    )
+    listed = [s for s in await got(fl.Sandbox.list(query=SandboxQuery(metadata={"bh-resources": mark})).next_items())]
+    same(obs, "listed_once", [s.sandbox_id for s in listed], [sbx.sandbox_id])
+    fields = ("template_id", "cpu_count", "memory_mb", "metadata", "started_at", "end_at")
+    same(
+        obs,
+        "list_entry_equals_get_info",
+        {f: str(getattr(listed[0], f, None)) for f in fields},
+        {f: str(getattr(info, f, None)) for f in fields},
+    )
+    samples = await got(sbx.get_metrics())
+    expect(len(samples) >= 1, "get_metrics() returned no sample")
+    same(obs, "metrics_cpu_count_is_the_sandboxs", samples[-1].cpu_count, int(cpus))
+    expect(
+        memory_agrees(samples[-1].mem_total >> 20, int(memory_mb), source),
+        f"metrics mem_total {samples[-1].mem_total} bytes, the sandbox has {memory_mb} MiB ({source})",
+    )
+
+
+@behaviour("file_info_current")
+async def file_info_current(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    base = fl.dir("current")
+    path = f"{base}/grows"
+    await fl.sh(sbx, f"mkdir -p {base} && printf 1 > {path} && touch -d @1000000000 {path}")
+    await got(sbx.files.get_info(path))  # an answer an endpoint could keep
+    await fl.sh(sbx, f"printf 23456789 >> {path} && chmod 600 {path} && touch -d @1500000000 {path}")
+    stat = (await fl.sh(sbx, f"stat -c '%s %a %A %Y' {path}")).split()
+    wanted = [int(stat[0]), oct(int(stat[1], 8)), stat[2], int(stat[3])]
+    entry = await got(sbx.files.get_info(path))
+    same(
+        obs,
+        "get_info_is_stat_now",
+        [entry.size, oct(entry.mode), entry.permissions, int(entry.modified_time.timestamp())],
+        wanted,
+    )
+    listed = [e for e in await got(sbx.files.list(base)) if e.name == "grows"]
+    expect(len(listed) == 1, f"files.list({base}) does not list the file once: {listed!r}")
+    same(
+        obs,
+        "list_is_stat_now",
+        [listed[0].size, oct(listed[0].mode), listed[0].permissions, int(listed[0].modified_time.timestamp())],
+        wanted,
+    )
+
+
+# Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
+PROC_VIEW = (
+    "tr '\\0' '\\n' < /proc/{pid}/cmdline; echo --; readlink /proc/{pid}/cwd; "
+    "tr '\\0' '\\n' < /proc/{pid}/environ | grep ^BH_PROC="
+)
+
+
+@behaviour("process_info")
+async def process_info(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.shared()
+    handle = await got(sbx.commands.run("sleep 47; true", background=True, envs={"BH_PROC": fl.name}, cwd="/tmp"))
+    try:
+        listed = [p for p in await got(sbx.commands.list()) if p.pid == handle.pid]
+        expect(len(listed) == 1, f"pid {handle.pid} is not listed once by commands.list()")
+        command, _, rest = (await fl.sh(sbx, PROC_VIEW.format(pid=handle.pid))).partition("--\n")
+        cwd, env = rest.split()
+        same(obs, "command_line", [listed[0].cmd, *listed[0].args], command.splitlines())
+        same(obs, "cwd", [listed[0].cwd, cwd], ["/tmp", "/tmp"])
+        same(obs, "env", [listed[0].envs.get("BH_PROC"), env], [fl.name, f"BH_PROC={fl.name}"])
+    finally:
+        await got(sbx.commands.kill(handle.pid))
+
+
+@behaviour("options_end_with_call")
+async def options_end_with_call(fl: Flavour, obs: Observed) -> None:
+    sbx = await fl.new()  # its own: an option that outlives its call would change later cases' commands
+    given = await got(
+        sbx.commands.run('pwd; whoami; printf %s "$BH_ONCE"', envs={"BH_ONCE": "1"}, cwd="/tmp", user="root")
+    )
+    same(obs, "given", given.stdout, "/tmp\nroot\n1")
+    same(obs, "next_call", await fl.sh(sbx, 'pwd; whoami; printf %s "${BH_ONCE-unset}"'), f"{USER_HOME}\nuser\nunset")
+    await raises(obs, "short_timeout", lambda: sbx.commands.run("sleep 21.6", timeout=1), *DEADLINE_ENDS)
+    same(obs, "next_call_outlives_one_second", await fl.sh(sbx, "sleep 2.5; echo done"), "done\n")
+
+
+@behaviour("pty_bytes")
+async def pty_bytes(fl: Flavour, obs: Observed) -> None:
+    """A pty's output is the terminal's: the typed line echoed, every line ending CR LF (onlcr)."""
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    output = bytearray()
+    if fl.name == "sync":
+        terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    else:
+        terminal = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
+    typed = b"printf 'bh-one\\nbh-two\\n'; exit 3"
+    await got(sbx.pty.send_stdin(terminal.pid, typed + b"\n"))
+    try:
+        if fl.name == "sync":
+            await got(terminal.wait(on_pty=output.extend))
+        else:
+            await terminal.wait()
+    except Exception as exc:
+        obs["exit_code"] = getattr(exc, "exit_code", None)
+    data = bytes(output)
+    obs["output"] = excerpt(data.decode(errors="replace"))
+    expect(typed in data, "the typed line is not echoed by the pty")
+    expect(b"bh-one\r\nbh-two\r\n" in data, "the command's lines do not end CR LF as a terminal sends them")
+    bare = data.replace(b"\r\n", b"").count(b"\n")
+    same(obs, "line_feeds_without_cr", bare, 0)
+    same(obs, "exit_code", obs.get("exit_code"), 3)
+
+
+def slowness(fl: Flavour) -> float:
+    """How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s)."""
+    return max(1.0, fl.ctx.sandbox_timeout_s / 120)
+
+
+def envd_headers(made: dict[str, Any], content_type: str, user: str = "user") -> dict[str, str]:
+    import base64
+
+    return {
+        "E2b-Sandbox-Id": made["sandboxID"],
+        "X-Access-Token": made.get("envdAccessToken") or "",
+        "Connect-Protocol-Version": "1",
+        "Content-Type": content_type,
+        "Authorization": "Basic " + base64.b64encode(f"{user}:".encode()).decode(),
+    }
+
+
+def envd_base(sandbox_id: str) -> str:
+    if os.environ.get("E2B_SANDBOX_URL"):
+        return os.environ["E2B_SANDBOX_URL"].rstrip("/")
+    return f"https://49983-{sandbox_id}.{os.environ.get('E2B_DOMAIN', 'e2b.app')}"
+
+
+def envelope(message: dict[str, Any]) -> bytes:
+    import json
+
+    payload = json.dumps(message).encode()
+    return b"\0" + len(payload).to_bytes(4, "big") + payload
+
+
+class RpcStream:
+    """A server stream of envd (Connect, JSON): its events as they come, decoded."""
+
+    def __init__(self, client: httpx.Client, made: dict[str, Any], rpc: str, message: dict[str, Any]) -> None:
+        self.context = client.stream(
+            "POST",
+            f"{envd_base(made['sandboxID'])}{rpc}",
+            content=envelope(message),
+            headers=envd_headers(made, "application/connect+json"),
+        )
+        self.response = self.context.__enter__()
+        self.chunks = self.response.iter_raw()
+        self.buffer = bytearray()
+        self.output = bytearray()
+        self.end: dict[str, Any] | None = None
+        self.error = ""  # the stream's error, as its trailer (or a refused request) says it
+
+    def next_event(self) -> dict[str, Any] | None:
+        import json
+
+        if self.response.status_code != 200:
+            self.error = f"HTTP {self.response.status_code}: {excerpt(self.response.read().decode(errors='replace'))}"
+            return None
+        while len(self.buffer) < 5 or len(self.buffer) < 5 + int.from_bytes(self.buffer[1:5], "big"):
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                return None
+            self.buffer += chunk
+        size = int.from_bytes(self.buffer[1:5], "big")
+        flags, payload = self.buffer[0], bytes(self.buffer[5 : 5 + size])
+        del self.buffer[: 5 + size]
+        if flags & 2:  # the stream's trailer
+            self.error = str((json.loads(payload or b"{}").get("error") or {}).get("message", ""))
+            return None
+        return json.loads(payload).get("event", {})
+
+    def until(self, found: Callable[[], bool], seconds: float) -> None:
+        """Read events (data gathered, the end kept) until `found()`, the stream's end or `seconds` (keep-alives
+        come between)."""
+        import base64
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if found():
+                return
+            event = self.next_event()
+            if event is None:
+                return
+            data = event.get("data") or {}
+            for kind in ("stdout", "pty"):
+                if kind in data:
+                    self.output += base64.b64decode(data[kind])
+            if "end" in event:
+                self.end = event["end"]
+
+    def close(self) -> None:
+        self.context.__exit__(None, None, None)
+
+
+@behaviour("process_selectors")
+async def process_selectors(fl: Flavour, obs: Observed) -> None:
+    """A process chosen by its tag (Connect, Update, SendInput, StreamInput, CloseStdin, SendSignal), as no SDK
+    call does: each reaches the tagged process, seen in its output, its pty size and how it ended."""
+    import base64
+
+    with rest() as api:
+        made = api.post(
+            "/sandboxes", json={"templateID": fl.ctx.template or "base", "timeout": 120, "metadata": fl.ctx.metadata}
+        ).json()
+    fl.ctx.created.append(made["sandboxID"])
+    pty_tag, cat_tag = f"bh-pty-{fl.name}", f"bh-cat-{fl.name}"
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    with httpx.Client(timeout=30) as client:
+
+        def unary(rpc: str, message: dict[str, Any]) -> int:
+            url = f"{envd_base(made['sandboxID'])}/process.Process/{rpc}"
+            return client.post(url, json=message, headers=envd_headers(made, "application/json")).status_code
+
+        script = "stty size; read line; echo got:$line; stty size; exec sleep 60"
+        started = {"process": {"cmd": "/bin/sh", "args": ["-c", script]}, "tag": pty_tag}
+        shell = RpcStream(
+            client, made, "/process.Process/Start", {**started, "pty": {"size": {"cols": 40, "rows": 10}}}
+        )
+        cat = RpcStream(
+            client, made, "/process.Process/Start", {"process": {"cmd": "/bin/cat"}, "stdin": True, "tag": cat_tag}
+        )
+        try:
+            pid, cat_pid = ((stream.next_event() or {}).get("start", {}).get("pid") for stream in (shell, cat))
+            errors = "; ".join(stream.error for stream in (shell, cat) if stream.error)
+            expect(isinstance(pid, int) and isinstance(cat_pid, int), f"Start did not begin with a pid: {errors}")
+            wait = 20 * slowness(fl)
+            shell.until(lambda: b"10 40" in shell.output, wait)
+            watcher = RpcStream(client, made, "/process.Process/Connect", {"process": {"tag": pty_tag}})
+            same(obs, "connect_by_tag_pid", (watcher.next_event() or {}).get("start", {}).get("pid"), pid)
+            same(
+                obs,
+                "update_by_tag",
+                unary("Update", {"process": {"tag": pty_tag}, "pty": {"size": {"cols": 77, "rows": 22}}}),
+                200,
+            )
+            same(
+                obs,
+                "send_input_by_tag",
+                unary("SendInput", {"process": {"tag": pty_tag}, "input": {"pty": b64("bh-line\n")}}),
+                200,
+            )
+            watcher.until(lambda: b"22 77" in watcher.output, wait)
+            text = watcher.output.decode(errors="replace")
+            obs["connected_output"] = excerpt(text)
+            expect("got:bh-line" in text and "22 77" in text, "the tagged pty did not get its input or its new size")
+            same(
+                obs,
+                "signal_by_tag",
+                unary("SendSignal", {"process": {"tag": pty_tag}, "signal": "SIGNAL_SIGTERM"}),
+                200,
+            )
+            shell.until(lambda: shell.end is not None, wait)
+            same(obs, "ended_by_sigterm", (shell.end or {}).get("status"), "signal: terminated")
+            watcher.close()
+
+            same(
+                obs,
+                "send_stdin_by_tag",
+                unary("SendInput", {"process": {"tag": cat_tag}, "input": {"stdin": b64("one\n")}}),
+                200,
+            )
+            streamed = client.post(
+                f"{envd_base(made['sandboxID'])}/process.Process/StreamInput",
+                content=envelope({"start": {"process": {"tag": cat_tag}}})
+                + envelope({"data": {"input": {"stdin": b64("two\n")}}}),
+                headers=envd_headers(made, "application/connect+json"),
+            )
+            same(obs, "stream_input_by_tag", streamed.status_code, 200)
+            cat.until(lambda: b"two" in cat.output, wait)
+            same(obs, "close_stdin_by_tag", unary("CloseStdin", {"process": {"tag": cat_tag}}), 200)
+            cat.until(lambda: cat.end is not None, wait)
+            same(obs, "cat_output", cat.output.decode(errors="replace"), "one\ntwo\n")
+            same(obs, "cat_saw_eof", [(cat.end or {}).get("exited"), (cat.end or {}).get("exitCode", 0)], [True, 0])
+        finally:
+            shell.close()
+            cat.close()
+
+
+@behaviour("rest_options")
+async def rest_options(fl: Flavour, obs: Observed) -> None:
+    """The REST options no SDK call takes, each by its effect: the v1 list's metadata filter; the v2 list's order,
+    startedAfter and template; refreshes' duration; fork's count and timeout; snapshots' name and the filters and
+    paging of GET /snapshots; connect's timeout; resume's timeout, memory and autoPause; create's autoPause and
+    autoPauseMemory (a timeout pauses, filesystem only)."""
+    group = f"{fl.ctx.run_id}-{fl.name}-options"
+    tag = {**fl.ctx.metadata, "bh-options": group}
+    with rest() as api:
+
+        def create(**body: Any) -> dict[str, Any]:
+            made = api.post(
+                "/sandboxes", json={"templateID": fl.ctx.template or "base", "timeout": 120, "metadata": tag, **body}
+            )
+            expect(made.status_code == 201, f"create answered {made.status_code}: {excerpt(made.text)}")
+            fl.ctx.created.append(made.json()["sandboxID"])
+            return made.json()
+
+        def detail(sid: str) -> dict[str, Any]:
+            return api.get(f"/sandboxes/{sid}").json()
+
+        def ahead(sid: str) -> float:
+            return parse_time(detail(sid)["endAt"]).timestamp() - time.time()
+
+        def listed(path: str, **params: Any) -> list[str]:
+            return [
+                s["sandboxID"]
+                for s in api.get(path, params={"metadata": urlencode({"bh-options": group}), **params}).json()
+            ]
+
+        first = create()
+        time.sleep(1.1)  # a second later: startedAfter falls between the two
+        second = create()
+        ids = [first["sandboxID"], second["sandboxID"]]
+        same(obs, "v1_list_by_metadata", sorted(listed("/sandboxes")), sorted(ids))
+        same(
+            obs,
+            "v1_list_other_metadata",
+            api.get("/sandboxes", params={"metadata": urlencode({"bh-options": group + "-none"})}).json(),
+            [],
+        )
+        same(obs, "order_asc", listed("/v2/sandboxes", order="asc"), ids)
+        same(obs, "order_desc", listed("/v2/sandboxes", order="desc"), ids[::-1])
+        middle = (
+            parse_time(detail(ids[0])["startedAt"]).timestamp() + parse_time(detail(ids[1])["startedAt"]).timestamp()
+        ) / 2
+        after = datetime.fromtimestamp(middle, UTC).isoformat().replace("+00:00", "Z")
+        same(obs, "started_after", listed("/v2/sandboxes", startedAfter=after), ids[1:])
+        same(obs, "template_own", sorted(listed("/v2/sandboxes", template=detail(ids[0])["templateID"])), sorted(ids))
+        same(obs, "template_other", listed("/v2/sandboxes", template="bh-no-such-template"), [])
+
+        same(obs, "refresh", api.post(f"/sandboxes/{ids[0]}/refreshes", json={"duration": 250}).status_code, 204)
+        obs["refresh_ahead_s"] = round(ahead(ids[0]), 1)
+        expect(abs(obs["refresh_ahead_s"] - 250) <= 5, f"refreshes(250) put endAt {obs['refresh_ahead_s']} s ahead")
+
+        forked = api.post(f"/sandboxes/{ids[0]}/fork", json={"count": 2, "timeout": 77})
+        forks = (
+            [f["sandbox"]["sandboxID"] for f in forked.json() if isinstance(f, dict) and "sandbox" in f]
+            if forked.status_code == 201
+            else []
+        )
+        fl.ctx.created.extend(forks)
+        same(obs, "fork_count", [forked.status_code, len(forks)], [201, 2])
+        lifetimes = [(parse_time(d["endAt"]) - parse_time(d["startedAt"])).total_seconds() for d in map(detail, forks)]
+        obs["fork_lifetimes_s"] = lifetimes
+        expect(all(abs(life - 77) <= 5 for life in lifetimes), f"forks of timeout 77 live {lifetimes} s")
+
+        names = [f"bh-{fl.name}-{fl.ctx.run_id[-8:]}-{n}" for n in (1, 2)]
+        snaps = [api.post(f"/sandboxes/{ids[0]}/snapshots", json={"name": name}) for name in names]
+        made_ids = [s.json().get("snapshotID") for s in snaps if s.status_code == 201]
+        same(obs, "snapshots_made", len(made_ids), 2)
+        try:
+            by_name = [s.get("snapshotID") for s in api.get("/snapshots", params={"name": names[0]}).json()]
+            same(obs, "snapshots_by_name", by_name, made_ids[:1])
+            same(obs, "snapshots_of_other_sandbox", api.get("/snapshots", params={"sandboxID": ids[1]}).json(), [])
+            page = api.get("/snapshots", params={"sandboxID": ids[0], "limit": 1})
+            rest_page = api.get(
+                "/snapshots",
+                params={"sandboxID": ids[0], "limit": 1, "nextToken": page.headers.get("x-next-token", "")},
+            )
+            paged = [s.get("snapshotID") for s in page.json() + rest_page.json()]
+            same(obs, "snapshots_paged", [len(page.json()), sorted(paged)], [1, sorted(made_ids)])
+        finally:
+            for snapshot_id in made_ids:
+                api.delete(f"/templates/{snapshot_id}")
+
+        # connect's timeout, on a paused sandbox
+        api.post(f"/sandboxes/{ids[1]}/pause", json={})
+        same(obs, "connect", api.post(f"/sandboxes/{ids[1]}/connect", json={"timeout": 150}).status_code, 201)
+        obs["connect_ahead_s"] = round(ahead(ids[1]), 1)
+        expect(
+            abs(obs["connect_ahead_s"] - 150) <= 5, f"connect(timeout 150) put endAt {obs['connect_ahead_s']} s ahead"
+        )
+
+        # resume's timeout, memory and autoPause; create's autoPause and autoPauseMemory: each ends paused, no process
+        sbx = await got(fl.Sandbox.connect(ids[0]))
+        await fl.sh(sbx, f"echo kept > {USER_HOME}/kept; {KEEP_RUNNING}")
+        api.post(f"/sandboxes/{ids[0]}/pause", json={})
+        resumed = api.post(f"/sandboxes/{ids[0]}/resume", json={"timeout": 170, "autoPause": True, "memory": False})
+        same(obs, "resume", resumed.status_code, 201)
+        obs["resume_ahead_s"] = round(ahead(ids[0]), 1)
+        expect(abs(obs["resume_ahead_s"] - 170) <= 5, f"resume(timeout 170) put endAt {obs['resume_ahead_s']} s ahead")
+        pausing = create(autoPause=True, autoPauseMemory=False)
+        again = await got(fl.Sandbox.connect(pausing["sandboxID"]))
+        await fl.sh(again, f"echo kept > {USER_HOME}/kept; {KEEP_RUNNING}")
+        for sid in (ids[0], pausing["sandboxID"]):  # now end them: what a timeout does is the lifecycle's
+            api.post(f"/sandboxes/{sid}/timeout", json={"timeout": 2})
+        deadline = time.time() + 60 * slowness(fl)
+        states: dict[str, Any] = {}
+        while time.time() < deadline:
+            states = {sid: api.get(f"/sandboxes/{sid}").json().get("state") for sid in (ids[0], pausing["sandboxID"])}
+            if all(state == "paused" for state in states.values()):
+                break
+            time.sleep(0.5)
+        same(obs, "paused_at_timeout", list(states.values()), ["paused", "paused"])
+        for sid in (ids[0], pausing["sandboxID"]):
+            back = await got(fl.Sandbox.connect(sid))
+            same(obs, f"after_{sid[-6:]}", (await fl.sh(back, BOOT_STATE)).split()[2:], ["0", "kept"])
 
 
 if __name__ == "__main__":

@@ -303,8 +303,8 @@ def kill_grandchildren(ctx: Context, obs: Observed) -> None:
     sbx.commands.kill(handle.pid)
     with contextlib.suppress(CommandExitException):
         handle.wait()
-    alive = sbx.commands.run("kill -0 $(cat /tmp/grandchild) 2>/dev/null && echo alive || echo gone").stdout.strip()
-    sbx.commands.run("kill -9 $(cat /tmp/grandchild) 2>/dev/null; true")
+    alive = sbx.commands.run(f"kill -0 $(cat {pidfile}) 2>/dev/null && echo alive || echo gone").stdout.strip()
+    sbx.commands.run(f"kill -9 $(cat {pidfile}) 2>/dev/null; true")
     # envd signals the command's own process only: its children are left running.
     observe(obs, alive, "alive")
 
@@ -339,12 +339,22 @@ def signal_dispositions(ctx: Context, obs: Observed) -> None:
 
 # --- refusal cases ------------------------------------------------------------------------------
 
+TRANSFORM_RULES = {"example.com": [{"transform": {"headers": {"X-E2b-Bench": "1"}}}]}
+EGRESS_PROXY = {"address": "127.0.0.1:3128", "username": "e2b-bench", "password": "e2b-bench-placeholder"}
 CREATE_OPTIONS = {
     "rf01_create_mcp": {"mcp": {"exa": {"apiKey": "e2b-bench-placeholder"}}},
     "rf03_create_volume_mounts": {"volumeMounts": [{"name": "e2b-bench-volume", "path": "/mnt/data"}]},
     "rf04_create_iam": {"iam": {"tokens": {"bench": {"audience": "e2b-bench", "tokenType": "jwt"}}}},
     "rf05_create_network_rules": {"network": {"allowOut": ["1.1.1.1"], "allowPublicTraffic": False}},
     "rf06_create_on_timeout_filesystem": {"autoPause": True, "autoPauseMemory": False},
+    # fidelity: field table and second-path checks
+    "rf17_create_network_transform_rules": {"network": {"rules": TRANSFORM_RULES}},
+    "rf18_create_egress_proxy": {"network": {"egressProxy": EGRESS_PROXY}},
+}
+# Network update options, each alone: they pass when the endpoint applies them.
+UPDATE_OPTIONS = {
+    "rf19_update_network_transform_rules": {"rules": TRANSFORM_RULES},
+    "rf20_update_egress_proxy": {"egressProxy": EGRESS_PROXY},
 }
 
 
@@ -377,6 +387,24 @@ def create_auto_resume(ctx: Context, obs: Observed) -> None:
     obs["lifecycle"] = lifecycle = detail.json().get("lifecycle") if detail.status_code == 200 else detail.status_code
     wanted = {"autoResume": True, "onTimeout": "pause"}
     expect(lifecycle == wanted, f"GET /sandboxes/{{id}} reports lifecycle {lifecycle!r}, expected {wanted!r}")
+
+
+def _update_option(step_id: str):
+    def run(ctx: Context, obs: Observed) -> None:
+        body = UPDATE_OPTIONS[step_id]
+        obs["body"] = body
+        with rest() as client:
+            made = raw_create(ctx, client)
+            expect(made.status_code == 201, f"create answered {made.status_code}")
+            response = client.put(f"/sandboxes/{made.json()['sandboxID']}/network", json=body)
+        if response.status_code != 204:
+            raise http_refusal(response, f"PUT /sandboxes/{{id}}/network with {', '.join(body)}")
+
+    return run
+
+
+for _step_id in UPDATE_OPTIONS:
+    step(_step_id)(_update_option(_step_id))
 
 
 @step("rf16_create_private_traffic")

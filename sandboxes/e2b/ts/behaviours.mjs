@@ -873,6 +873,117 @@ behaviour('watch_events_match_envd', async (b, obs) => {
   expect(last?.[0] === 'remove' && last?.[1] === '.', "removing the watched directory did not end with remove '.'")
   expect(seen.every((e) => e[0] === 'remove'), `removing the watched directory gave ${show(seen)}`)
   await handle.stop()
+// --- fidelity: field table and second-path checks ----------------------------------------------
+// What an SDK call reports, compared with what the sandbox itself shows; options that end with their call;
+// the bytes envd defines (sandboxes/e2b/python/behaviours.py has the same checks).
+
+// Inside the sandbox: its CPU count (the cgroup's cpu.max quota over its period where one is set, else the CPUs
+// it may run on) and its memory in MiB (the cgroup's memory.max where set, else MemTotal).
+const SANDBOX_RESOURCES = `python3 - <<'EOF'
+import math, os
+def read(path):
+    try:
+        return open(path).read().split()
+    except OSError:
+        return []
+v1 = "/sys/fs/cgroup/cpu/cpu.cfs_"
+quota = read("/sys/fs/cgroup/cpu.max") or read(v1 + "quota_us") + read(v1 + "period_us")
+limited = len(quota) == 2 and quota[0].isdigit() and int(quota[0]) > 0
+cpus = math.ceil(int(quota[0]) / int(quota[1])) if limited else len(os.sched_getaffinity(0))
+limit = (read("/sys/fs/cgroup/memory.max") or read("/sys/fs/cgroup/memory/memory.limit_in_bytes") or ["max"])[0]
+meminfo = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+total = int(meminfo["MemTotal"].split()[0]) * 1024
+capped = limit.isdigit() and int(limit) < total
+print(cpus, (int(limit) if capped else total) >> 20, "cgroup" if capped else "meminfo")
+EOF`
+
+/** A cgroup limit is exact; a VM's MemTotal is what is left after the kernel's own share (at most 15%). */
+function memoryAgrees(reportedMb, seenMb, source) {
+  return source === 'cgroup' ? seenMb === reportedMb : 0.85 * reportedMb <= seenMb && seenMb <= reportedMb
+}
+
+behaviour('reported_resources', async (b, obs) => {
+  const mark = `${b.ctx.runId}-js-resources`
+  const sbx = await b.fresh({ metadata: { 'bh-resources': mark } })
+  const [cpus, memoryMb, source] = (await b.sh(sbx, SANDBOX_RESOURCES)).split(/\s+/).filter(Boolean)
+  obs.inside = { cpus: Number(cpus), memory_mb: Number(memoryMb), source }
+  const info = await sbx.getInfo()
+  same(obs, 'get_info_cpu_count_is_the_sandboxs', info.cpuCount, Number(cpus))
+  expect(memoryAgrees(info.memoryMB, Number(memoryMb), source), `getInfo memoryMB ${info.memoryMB}, the sandbox has ${memoryMb} MiB (${source})`)
+  const listed = await b.Sandbox.list({ query: { metadata: { 'bh-resources': mark } } }).nextItems()
+  same(obs, 'listed_once', listed.map((s) => s.sandboxId), [sbx.sandboxId])
+  const fields = ['templateId', 'cpuCount', 'memoryMB', 'metadata', 'startedAt', 'endAt']
+  const pick = (item) => Object.fromEntries(fields.map((f) => [f, show(item[f])]))
+  same(obs, 'list_entry_equals_get_info', pick(listed[0]), pick(info))
+  const samples = await sbx.getMetrics()
+  expect(samples.length >= 1, 'getMetrics() returned no sample')
+  same(obs, 'metrics_cpu_count_is_the_sandboxs', samples.at(-1).cpuCount, Number(cpus))
+  const memTotalMb = Math.floor(samples.at(-1).memTotal / (1 << 20))
+  expect(memoryAgrees(memTotalMb, Number(memoryMb), source), `metrics memTotal ${samples.at(-1).memTotal} bytes, the sandbox has ${memoryMb} MiB (${source})`)
+})
+
+behaviour('file_info_current', async (b, obs) => {
+  const sbx = await b.shared()
+  const base = b.dir('current')
+  const path = `${base}/grows`
+  await b.sh(sbx, `mkdir -p ${base} && printf 1 > ${path} && touch -d @1000000000 ${path}`)
+  await sbx.files.getInfo(path) // an answer an endpoint could keep
+  await b.sh(sbx, `printf 23456789 >> ${path} && chmod 600 ${path} && touch -d @1500000000 ${path}`)
+  const stat = (await b.sh(sbx, `stat -c '%s %a %A %Y' ${path}`)).split(/\s+/).filter(Boolean)
+  const wanted = [Number(stat[0]), stat[1], stat[2], Number(stat[3])]
+  const seen = (e) => [e.size, e.mode.toString(8), e.permissions, Math.floor(e.modifiedTime.getTime() / 1000)]
+  same(obs, 'get_info_is_stat_now', seen(await sbx.files.getInfo(path)), wanted)
+  const listed = (await sbx.files.list(base)).filter((e) => e.name === 'grows')
+  expect(listed.length === 1, `files.list(${base}) does not list the file once`)
+  same(obs, 'list_is_stat_now', seen(listed[0]), wanted)
+})
+
+// Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
+const PROC_VIEW = (pid) => `tr '\\0' '\\n' < /proc/${pid}/cmdline; echo --; readlink /proc/${pid}/cwd; tr '\\0' '\\n' < /proc/${pid}/environ | grep ^BH_PROC=`
+
+behaviour('process_info', async (b, obs) => {
+  const sbx = await b.shared()
+  const handle = await sbx.commands.run('sleep 47; true', { background: true, envs: { BH_PROC: 'js' }, cwd: '/tmp' })
+  try {
+    const listed = (await sbx.commands.list()).filter((p) => p.pid === handle.pid)
+    expect(listed.length === 1, `pid ${handle.pid} is not listed once by commands.list()`)
+    const [command, rest] = (await b.sh(sbx, PROC_VIEW(handle.pid))).split('--\n')
+    const [cwd, env] = rest.split(/\s+/).filter(Boolean)
+    same(obs, 'command_line', [listed[0].cmd, ...listed[0].args], command.split('\n').filter(Boolean))
+    same(obs, 'cwd', [listed[0].cwd, cwd], ['/tmp', '/tmp'])
+    same(obs, 'env', [listed[0].envs?.BH_PROC, env], ['js', 'BH_PROC=js'])
+  } finally {
+    await sbx.commands.kill(handle.pid)
+  }
+})
+
+behaviour('options_end_with_call', async (b, obs) => {
+  const sbx = await b.fresh() // its own: an option that outlives its call would change later cases' commands
+  const given = await sbx.commands.run('pwd; whoami; printf %s "$BH_ONCE"', { envs: { BH_ONCE: '1' }, cwd: '/tmp', user: 'root' })
+  same(obs, 'given', given.stdout, '/tmp\nroot\n1')
+  same(obs, 'next_call', await b.sh(sbx, 'pwd; whoami; printf %s "${BH_ONCE-unset}"'), `${HOME}\nuser\nunset`)
+  await rejects(obs, 'short_timeout', () => sbx.commands.run('sleep 21.6', { timeoutMs: 1000 }), 'TimeoutError', 'CommandExitError')
+  same(obs, 'next_call_outlives_one_second', await b.sh(sbx, 'sleep 2.5; echo done'), 'done\n')
+})
+
+behaviour('pty_bytes', async (b, obs) => {
+  const sbx = await b.shared()
+  const chunks = []
+  const terminal = await sbx.pty.create({ rows: 24, cols: 80, onData: (d) => chunks.push(Buffer.from(d)) })
+  const typed = "printf 'bh-one\\nbh-two\\n'; exit 3"
+  await sbx.pty.sendInput(terminal.pid, new TextEncoder().encode(`${typed}\n`))
+  let exitCode = 0
+  try {
+    await terminal.wait()
+  } catch (err) {
+    exitCode = err?.exitCode
+  }
+  const data = Buffer.concat(chunks)
+  obs.output = excerpt(data.toString('utf8'))
+  expect(data.includes(Buffer.from(typed)), 'the typed line is not echoed by the pty')
+  expect(data.includes(Buffer.from('bh-one\r\nbh-two\r\n')), 'the command\'s lines do not end CR LF as a terminal sends them')
+  same(obs, 'line_feeds_without_cr', data.toString('latin1').split('\r\n').join('').split('\n').length - 1, 0)
+  same(obs, 'exit_code', exitCode, 3)
 })
 
 process.exitCode = await main(SUITE)

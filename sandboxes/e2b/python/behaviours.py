@@ -1296,6 +1296,8 @@ async def watch_events_match_envd(fl: Flavour, obs: Observed) -> None:
     expect(bool(seen) and seen[-1] == ("REMOVE", "."), "removing the watched directory did not end with REMOVE '.'")
     expect({kind for kind, _ in seen} == {"REMOVE"}, f"removing the watched directory gave {seen}")
     await got(handle.stop())
+
+
 # --- fidelity: field table and second-path checks ------------------------------------------------
 # What an SDK call reports, compared with what the sandbox itself shows; options that end with their call;
 # bytes envd defines; and the REST and envd options no SDK call takes, each by its effect.

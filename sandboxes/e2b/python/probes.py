@@ -296,10 +296,10 @@ def kill_grandchildren(ctx: Context, obs: Observed) -> None:
     from e2b import CommandExitException
 
     sbx = sandbox(ctx)
-    sbx.commands.run("rm -f /tmp/grandchild")
-    handle = sbx.commands.run("sleep 300 >/dev/null 2>&1 & echo $! > /tmp/grandchild; wait", background=True)
-    # The kill comes once the grandchild runs (its pid written), not after a fixed delay a busy host can outlast.
-    sbx.commands.run("for i in $(seq 3000); do [ -s /tmp/grandchild ] && break; sleep 0.01; done")
+    pidfile = f"/tmp/grandchild-{time.time_ns()}"
+    handle = sbx.commands.run(f"sleep 300 >/dev/null 2>&1 & echo $! > {pidfile}; wait", background=True)
+    # The grandchild runs once its pid is written (a fixed wait lost that race on a busy host).
+    sbx.commands.run(f"timeout 30 sh -c 'until [ -s {pidfile} ]; do sleep 0.05; done'")
     sbx.commands.kill(handle.pid)
     with contextlib.suppress(CommandExitException):
         handle.wait()

@@ -873,6 +873,8 @@ behaviour('watch_events_match_envd', async (b, obs) => {
   expect(last?.[0] === 'remove' && last?.[1] === '.', "removing the watched directory did not end with remove '.'")
   expect(seen.every((e) => e[0] === 'remove'), `removing the watched directory gave ${show(seen)}`)
   await handle.stop()
+})
+
 // --- fidelity: field table and second-path checks ----------------------------------------------
 // What an SDK call reports, compared with what the sandbox itself shows; options that end with their call;
 // the bytes envd defines (sandboxes/e2b/python/behaviours.py has the same checks).

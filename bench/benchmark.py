@@ -285,13 +285,14 @@ class Benchmark:
         timer = threading.Timer(self.options.max_seconds + STOP_GRACE_S, self.stop.set)
         timer.daemon = True
         try:
+            floor_url = floor_server.url  # up before the baselines and the wall clock: its start is timed by neither
             self.baselines = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
             started = time.monotonic()
             deadline = started + self.options.max_seconds
             timer.start()
             for index, runner in enumerate(self.runners):
                 share = (deadline - time.monotonic()) / (len(self.runners) - index)
-                self.outcomes.append(self._run_one(runner, executables[runner.name], run_id, share, floor_server.url))
+                self.outcomes.append(self._run_one(runner, executables[runner.name], run_id, share, floor_url))
             if not self.stop.is_set():  # measured again after: a machine that drifted meanwhile shows
                 after = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
                 self.baselines_after = after

@@ -6,8 +6,12 @@ interactive (create -> first `commands.run("true")` done) sequential, staggered 
 SHA-256. Sequential time to interactive, `run_true` and the transfers each have a reference twin
 (`<kind>_http`, right after it): the same requests sent with the language's plain HTTP client and no
 SDK, on sandboxes of its own, so the SDK's median minus its twin's is what the client library adds and
-the rest is the endpoint's. Runners go one after another, so they never compete for the endpoint;
-every sample they report is kept.
+the rest is the endpoint's. Each transfer also has a floor (`<kind>_floor`): the same SDK call against
+the harness's own floor server (bench/floor.py), which only discards or serves bytes; where the SDK
+cannot reach the disk target even there, the endpoint's target becomes "within FLOOR_RATIO x its floor".
+Runners go one after another, so they never compete for the endpoint; every sample they report is kept.
+Per measure, the medians of the samples' parts (create, first command, kill; a transfer's first byte)
+are its phases: they show whether the control plane or envd takes the time.
 
 Bounds: a count per measure and a wall clock (`max_seconds`, shared between the runners). At the limit
 no new operation starts; an operation still going gets `STOP_GRACE_S` more before its runner is
@@ -32,8 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from . import baselines as base
-from . import selection
-from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
+from . import floor, selection
+from .benchdoc import (
+    BENCH_JSON,
+    BENCH_SCHEMA,
+    TRANSFER_KINDS,
+    comparison_text,
+    ms,
+    phases_text,
+    read_bench,
+    target_text,
+)
 from .endpoints import Endpoint, EndpointError, resolve
 from .exits import ExitCode, defer_interrupts
 from .expectations import Expectations, ExpectationsError, judge
@@ -63,6 +76,8 @@ DRIFT_NOTE = 0.25  # a baseline median that moved this much between the two is n
 BURST_TARGET = (100, 5000.0)  # a burst of 100 all ready within 5 s
 TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork")
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
+FLOOR = "the same SDK call against a server that only moves bytes (the client's floor)"
+FLOOR_RATIO = 1.5  # an endpoint this close to the SDK's floor is as fast as that SDK lets it be
 
 
 class BenchError(Exception):
@@ -80,6 +95,7 @@ class Measure:
     max_ratio: float | None  # the embedded endpoint's target, as median / baseline
     mode: str | None = None
     languages: tuple[str, ...] = ("python", "js")
+    floor: str | None = None  # the measure of the same SDK call against the floor server
 
 
 MEASURES: tuple[Measure, ...] = (
@@ -90,10 +106,14 @@ MEASURES: tuple[Measure, ...] = (
     Measure("tti_http.sequential", "tti_http", f"{PLAIN_HTTP}: create + Start", (base.SPAWN,), None, "sequential"),
     Measure("run_true", "run_true", "commands.run('true') on a ready sandbox", (base.SPAWN, base.LOOPBACK), 3.0),
     Measure("run_true_http", "run_true_http", f"{PLAIN_HTTP}: the Start RPC", (base.SPAWN, base.LOOPBACK), None),
-    Measure("upload", "upload", "files.write of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
+    Measure("upload", "upload", "files.write of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0,
+            floor="upload_floor"),
     Measure("upload_http", "upload_http", f"{PLAIN_HTTP}: POST /files, one multipart part", (base.DISK_COPY,), None),
-    Measure("download", "download", "files.read of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0),
+    Measure("upload_floor", "upload_floor", f"{FLOOR}: files.write", (base.DISK_COPY,), None),
+    Measure("download", "download", "files.read of the transfer size, SHA-256 verified", (base.DISK_COPY,), 2.0,
+            floor="download_floor"),
     Measure("download_http", "download_http", f"{PLAIN_HTTP}: GET /files, streamed", (base.DISK_COPY,), None),
+    Measure("download_floor", "download_floor", f"{FLOOR}: files.read", (base.DISK_COPY,), None),
     *(
         Measure(kind, kind, f"{what} -> first commands.run('true') done", (base.SPAWN,), None, languages=("python",))
         for kind, what in (("tti_snapshot", "create from a snapshot"), ("tti_fork", "fork"))
@@ -129,8 +149,8 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
-def plan(options: BenchOptions, runner: Runner, count: int) -> list[dict[str, Any]]:
-    """The measures of one runner's task, in the order it takes them."""
+def plan(options: BenchOptions, runner: Runner, count: int, floor_url: str | None = None) -> list[dict[str, Any]]:
+    """The measures of one runner's task, in the order it takes them (the floors only with a floor server)."""
     tasks = []
     for measure in MEASURES:
         if runner.language not in measure.languages or (measure.mode and measure.mode not in options.modes):
@@ -142,6 +162,10 @@ def plan(options: BenchOptions, runner: Runner, count: int) -> list[dict[str, An
             task["interval_ms"] = options.interval_ms
         if measure.kind in TRANSFER_KINDS:
             task.update(count=min(count, TRANSFER_COUNT), bytes=options.transfer_bytes)
+        if measure.kind.endswith("_floor"):
+            if floor_url is None:
+                continue
+            task["floor_url"] = floor_url
         tasks.append(task)
     return tasks
 
@@ -241,6 +265,10 @@ class Benchmark:
         self.notes: list[str] = []
 
     def run(self) -> int:
+        with floor.started(self.options.transfer_bytes) as floor_server:  # its start overlaps the preparations
+            return self._run(floor_server)
+
+    def _run(self, floor_server: floor.FloorProcess) -> int:
         executables = {}
         for runner in self.runners:
             try:
@@ -257,20 +285,21 @@ class Benchmark:
         timer = threading.Timer(self.options.max_seconds + STOP_GRACE_S, self.stop.set)
         timer.daemon = True
         try:
+            floor_url = floor_server.url  # up before the baselines and the wall clock: its start is timed by neither
             self.baselines = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
             started = time.monotonic()
             deadline = started + self.options.max_seconds
             timer.start()
             for index, runner in enumerate(self.runners):
                 share = (deadline - time.monotonic()) / (len(self.runners) - index)
-                self.outcomes.append(self._run_one(runner, executables[runner.name], run_id, share))
+                self.outcomes.append(self._run_one(runner, executables[runner.name], run_id, share, floor_url))
             if not self.stop.is_set():  # measured again after: a machine that drifted meanwhile shows
                 after = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
                 self.baselines_after = after
         except KeyboardInterrupt:
             self.stop.set()
             status, exit_code = "interrupted", ExitCode.INTERRUPTED
-        except base.BaselineError as exc:
+        except (base.BaselineError, floor.FloorError) as exc:
             self.notes.append(str(exc))
             status, exit_code = "aborted", ExitCode.NONCONFORMANT
         finally:
@@ -291,8 +320,8 @@ class Benchmark:
             print(f"report: {self.lifecycle.report_paths.html}", file=self.out)
         return code
 
-    def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float) -> RunnerOutcome:
-        tasks = plan(self.options, runner, self.count)
+    def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float, floor_url: str) -> RunnerOutcome:
+        tasks = plan(self.options, runner, self.count, floor_url)
         outcome = RunnerOutcome(runner=runner, planned=tasks)
         if self.stop.is_set():
             outcome.error = "not run: the wall-clock limit was reached"
@@ -348,6 +377,10 @@ class Benchmark:
         runners = {}
         for outcome in self.outcomes:
             measures = {t["id"]: self._measure_doc(outcome, t) for t in outcome.planned}
+            for measure_id, doc in measures.items():
+                floor_id = BY_ID[measure_id].floor
+                if floor_id is not None and floor_id in measures and doc["target"] is not None:
+                    doc["target"] = _floor_target(doc, measures[floor_id], floor_id)
             runners[outcome.runner.name] = {
                 "language": outcome.runner.language,
                 "pins": outcome.pins or dict(outcome.runner.pins),
@@ -388,6 +421,12 @@ class Benchmark:
             {k: sample.get(k) for k in ("index", "ok", "ms", "start_ms", "error", "parts") if k in sample}
             for sample in samples
         ]
+        parts: dict[str, list[float]] = {}
+        for sample in samples:
+            if sample.get("ok"):
+                for name, value in (sample.get("parts") or {}).items():
+                    if isinstance(value, int | float):
+                        parts.setdefault(name, []).append(float(value))
         ok = [float(s["ms"]) for s in samples if s.get("ok") and isinstance(s.get("ms"), int | float)]
         attempted = max(int(event.get("attempted", len(samples))), len(samples))
         stats = summarize(ok, attempted)
@@ -408,6 +447,7 @@ class Benchmark:
             "wall_ms": event.get("wall_ms"),
             "all_ready_ms": None,
             "rate_mb_s": None,
+            "phases": {name: summarize(values).median_ms for name, values in parts.items()},
         }
         if measure.kind in TTI_KINDS and ok:
             doc["all_ready_ms"] = round(max(float(s["start_ms"]) + float(s["ms"]) for s in samples if s.get("ok")), 3)
@@ -485,6 +525,20 @@ class Benchmark:
         return [*records, leak]
 
 
+def _floor_target(doc: Mapping[str, Any], floor_doc: Mapping[str, Any], floor_id: str) -> dict[str, Any]:
+    """The target of a transfer, given its floor: the disk target where the SDK can reach it against the
+    floor server, else within FLOOR_RATIO x the floor (the client library, not the endpoint, is the limit)."""
+    target = dict(doc["target"])
+    floor_ms, median_ms = floor_doc["stats"]["median_ms"], doc["stats"]["median_ms"]
+    if floor_doc["ratio"] is None or floor_doc["ratio"] <= target["max_ratio"] or not floor_ms:
+        return target
+    return {
+        "text": f"median <= {FLOOR_RATIO:g}x {floor_id} (the SDK's floor misses {target['text']})",
+        "max_floor_ratio": FLOOR_RATIO,
+        "met": median_ms is not None and median_ms <= FLOOR_RATIO * floor_ms,
+    }
+
+
 def _verdict(doc: Mapping[str, Any], gate: bool = False) -> tuple[str, str | None]:
     """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held)."""
     stats = doc["stats"]
@@ -534,6 +588,8 @@ def print_table(document: Mapping[str, Any], out: TextIO, gate: bool = False) ->
                 + f"  {comparison_text(doc)}{extra}  {target_text(doc)}".rstrip(),
                 file=out,
             )
+            if phases := phases_text(doc):
+                print(f"{'':16} {'':20} p50 {phases}", file=out)
         if entry["error"]:
             print(f"{runner:16} {entry['error']}", file=out)
     for note in document["notes"]:

@@ -375,7 +375,7 @@ def _coverage(run_path: Path) -> dict[str, Any] | None:
 
 
 def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
-    from .benchdoc import comparison_text
+    from .benchdoc import comparison_text, phases_text
 
     stats = doc["stats"]
     figures = {key: stats[f"{key}_ms"] for key in ("median", "p95", "p99", "min", "max")}
@@ -387,6 +387,7 @@ def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
         **{key: "—" if value is None else f"{value:.2f}" for key, value in figures.items()},
         "all_ready": f"{doc['all_ready_ms']:.0f} ms" if doc.get("all_ready_ms") and doc["mode"] != "sequential" else "",
         "comparison": comparison_text(doc),
+        "phases": phases_text(doc),
         "target": doc["target"]["text"] if doc["target"] else "",
         "met": None if doc["target"] is None else doc["target"]["met"],
         "stopped": doc.get("stopped"),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import statistics
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,7 +15,8 @@ import httpx
 import pytest
 from run_cli import e2b_bench, only_run_dir
 
-from bench.benchmark import BenchOptions, _verdict, comparison_text, read_bench, run_bench
+from bench.benchdoc import ms
+from bench.benchmark import BenchOptions, _floor_target, _verdict, comparison_text, read_bench, run_bench
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.server import LocalEndpoint
 from bench.report import render
@@ -78,6 +81,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
         *runners, timeout=180,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+    (results / "table.txt").write_text(done.stdout)  # the terminal table, beside the run directory
     return only_run_dir(results)
 
 
@@ -89,7 +93,7 @@ def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) 
     for runner, entry in document["runners"].items():  # each plain HTTP reference right after its SDK twin
         assert list(entry["measures"]) == [
             "tti.sequential", "tti.burst", "tti_http.sequential", "run_true", "run_true_http",
-            "upload", "upload_http", "download", "download_http",
+            "upload", "upload_http", "upload_floor", "download", "download_http", "download_floor",
             *(("tti_snapshot", "tti_fork") if runner.startswith("py-") else ()),  # the Python runner only
         ]  # fmt: skip
     for entry in document["runners"].values():
@@ -135,6 +139,86 @@ def test_small_run_has_the_plain_http_references_with_every_sample(small_run: Pa
     cases = {(case.runner, case.case): case.outcome for case in read_run(small_run).cases}
     assert cases[("py-e2b-2.63.0", "run_true_http")] == cases[("js-e2b-2.51.0", "download_http")] == "pass"
     assert cases[("harness", "leak_check")] == "pass"  # the references' own sandboxes were killed too
+
+
+def test_small_run_times_each_sdk_transfer_against_the_floor_server_too(small_run: Path) -> None:
+    document = read_bench(small_run)
+    assert document is not None
+    for entry in document["runners"].values():
+        for way in ("upload", "download"):
+            floor, measure = entry["measures"][f"{way}_floor"], entry["measures"][way]
+            assert (floor["attempted"], floor["stats"]["ok"], floor["error"]) == (3, 3, None), floor
+            assert (floor["client"], floor["bytes"], floor["warmup"], floor["target"]) == ("Sandbox", 1 << 20, 1, None)
+            if floor["ratio"] > 2.0:  # the SDK misses the disk target even against the floor: judged by its floor
+                assert measure["target"]["max_floor_ratio"] == 1.5
+                assert measure["target"]["met"] == (measure["stats"]["median_ms"] <= 1.5 * floor["stats"]["median_ms"])
+            else:
+                assert measure["target"]["max_ratio"] == 2.0
+
+
+def test_small_run_shows_the_phases_of_each_measure_in_bench_json_and_the_table(small_run: Path) -> None:
+    document = read_bench(small_run)
+    assert document is not None
+    table = (small_run.parent / "table.txt").read_text().splitlines()
+    for runner, entry in document["runners"].items():
+        tti = entry["measures"]["tti.sequential"]
+        medians = {
+            part: statistics.median(s["parts"][part] for s in tti["samples"])
+            for part in ("create_ms", "first_run_ms", "kill_ms")
+        }
+        assert tti["phases"] == pytest.approx(medians)
+        download = entry["measures"]["download_http"]
+        first_byte = statistics.median(s["parts"]["first_byte_ms"] for s in download["samples"])
+        assert download["phases"] == pytest.approx({"first_byte_ms": first_byte})
+        assert 0 < first_byte <= download["stats"]["max_ms"]
+        assert entry["measures"]["upload"]["phases"] == {}  # the SDK's own call shows no parts
+        for measure_id, expected in (
+            ("tti.sequential", f"p50 create {ms(medians['create_ms'])} ms · first command "
+                               f"{ms(medians['first_run_ms'])} ms · kill {ms(medians['kill_ms'])} ms"),
+            ("download_http", f"p50 first byte {ms(first_byte)} ms · {download['rate_mb_s']:.0f} MB/s"),
+        ):  # fmt: skip
+            row = next(i for i, line in enumerate(table) if re.match(rf"{runner} +{re.escape(measure_id)} ", line))
+            assert table[row + 1].strip() == expected
+        upload_row = next(i for i, line in enumerate(table) if re.match(rf"{runner} +upload ", line))
+        assert table[upload_row + 1].startswith(runner)  # no phases, no second line
+
+
+def test_the_report_shows_each_measures_phases(small_run: Path, tmp_path: Path) -> None:
+    document = read_bench(small_run)
+    assert document is not None
+    page = render([small_run], tmp_path / "out").html.read_text()
+    tables = re.findall(r'<table class="bench-table" data-runner="([^"]+)">(.*?)</table>', page, re.S)
+    assert [runner for runner, _ in tables] == list(RUNNERS)
+    for runner, table in tables:
+        phases = document["runners"][runner]["measures"]["tti.sequential"]["phases"]
+        cell = re.search(r'<tr data-measure="tti.sequential">.*?<td class="text phases">(.*?)</td>', table).group(1)
+        assert cell == (
+            f"create {ms(phases['create_ms'])} ms · first command {ms(phases['first_run_ms'])} ms · "
+            f"kill {ms(phases['kill_ms'])} ms"
+        )
+
+
+def floor_pair(median_ms: float, floor_median_ms: float, floor_ratio: float) -> tuple[dict, dict]:
+    """A transfer's bench.json entry with the disk target, and its floor's."""
+    measure = {"stats": {"median_ms": median_ms}, "target": {"text": "median <= 2x disk_copy", "max_ratio": 2.0,
+                                                               "met": False}}  # fmt: skip
+    return measure, {"stats": {"median_ms": floor_median_ms}, "ratio": floor_ratio}
+
+
+@pytest.mark.parametrize(
+    ("median_ms", "floor_median_ms", "floor_ratio", "target"),
+    [
+        (40.0, 10.0, 1.0, {"text": "median <= 2x disk_copy", "max_ratio": 2.0, "met": False}),  # the SDK can: kept
+        (140.0, 100.0, 5.0, {"text": "median <= 1.5x upload_floor (the SDK's floor misses median <= 2x disk_copy)",
+                             "max_floor_ratio": 1.5, "met": True}),
+        (160.0, 100.0, 5.0, {"text": "median <= 1.5x upload_floor (the SDK's floor misses median <= 2x disk_copy)",
+                             "max_floor_ratio": 1.5, "met": False}),
+    ],
+)  # fmt: skip
+def test_a_transfer_is_judged_by_its_floor_only_where_the_sdk_misses_the_disk_target_there(
+    median_ms: float, floor_median_ms: float, floor_ratio: float, target: dict
+) -> None:
+    assert _floor_target(*floor_pair(median_ms, floor_median_ms, floor_ratio), "upload_floor") == target
 
 
 def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:

@@ -372,20 +372,41 @@ async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: 
         raise
 
 
-async def _read_regular(fd: int, size: int) -> AsyncIterator[bytes]:
-    """A regular file's first `size` bytes (its size when opened, as envd sends it), read by a thread: a file
-    a sandbox keeps appending to ends all the same, and each read lets the event loop serve others."""
+async def _read_regular(fd: int, size: int) -> AsyncIterator[bytes | memoryview]:
+    """A regular file's first `size` bytes (its size when opened, as envd sends it): a file a sandbox keeps
+    appending to ends all the same. What the page cache holds is read at once, on the event loop (a
+    RWF_NOWAIT read never waits on the disk); only a read that would wait goes to a thread, so a download
+    of a cached file makes no thread hop per chunk, and a slow disk still never stops the event loop."""
     loop = asyncio.get_running_loop()
-    left = size
+    offset = 0
     try:
-        while left > 0 and (chunk := await loop.run_in_executor(_readers, os.read, fd, min(CHUNK, left))):
-            left -= len(chunk)
+        while offset < size:
+            want = min(CHUNK, size - offset)
+            chunk: bytes | memoryview | None = _read_cached(fd, want, offset)
+            if chunk is None:
+                chunk = await loop.run_in_executor(_readers, os.pread, fd, want, offset)
+            if not chunk:
+                return
+            offset += len(chunk)
             yield chunk
     finally:
         os.close(fd)
 
 
-async def _encoded(chunks: AsyncIterator[bytes], compress: bool) -> AsyncIterator[bytes]:
+def _read_cached(fd: int, size: int, offset: int) -> memoryview | None:
+    """Up to `size` bytes at `offset` as far as the page cache holds them (none at the end of the file), in a
+    buffer of their own; None when none are cached or the file system cannot tell without waiting."""
+    buffer = bytearray(size)
+    try:
+        got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EOPNOTSUPP, errno.EINVAL):
+            return None
+        raise
+    return memoryview(buffer)[:got]
+
+
+async def _encoded(chunks: AsyncIterator[bytes | memoryview], compress: bool) -> AsyncIterator[bytes | memoryview]:
     deflater = zlib.compressobj(1, zlib.DEFLATED, 31) if compress else None
     async for chunk in chunks:
         yield deflater.compress(chunk) if deflater else chunk

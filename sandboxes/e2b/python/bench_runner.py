@@ -10,8 +10,11 @@ Kinds: `tti` (create -> first `commands.run("true")` done; mode sequential, stag
 `run_true` (`commands.run("true")` on a ready sandbox), `upload` / `download` (`bytes` random bytes,
 verified by SHA-256). Each has a `<kind>_http` twin doing the same requests with a plain `httpx` client
 and no SDK at all (its own sandboxes, created and killed over the REST API): the SDK's row minus its
-twin's is what the client library adds. No new operation starts after `deadline_s`; every sandbox
-created is killed.
+twin's is what the client library adds; the twins also time the answer's first byte (`first_byte_ms`).
+`upload_floor` / `download_floor` make the SDK's own call against the harness's floor server (the
+measure's `floor_url`, bench/floor.py: it discards uploads and serves zeros), through the SDK's
+`sandbox_url` option on the shared sandbox: what the client library alone takes. No new operation
+starts after `deadline_s`; every sandbox created is killed.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from runkit import exit_on_sigterm, read_task
 LANGUAGE = "python"
 SUITE = "bench"
 TRANSFER_PATH = "/tmp/e2b-bench-transfer.bin"
-WARMUP = {"run_true": 2, "run_true_http": 2, "upload": 1, "upload_http": 1, "download": 1, "download_http": 1}
+WARMUP = {"run_true": 2, "run_true_http": 2, **{f"{way}{twin}": 1 for way in ("upload", "download")
+                                                 for twin in ("", "_http", "_floor")}}  # fmt: skip
 CONNECT_END_STREAM = 0x02  # envelope flag of a Connect stream's last message (trailers or an error)
 
 
@@ -65,6 +69,7 @@ class Bench:
         self.created: list[str] = []
         self.killed: set[str] = set()
         self.work: Any = None  # the sandbox run_true/upload/download use
+        self.floors: dict[str, Any] = {}  # floor URL -> the shared sandbox as the SDK sees it there
         self.http: PlainHttp | None = None  # the client of the plain HTTP measures, made on first use
         self.http_work: HttpSandbox | None = None  # the sandbox run_true_http/upload_http/download_http use
         self.payload: bytes | None = None
@@ -257,7 +262,9 @@ class Bench:
         verify: Callable[[], None] = lambda: None,
         client: str = "Sandbox",
     ) -> dict[str, Any]:
-        """Time `action` alone, then `verify` what it did (untimed): a failed check fails the sample."""
+        """Time `action` alone, then `verify` what it did (untimed): a failed check fails the sample.
+
+        An action that returns a `Marks` has its moments reported as parts (ms since the action began)."""
         warmup = WARMUP[measure["kind"]]
         for _ in range(warmup):
             action()
@@ -269,8 +276,10 @@ class Bench:
             attempted += 1
             started_ms, started = ms_since(began), time.perf_counter()
             try:
-                action()
+                marks = action()
                 outcome: dict[str, Any] = {"ok": True, "ms": ms_since(started)}
+                if isinstance(marks, Marks):
+                    outcome["parts"] = marks.parts(started)
                 verify()
             except Exception as exc:
                 outcome = {"ok": False, "ms": None, "error": describe(exc)}
@@ -300,8 +309,8 @@ class Bench:
         http, sandbox = self._plain(), self._http_work_sandbox()
         payload = self._payload(int(measure["bytes"]))
 
-        def send() -> None:
-            http.write(sandbox, TRANSFER_PATH, payload, self.remaining_s())
+        def send() -> Marks:
+            return http.write(sandbox, TRANSFER_PATH, payload, self.remaining_s())
 
         def verify() -> None:
             self._expect_digest(http.start(sandbox, f"sha256sum {TRANSFER_PATH}").split()[0], "uploaded file")
@@ -321,13 +330,48 @@ class Bench:
 
         return self._repeat(measure, fetch, verify)
 
+    def _floor_sandbox(self, floor_url: str) -> Any:
+        """The shared sandbox, connected through the SDK with the floor server as its envd URL."""
+        if floor_url not in self.floors:
+            from e2b import Sandbox
+
+            self.floors[floor_url] = Sandbox.connect(self._work_sandbox().sandbox_id, sandbox_url=floor_url)
+        return self.floors[floor_url]
+
+    def upload_floor(self, measure: dict[str, Any]) -> dict[str, Any]:
+        sandbox, payload = self._floor_sandbox(measure["floor_url"]), self._payload(int(measure["bytes"]))
+
+        def send() -> None:
+            sandbox.files.write(TRANSFER_PATH, payload, request_timeout=self.remaining_s())
+
+        def verify() -> None:  # the floor server counts what it discarded: at least the payload, in its multipart
+            received = httpx.get(f"{measure['floor_url']}/floor/received", timeout=10).json()["bytes"]
+            if received < len(payload):
+                raise AssertionError(f"the floor server received {received} bytes, less than the {len(payload)} sent")
+
+        return self._repeat(measure, send, verify)
+
+    def download_floor(self, measure: dict[str, Any]) -> dict[str, Any]:
+        sandbox, size = self._floor_sandbox(measure["floor_url"]), int(measure["bytes"])
+        received: list[bytes] = []
+
+        def fetch() -> None:
+            received[:] = [sandbox.files.read(TRANSFER_PATH, format="bytes", request_timeout=self.remaining_s())]
+
+        def verify() -> None:
+            if bytes(received[0]) != bytes(size):
+                raise AssertionError(f"the floor download is not {size} zero bytes ({len(received[0])} bytes)")
+
+        return self._repeat(measure, fetch, verify)
+
     def download_http(self, measure: dict[str, Any]) -> dict[str, Any]:
         http, sandbox = self._plain(), self._http_work_sandbox()
         http.write(sandbox, TRANSFER_PATH, self._payload(int(measure["bytes"])), self.remaining_s())
         chunks: list[bytes] = []
 
-        def fetch() -> None:
-            chunks[:] = http.read(sandbox, TRANSFER_PATH, self.remaining_s())
+        def fetch() -> Marks:
+            marks, chunks[:] = http.read(sandbox, TRANSFER_PATH, self.remaining_s())
+            return marks
 
         def verify() -> None:
             self._expect_digest(hashlib.sha256(b"".join(chunks)).hexdigest(), "downloaded bytes")
@@ -345,6 +389,16 @@ class Bench:
                     self.killed.add(sandbox_id)
             self.http.close()
         return {**report, **kill_sandboxes(self.created, self.killed)}
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Moments inside a timed action (perf_counter): when the answer's first byte arrived."""
+
+    first_byte: float
+
+    def parts(self, started: float) -> dict[str, float]:
+        return {"first_byte_ms": round((self.first_byte - started) * 1000, 3)}
 
 
 @dataclass(frozen=True)
@@ -402,19 +456,25 @@ class PlainHttp:
         answer.raise_for_status()
         return _process_stdout(answer.content)
 
-    def write(self, sandbox: HttpSandbox, path: str, data: bytes, timeout_s: float) -> None:
+    def write(self, sandbox: HttpSandbox, path: str, data: bytes, timeout_s: float) -> Marks:
         """`files.write` as the SDK sends it by default (and any envd takes it): one multipart `file` part."""
-        answer = self.client.post(f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
-                                  files={"file": (path, data, "application/octet-stream")}, headers=sandbox.headers,
-                                  timeout=timeout_s)  # fmt: skip
-        answer.raise_for_status()
+        with self.client.stream("POST", f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
+                                files={"file": (path, data, "application/octet-stream")}, headers=sandbox.headers,
+                                timeout=timeout_s) as answer:  # fmt: skip
+            marks = Marks(time.perf_counter())
+            answer.read()
+            answer.raise_for_status()
+        return marks
 
-    def read(self, sandbox: HttpSandbox, path: str, timeout_s: float) -> list[bytes]:
+    def read(self, sandbox: HttpSandbox, path: str, timeout_s: float) -> tuple[Marks, list[bytes]]:
         """`files.read`, the body read as a stream: the chunks as they arrived."""
         with self.client.stream("GET", f"{sandbox.envd_url}/files", params={"path": path, "username": "user"},
                                 headers=sandbox.headers, timeout=timeout_s) as answer:  # fmt: skip
             answer.raise_for_status()
-            return list(answer.iter_bytes())
+            chunks = answer.iter_bytes()
+            first = next(chunks, b"")
+            marks = Marks(time.perf_counter())
+            return marks, [first, *chunks]
 
 
 def _envd_url(created: dict[str, Any]) -> str:
@@ -479,6 +539,8 @@ def main() -> int:
         "upload_http": bench.upload_http,
         "download": bench.download,
         "download_http": bench.download_http,
+        "upload_floor": bench.upload_floor,
+        "download_floor": bench.download_floor,
         "tti_snapshot": bench.tti_snapshot,
         "tti_fork": bench.tti_fork,
     }

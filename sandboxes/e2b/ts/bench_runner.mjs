@@ -6,8 +6,10 @@
 // `footer` naming what happened to every sandbox. The task and the measure kinds are those of
 // sandboxes/e2b/python/bench_runner.py (`tti` in three modes, `run_true`, `upload`, `download`, and
 // their `_http` twins: the same requests with Node's core `http` client and no SDK at all, on sandboxes
-// created and killed over the REST API, so the SDK's row minus its twin's is what the SDK adds). No
-// new operation starts after `deadline_s`; every sandbox created is killed.
+// created and killed over the REST API, so the SDK's row minus its twin's is what the SDK adds; the
+// twins also time the answer's first byte, `first_byte_ms`), and `upload_floor` / `download_floor`: the
+// SDK's own call against the harness's floor server (bench/floor.py) through its `sandboxUrl` option.
+// No new operation starts after `deadline_s`; every sandbox created is killed.
 
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
@@ -17,7 +19,8 @@ import { footer, hello, readTask } from './runkit.mjs'
 
 const SUITE = 'bench'
 const TRANSFER_PATH = '/tmp/e2b-bench-transfer.bin'
-const WARMUP = { run_true: 2, run_true_http: 2, upload: 1, upload_http: 1, download: 1, download_http: 1 }
+const WARMUP = { run_true: 2, run_true_http: 2 }
+for (const way of ['upload', 'download']) for (const twin of ['', '_http', '_floor']) WARMUP[`${way}${twin}`] = 1
 const CONNECT_END_STREAM = 0x02 // envelope flag of a Connect stream's last message (trailers or an error)
 
 const round = (ms) => Math.round(ms * 1000) / 1000
@@ -44,6 +47,7 @@ class Bench {
     this.created = []
     this.killed = new Set()
     this.work = null
+    this.floors = new Map() // floor URL -> the shared sandbox as the SDK sees it there
     this.http = new PlainHttp() // the client of the plain HTTP measures
     this.httpWork = null // the sandbox run_true_http/upload_http/download_http use
     this.payload = null
@@ -185,6 +189,8 @@ class Bench {
     if (found !== this.digest) throw new Error(`sha256 of the ${what} is ${found}, expected ${this.digest}`)
   }
 
+  /** Time `action` alone, then `verify` it (untimed); an action that returns `{ firstByte }` (a
+   * performance.now() moment) has it reported as the part `first_byte_ms`. */
   async repeat(measure, action, verify = async () => {}, client = 'Sandbox') {
     const warmup = WARMUP[measure.kind]
     for (let i = 0; i < warmup; i++) {
@@ -200,8 +206,9 @@ class Bench {
       const started = performance.now()
       let outcome
       try {
-        await action()
+        const marks = await action()
         outcome = { ok: true, ms: msSince(started) }
+        if (typeof marks?.firstByte === 'number') outcome.parts = { first_byte_ms: round(marks.firstByte - started) }
         await verify() // untimed: a wrong digest fails the sample
       } catch (err) {
         outcome = { ok: false, ms: null, error: describe(err) }
@@ -252,12 +259,49 @@ class Bench {
     return this.repeat(measure, fetch, verify)
   }
 
+  /** The shared sandbox, connected through the SDK with the floor server as its envd URL. */
+  async floorSandbox(floorUrl) {
+    if (!this.floors.has(floorUrl)) {
+      const work = await this.workSandbox()
+      this.floors.set(floorUrl, await this.sdk.Sandbox.connect(work.sandboxId, { sandboxUrl: floorUrl }))
+    }
+    return this.floors.get(floorUrl)
+  }
+
+  async uploadFloor(measure) {
+    const sandbox = await this.floorSandbox(measure.floor_url)
+    const payload = this.payloadOf(Number(measure.bytes))
+    const verify = async () => {
+      // the floor server counts what it discarded: at least the payload, in its multipart
+      const answer = await this.http.request(`${measure.floor_url}/floor/received`)
+      const received = JSON.parse(Buffer.concat(expectOk(answer).chunks).toString('utf8')).bytes
+      if (received < payload.byteLength) throw new Error(`the floor server received ${received} bytes, less than the ${payload.byteLength} sent`)
+    }
+    return this.repeat(measure, () => sandbox.files.write(TRANSFER_PATH, payload), verify)
+  }
+
+  async downloadFloor(measure) {
+    const sandbox = await this.floorSandbox(measure.floor_url)
+    const size = Number(measure.bytes)
+    let received = null
+    const fetch = async () => {
+      received = await sandbox.files.read(TRANSFER_PATH, { format: 'bytes' })
+    }
+    const verify = async () => {
+      if (received.length !== size || received.some((byte) => byte !== 0))
+        throw new Error(`the floor download is not ${size} zero bytes (${received.length} bytes)`)
+    }
+    return this.repeat(measure, fetch, verify)
+  }
+
   async downloadHttp(measure) {
     const sandbox = await this.httpWorkSandbox()
     await this.http.write(sandbox, TRANSFER_PATH, this.payloadOf(Number(measure.bytes)))
     let chunks = []
     const read = async () => {
-      chunks = await this.http.read(sandbox, TRANSFER_PATH)
+      const answer = await this.http.read(sandbox, TRANSFER_PATH)
+      chunks = answer.chunks
+      return answer
     }
     const verify = async () =>
       this.expectDigest(createHash('sha256').update(Buffer.concat(chunks)).digest('hex'), 'downloaded bytes')
@@ -305,16 +349,21 @@ class PlainHttp {
     for (const agent of Object.values(this.agents)) agent.destroy()
   }
 
-  /** One request on a kept-alive connection (the body: buffers sent one after another): its status and body chunks. */
-  request(url, { method = 'GET', headers = {}, body = [] } = {}) {
+  /** One request on a kept-alive connection (the body: buffers sent one after another): its status, body
+   * chunks and the moment its first byte arrived (the status line; a body's first chunk when `firstChunk`). */
+  request(url, { method = 'GET', headers = {}, body = [], firstChunk = false } = {}) {
     const target = new URL(url)
     const module = target.protocol === 'https:' ? https : http
     const sized = body.length ? { ...headers, 'Content-Length': body.reduce((n, part) => n + part.length, 0) } : headers
     return new Promise((resolve, reject) => {
       const request = module.request(target, { method, headers: sized, agent: this.agents[target.protocol] }, (response) => {
         const chunks = []
-        response.on('data', (chunk) => chunks.push(chunk))
-        response.on('end', () => resolve({ status: response.statusCode, chunks }))
+        let firstByte = firstChunk ? null : performance.now()
+        response.on('data', (chunk) => {
+          firstByte ??= performance.now()
+          chunks.push(chunk)
+        })
+        response.on('end', () => resolve({ status: response.statusCode, chunks, firstByte }))
         response.on('error', reject)
       })
       request.on('error', reject)
@@ -373,12 +422,12 @@ class PlainHttp {
     const head = `--${boundary}\r\nContent-Disposition: ${disposition}\r\nContent-Type: application/octet-stream\r\n\r\n`
     const body = [Buffer.from(head), Buffer.from(data), Buffer.from(`\r\n--${boundary}--\r\n`)] // data: not copied
     const headers = { ...sandbox.headers, 'Content-Type': `multipart/form-data; boundary=${boundary}` }
-    expectOk(await this.request(filesUrl(sandbox, path), { method: 'POST', headers, body }))
+    return expectOk(await this.request(filesUrl(sandbox, path), { method: 'POST', headers, body }))
   }
 
   /** `files.read`, the body read as a stream: the chunks as they arrived. */
   async read(sandbox, path) {
-    return expectOk(await this.request(filesUrl(sandbox, path), { headers: sandbox.headers })).chunks
+    return expectOk(await this.request(filesUrl(sandbox, path), { headers: sandbox.headers, firstChunk: true }))
   }
 }
 
@@ -453,6 +502,8 @@ async function main() {
     upload_http: (m) => bench.uploadHttp(m),
     download: (m) => bench.download(m),
     download_http: (m) => bench.downloadHttp(m),
+    upload_floor: (m) => bench.uploadFloor(m),
+    download_floor: (m) => bench.downloadFloor(m),
   }
   // A harness that stops the run sends SIGTERM: kill the sandboxes, report nothing more.
   let terminating = false

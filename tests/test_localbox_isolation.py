@@ -66,7 +66,8 @@ def test_a_sandbox_reads_its_own_cgroup_limits_read_only_and_no_others_cgroups(s
         "cat /proc/self/cgroup | cut -d: -f3 | sort -u; "
         "cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null; "
         "ls /sys/fs/cgroup /sys/fs/cgroup/memory 2>/dev/null | grep -c -- '-' || true; "
-        "(echo 1 > /sys/fs/cgroup/cpu.max || echo 1 > /sys/fs/cgroup/cpu/cpu.cfs_quota_us) 2>&1 | grep -c 'Read-only'"
+        "f=/sys/fs/cgroup/cpu/cpu.cfs_quota_us; [ -e $f ] || f=/sys/fs/cgroup/cpu.max; "
+        "(echo 1 > $f) 2>&1 | grep -c 'Read-only'"
     )
 
     lines = sandbox.commands.run(script, user="root").stdout.split()

@@ -1,4 +1,5 @@
-"""Fixtures shared by the harness's own tests: one embedded endpoint for the session."""
+"""Fixtures shared by the harness's own tests: one embedded endpoint for the session; tests sharing a module's
+fixture kept on one test worker (tests/worker_groups.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
+from worker_groups import pytest_collection_modifyitems  # noqa: F401  (a hook of this conftest)
 
 from bench.localbox.server import LocalEndpoint, serving
 

@@ -1,0 +1,59 @@
+"""`./e2b-bench selftest -n N`: tests sharing a module's fixture run on one worker, which sets it up once;
+the other tests are still spread over the workers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+SHARED_TESTS = 6
+LONE_TESTS = 12
+MODULE = textwrap.dedent(f"""
+    import os
+    import time
+
+    import pytest
+
+
+    def note(what):
+        with open(os.environ["SETUPS"], "a") as log:
+            log.write(f"{{what}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+
+
+    @pytest.fixture(scope="module")
+    def shared():
+        note("setup")
+
+
+    @pytest.mark.parametrize("n", range({SHARED_TESTS}))
+    def test_shared(shared, n):
+        note("shared")
+
+
+    @pytest.mark.parametrize("n", range({LONE_TESTS}))
+    def test_lone(tmp_path, n):
+        time.sleep(0.2)  # long enough that both workers take some
+        note("lone")
+""")
+
+
+def test_tests_sharing_a_module_fixture_share_one_worker_and_the_rest_are_spread(tmp_path: Path) -> None:
+    (tmp_path / "test_shared_fixture.py").write_text(MODULE)
+    setups = tmp_path / "setups.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "worker_groups",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line.split() for line in setups.read_text().splitlines()]
+    workers = {kind: [w for k, w in lines if k == kind] for kind in ("setup", "shared", "lone")}
+    assert len(workers["setup"]) == 1
+    assert workers["shared"] == workers["setup"] * SHARED_TESTS
+    assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}

@@ -35,7 +35,7 @@ from . import baselines as base
 from . import selection
 from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
 from .endpoints import Endpoint, EndpointError, resolve
-from .exits import ExitCode, defer_interrupts
+from .exits import ExitCode, defer_interrupts, interrupted_code
 from .expectations import Expectations, ExpectationsError, judge
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR
@@ -269,7 +269,7 @@ class Benchmark:
                 self.baselines_after = after
         except KeyboardInterrupt:
             self.stop.set()
-            status, exit_code = "interrupted", ExitCode.INTERRUPTED
+            status, exit_code = "interrupted", interrupted_code()
         except base.BaselineError as exc:
             self.notes.append(str(exc))
             status, exit_code = "aborted", ExitCode.NONCONFORMANT

@@ -28,7 +28,7 @@ from .remote.budget import Budget, cost_line
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
-from .remote.transient import transient_only, with_conditions
+from .remote.transient import RouteAnswers, is_transient, transient_only, with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
@@ -81,7 +81,9 @@ class BenchSession:
     _timer: threading.Timer | None = None
     # (suite, runner, step) -> the retries and transient answers of the endpoint while that step ran
     conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    failed: list[dict[str, Any]] = field(default_factory=list)  # the details of each non-conformant case
+    answers: RouteAnswers = field(default_factory=RouteAnswers)  # how each kind of request was answered
+    # (suite, runner, step) of a case judged the endpoint's moment -> what it saw and the conditions around it
+    transient: dict[tuple[str, str, str], tuple[StepResult, list[dict[str, Any]]]] = field(default_factory=dict)
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
@@ -298,6 +300,7 @@ class BenchSession:
             domain=self.endpoint.domain,
             ledger=self.ledger,
             suite=suite,
+            on_answer=self.answers.add,
         ) as proxy:
             self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
@@ -396,8 +399,18 @@ class BenchSession:
             return self.records[(suite, runner.name, step)]
 
     def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
-        identifier = case_id(suite, runner.name, step)
-        observed = with_conditions(observed, self.conditions.pop((suite, runner.name, step), []))
+        conditions = self.conditions.pop((suite, runner.name, step), [])
+        record, note = self._judge(suite, runner.name, step, with_conditions(observed, conditions))
+        if is_transient(record.details):  # judged again at the end, with every answer of the run
+            self.transient[(suite, runner.name, step)] = (observed, conditions)
+        assert self.lifecycle.run_dir is not None
+        self.lifecycle.run_dir.record(record)
+        return record, note
+
+    def _judge(
+        self, suite: str, runner: str, step: str, observed: StepResult, evidence: Any = None
+    ) -> tuple[CaseRecord, str]:
+        identifier = case_id(suite, runner, step)
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
         if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement
@@ -405,7 +418,7 @@ class BenchSession:
         record = CaseRecord(
             id=identifier,
             suite=suite,
-            runner=runner.name,
+            runner=runner,
             case=step,
             outcome=verdict.outcome,
             expected=verdict.expected,
@@ -414,13 +427,24 @@ class BenchSession:
             error=observed.error,
             details=observed.details,
             note=verdict.note,
-            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step),
+            evidence=None if verdict.conformant else evidence or self._evidence(suite, runner, step),
         )
-        assert self.lifecycle.run_dir is not None
-        self.lifecycle.run_dir.record(record)
-        if not record.conformant:
-            self.failed.append(record.details)
         return record, verdict.note or ""
+
+    def _refused_routes(self) -> None:
+        """Cases judged the endpoint's moment whose kind of request it never answered otherwise in the whole
+        run are judged again as conformance failures naming the route (cases.jsonl is amended in place)."""
+        amended = []
+        for (suite, runner, step), (observed, conditions) in sorted(self.transient.items()):
+            again = with_conditions(observed, conditions, self.answers)
+            if is_transient(again.details):
+                continue
+            evidence = self.records[(suite, runner, step)][0].evidence
+            self.records[(suite, runner, step)] = self._judge(suite, runner, step, again, evidence)
+            amended.append(self.records[(suite, runner, step)][0])
+        if amended:
+            assert self.lifecycle.run_dir is not None
+            self.lifecycle.run_dir.amend(amended)
 
     def footer_lines(self) -> list[str]:
         """What the terminal says about the run's cost, its stop and the sandboxes it left."""
@@ -462,7 +486,9 @@ class BenchSession:
             swept = self.lifecycle.sweep(self.created | self.ledger.ids()).conformant
             if not swept and exit_code == ExitCode.OK:
                 exit_code = ExitCode.NONCONFORMANT
-        transient = transient_only(self.failed) if swept and status == "completed" else None
+        self._refused_routes()
+        failed = [record.details for record, _ in self.records.values() if not record.conformant]
+        transient = transient_only(failed) if swept and status == "completed" else None
         if exit_code == ExitCode.NONCONFORMANT and transient is not None:
             self.progress(transient)
             exit_code = ExitCode.USAGE  # the endpoint's moment, kept apart from a conformance failure

@@ -182,9 +182,14 @@ def atomic_write(path: Path, text: str) -> None:
 JSON_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
+def json_line(obj: Any) -> str:
+    """One JSON line (no newline): compact, and no character a reader splitting lines would tear it at."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(JSON_LINE_BREAKS)
+
+
 def append_line(path: Path, obj: Any) -> None:
     """Append one JSON line durably; safe across processes (pytest-xdist workers)."""
-    data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(JSON_LINE_BREAKS) + "\n").encode()
+    data = (json_line(obj) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, ARTIFACT_MODE)
     try:
@@ -266,6 +271,16 @@ class RunDir:
     def record(self, case: CaseRecord) -> None:
         """Append one case, redacted, to cases.jsonl (flushed and fsynced)."""
         append_line(self._path / self.CASES, self._redactor.redact_obj(case.to_dict()))
+
+    def amend(self, cases: Sequence[CaseRecord]) -> None:
+        """Replace the recorded lines of these cases (by id) with them, in place, atomically."""
+        path = self._path / self.CASES
+        by_id = {case.id: self._redactor.redact_obj(case.to_dict()) for case in cases}
+        lines = []
+        for line in path.read_text("utf-8").splitlines():
+            replaced = by_id.get(json.loads(line).get("id")) if line.strip() else None
+            lines.append(line if replaced is None else json_line(replaced))
+        atomic_write(path, "".join(f"{line}\n" for line in lines))
 
     def append_wire(self, runner: str, entry: Mapping[str, Any]) -> None:
         """Append one wire log line for `runner`, redacted, after checking it against wire.schema.json."""

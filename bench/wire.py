@@ -222,6 +222,7 @@ class WireProxy:
         body_bytes: int | None = None,
         ledger: SandboxLedger | None = None,
         suite: str | None = None,
+        on_answer: Callable[[str, str, int], None] | None = None,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -233,6 +234,7 @@ class WireProxy:
         self.host = host
         self.body_bytes = body_bytes_from_env() if body_bytes is None else max(0, body_bytes)
         self.ledger = ledger
+        self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -528,6 +530,8 @@ class WireProxy:
             waited += wait
         if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
             self._condition(exchange, response.status_code, retried=False)
+        if self.on_answer is not None:
+            self.on_answer(exchange.method, httpx.URL(exchange.url).path, response.status_code)
         try:
             exchange.status = response.status_code
             exchange.response_headers = _redact_headers(

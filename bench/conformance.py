@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ from .housekeeping import KILLED, kill_left
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
-from .remote.budget import Budget, cost_line
+from .remote.budget import Budget, cost_line, retries_figure
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
@@ -75,6 +76,7 @@ class BenchSession:
     recorded: threading.Condition = field(default_factory=threading.Condition)
     ledger: SandboxLedger = field(default_factory=SandboxLedger)  # every sandbox the runners created
     budget: Budget = field(default_factory=Budget)
+    start_faults: list[str] = field(default_factory=list)  # runners that died before they said hello
     stop_reason: str | None = None  # why the run stopped before its end (a budget), for the cases not run
     left: dict[str, str] = field(default_factory=dict)  # sandboxes left by this run -> what their kill did
     cost: dict[str, Any] | None = None  # the footer's cost figure, once the run ended
@@ -193,8 +195,10 @@ class BenchSession:
 
     @property
     def harness_faults(self) -> list[str]:
-        """Why each selected runner could not be had: the harness's environment, not the endpoint."""
-        return [problem for problem in self.prepared.values() if isinstance(problem, str)]
+        """Why each selected runner could not be had (built, or started): the harness's environment, not the
+        endpoint."""
+        built = [problem for problem in self.prepared.values() if isinstance(problem, str)]
+        return built + self.start_faults
 
     def _prepare_templates(self) -> None:
         """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
@@ -301,6 +305,7 @@ class BenchSession:
             ledger=self.ledger,
             suite=suite,
             on_answer=self.answers.add,
+            on_write_error=self._write_failed,
         ) as proxy:
             self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
@@ -335,6 +340,9 @@ class BenchSession:
             )
         for run in runs:
             self.created.update((run.footer or {}).get("cleanup") or {})
+            if run.start_failure is not None:
+                self.start_faults.append(f"runner {runner.name} could not start: {run.start_failure}")
+                self.progress(self.start_faults[-1])
         return results
 
     def _deliver(self, suite: str, runner: Runner, observed: StepResult) -> None:
@@ -387,7 +395,7 @@ class BenchSession:
         transcript = dict(event.get("transcript") or {})
         if self.model is not None and self.model.scripted is not None:
             transcript["model_exchanges"] = self.model.scripted.transcript.exchanges(runner.name)
-        run_dir.write_json(f"{runner.name}.json", transcript)
+        self.lifecycle.guarded(lambda: run_dir.write_json(f"{runner.name}.json", transcript))
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         """The case's record: written to cases.jsonl the first time, the same record after that."""
@@ -403,9 +411,23 @@ class BenchSession:
         record, note = self._judge(suite, runner.name, step, with_conditions(observed, conditions))
         if is_transient(record.details):  # judged again at the end, with every answer of the run
             self.transient[(suite, runner.name, step)] = (observed, conditions)
-        assert self.lifecycle.run_dir is not None
-        self.lifecycle.run_dir.record(record)
+        run_dir = self.lifecycle.run_dir
+        assert run_dir is not None
+        try:
+            run_dir.record(record)
+        except OSError as exc:
+            self._write_failed(exc)
         return record, note
+
+    def _write_failed(self, exc: OSError) -> None:
+        """A write of the run's record failed: a full disk stops the run (what is recorded stays valid, the
+        rest is not run, exit 3); any other failure is raised as before."""
+        if not self.lifecycle.no_room(exc):
+            raise exc
+        if self.stop_reason is None:
+            self.stop_reason = self.lifecycle.fault
+            self.progress(f"{self.stop_reason}: stopping the runners")
+            self.stop.set()
 
     def _judge(
         self, suite: str, runner: str, step: str, observed: StepResult, evidence: Any = None
@@ -443,14 +465,26 @@ class BenchSession:
             self.records[(suite, runner, step)] = self._judge(suite, runner, step, again, evidence)
             amended.append(self.records[(suite, runner, step)][0])
         if amended:
-            assert self.lifecycle.run_dir is not None
-            self.lifecycle.run_dir.amend(amended)
+            run_dir = self.lifecycle.run_dir
+            assert run_dir is not None
+            self.lifecycle.guarded(lambda: run_dir.amend(amended))
+
+    def retries(self) -> dict[str, Any]:
+        """How many answers of the endpoint the wire proxies retried, in all and by status."""
+        by_status: Counter[int] = Counter()
+        for proxy, _ in self.proxies.values():
+            by_status.update(proxy.retried)
+        return retries_figure(by_status)
 
     def footer_lines(self) -> list[str]:
         """What the terminal says about the run's cost, its stop and the sandboxes it left."""
         if self.lifecycle.run_dir is None or self._pool is None:
             return []
         lines = [f"cost: {cost_line(self.cost or self.budget.cost(self.ledger.sandbox_seconds()))}"]
+        retries = self.retries()
+        if retries["total"]:
+            shown = ", ".join(f"{count} after {status}" for status, count in retries["by_status"].items())
+            lines.append(f"retries: {retries['total']} ({shown})")
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")
         if self.left:
@@ -495,7 +529,7 @@ class BenchSession:
         if exit_code == ExitCode.NONCONFORMANT and self.harness_faults:
             exit_code = ExitCode.HARNESS  # some cases could not run here at all: no verdict on the endpoint
         self.cost = self.budget.cost(self.ledger.sandbox_seconds())
-        extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left}
+        extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left, "retries": self.retries()}
         if self.stop_reason:
             extra["stop_reason"] = self.stop_reason
         self.exit_code = self.lifecycle.finish(status, exit_code, **extra)  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -513,6 +514,10 @@ class BenchSession:
             exit_code = exit_code if exit_code != ExitCode.OK else ExitCode.NONCONFORMANT
         swept = True
         if self._pool is not None:
+            # Every case is recorded once its runner reports it, before the runner kills its own sandboxes: let
+            # that clean-up finish (bounded) before anything it has not killed counts as left by this run.
+            futures.wait(list(self.jobs.values()), timeout=scaled(RUNNER_END_S))
+            self.stop_runners()
             self.left = kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
             for sandbox_id, what in self.left.items():
                 if what in KILLED.values():
@@ -541,6 +546,7 @@ SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on 
 MAX_SANDBOX_LIFETIME_S = 290
 EVIDENCE_WAIT_S = 1.0  # how long a failing case waits for its last exchange to reach the wire log (quiet host)
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
+RUNNER_END_S = 30.0  # a runner's time, after its last step, to kill its sandboxes and end on a quiet host
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one

@@ -48,7 +48,7 @@ from .benchdoc import (
     target_text,
 )
 from .endpoints import Endpoint, EndpointError, resolve
-from .exits import ExitCode, defer_interrupts
+from .exits import ExitCode, defer_interrupts, interrupted_code
 from .expectations import Expectations, ExpectationsError, judge
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR
@@ -298,7 +298,7 @@ class Benchmark:
                 self.baselines_after = after
         except KeyboardInterrupt:
             self.stop.set()
-            status, exit_code = "interrupted", ExitCode.INTERRUPTED
+            status, exit_code = "interrupted", interrupted_code()
         except (base.BaselineError, floor.FloorError) as exc:
             self.notes.append(str(exc))
             status, exit_code = "aborted", ExitCode.NONCONFORMANT

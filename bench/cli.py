@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, signal_received
+from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, interrupted_code, signal_received
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
 from .remote.slowness import STEP_TIMEOUT_HELP
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupt_on_sigterm():  # first, so that a SIGTERM at any moment of start-up ends like Ctrl-C
             code = _main(argv)
-        return ExitCode.INTERRUPTED if interrupt_deferred() else code
+        return interrupted_code() if interrupt_deferred() else code
     except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
+        return interrupted_code()
 
 
 def _main(argv: list[str] | None) -> int:
@@ -299,7 +299,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     if code == pytest.ExitCode.USAGE_ERROR:
         return ExitCode.USAGE
     # pytest says 2 for an interruption; the plugin's `pytest.exit` says 2 (ExitCode.USAGE) for a failed preflight
-    return ExitCode.INTERRUPTED if code == pytest.ExitCode.INTERRUPTED and signal_received() else code
+    return interrupted_code() if code == pytest.ExitCode.INTERRUPTED and signal_received() else code
 
 
 def suite_target(name: str) -> str:
@@ -407,7 +407,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         argv=tuple(sys.argv),
         gate=args.gate,
     )
-    return run_bench(options)  # Ctrl-C and SIGTERM end in the benchmark's clean-up (interrupted, exit 130)
+    return run_bench(options)  # Ctrl-C and SIGTERM end in the benchmark's clean-up (interrupted, exit 130 or 143)
 
 
 def cmd_model(args: argparse.Namespace, extra: list[str]) -> int:

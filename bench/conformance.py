@@ -10,7 +10,9 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,11 +26,11 @@ from .housekeeping import KILLED, kill_left
 from .lifecycle import Lifecycle
 from .model.server import ModelServer
 from .redaction import Redactor
-from .remote.budget import Budget, cost_line
+from .remote.budget import Budget, cost_line, retries_figure
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
-from .remote.transient import transient_only, with_conditions
+from .remote.transient import RouteAnswers, is_transient, transient_only, with_conditions
 from .results import CaseRecord, case_id
 from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
@@ -75,13 +77,16 @@ class BenchSession:
     recorded: threading.Condition = field(default_factory=threading.Condition)
     ledger: SandboxLedger = field(default_factory=SandboxLedger)  # every sandbox the runners created
     budget: Budget = field(default_factory=Budget)
+    start_faults: list[str] = field(default_factory=list)  # runners that died before they said hello
     stop_reason: str | None = None  # why the run stopped before its end (a budget), for the cases not run
     left: dict[str, str] = field(default_factory=dict)  # sandboxes left by this run -> what their kill did
     cost: dict[str, Any] | None = None  # the footer's cost figure, once the run ended
     _timer: threading.Timer | None = None
     # (suite, runner, step) -> the retries and transient answers of the endpoint while that step ran
     conditions: dict[tuple[str, str, str], list[dict[str, Any]]] = field(default_factory=dict)
-    failed: list[dict[str, Any]] = field(default_factory=list)  # the details of each non-conformant case
+    answers: RouteAnswers = field(default_factory=RouteAnswers)  # how each kind of request was answered
+    # (suite, runner, step) of a case judged the endpoint's moment -> what it saw and the conditions around it
+    transient: dict[tuple[str, str, str], tuple[StepResult, list[dict[str, Any]]]] = field(default_factory=dict)
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
@@ -191,8 +196,10 @@ class BenchSession:
 
     @property
     def harness_faults(self) -> list[str]:
-        """Why each selected runner could not be had: the harness's environment, not the endpoint."""
-        return [problem for problem in self.prepared.values() if isinstance(problem, str)]
+        """Why each selected runner could not be had (built, or started): the harness's environment, not the
+        endpoint."""
+        built = [problem for problem in self.prepared.values() if isinstance(problem, str)]
+        return built + self.start_faults
 
     def _prepare_templates(self) -> None:
         """Build the embedded endpoint's templates the selected suites create from (`templates` of a suite's
@@ -298,6 +305,8 @@ class BenchSession:
             domain=self.endpoint.domain,
             ledger=self.ledger,
             suite=suite,
+            on_answer=self.answers.add,
+            on_write_error=self._write_failed,
         ) as proxy:
             self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
@@ -332,6 +341,9 @@ class BenchSession:
             )
         for run in runs:
             self.created.update((run.footer or {}).get("cleanup") or {})
+            if run.start_failure is not None:
+                self.start_faults.append(f"runner {runner.name} could not start: {run.start_failure}")
+                self.progress(self.start_faults[-1])
         return results
 
     def _deliver(self, suite: str, runner: Runner, observed: StepResult) -> None:
@@ -384,7 +396,7 @@ class BenchSession:
         transcript = dict(event.get("transcript") or {})
         if self.model is not None and self.model.scripted is not None:
             transcript["model_exchanges"] = self.model.scripted.transcript.exchanges(runner.name)
-        run_dir.write_json(f"{runner.name}.json", transcript)
+        self.lifecycle.guarded(lambda: run_dir.write_json(f"{runner.name}.json", transcript))
 
     def record(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         """The case's record: written to cases.jsonl the first time, the same record after that."""
@@ -396,8 +408,32 @@ class BenchSession:
             return self.records[(suite, runner.name, step)]
 
     def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
-        identifier = case_id(suite, runner.name, step)
-        observed = with_conditions(observed, self.conditions.pop((suite, runner.name, step), []))
+        conditions = self.conditions.pop((suite, runner.name, step), [])
+        record, note = self._judge(suite, runner.name, step, with_conditions(observed, conditions))
+        if is_transient(record.details):  # judged again at the end, with every answer of the run
+            self.transient[(suite, runner.name, step)] = (observed, conditions)
+        run_dir = self.lifecycle.run_dir
+        assert run_dir is not None
+        try:
+            run_dir.record(record)
+        except OSError as exc:
+            self._write_failed(exc)
+        return record, note
+
+    def _write_failed(self, exc: OSError) -> None:
+        """A write of the run's record failed: a full disk stops the run (what is recorded stays valid, the
+        rest is not run, exit 3); any other failure is raised as before."""
+        if not self.lifecycle.no_room(exc):
+            raise exc
+        if self.stop_reason is None:
+            self.stop_reason = self.lifecycle.fault
+            self.progress(f"{self.stop_reason}: stopping the runners")
+            self.stop.set()
+
+    def _judge(
+        self, suite: str, runner: str, step: str, observed: StepResult, evidence: Any = None
+    ) -> tuple[CaseRecord, str]:
+        identifier = case_id(suite, runner, step)
         declared = self.expectations.for_case(identifier)
         verdict = judge(observed.outcome, observed.details, observed.error, declared)
         if verdict.outcome != observed.outcome:  # keep what the runner saw before judgement
@@ -405,7 +441,7 @@ class BenchSession:
         record = CaseRecord(
             id=identifier,
             suite=suite,
-            runner=runner.name,
+            runner=runner,
             case=step,
             outcome=verdict.outcome,
             expected=verdict.expected,
@@ -414,19 +450,42 @@ class BenchSession:
             error=observed.error,
             details=observed.details,
             note=verdict.note,
-            evidence=None if verdict.conformant else self._evidence(suite, runner.name, step),
+            evidence=None if verdict.conformant else evidence or self._evidence(suite, runner, step),
         )
-        assert self.lifecycle.run_dir is not None
-        self.lifecycle.run_dir.record(record)
-        if not record.conformant:
-            self.failed.append(record.details)
         return record, verdict.note or ""
+
+    def _refused_routes(self) -> None:
+        """Cases judged the endpoint's moment whose kind of request it never answered otherwise in the whole
+        run are judged again as conformance failures naming the route (cases.jsonl is amended in place)."""
+        amended = []
+        for (suite, runner, step), (observed, conditions) in sorted(self.transient.items()):
+            again = with_conditions(observed, conditions, self.answers)
+            if is_transient(again.details):
+                continue
+            evidence = self.records[(suite, runner, step)][0].evidence
+            self.records[(suite, runner, step)] = self._judge(suite, runner, step, again, evidence)
+            amended.append(self.records[(suite, runner, step)][0])
+        if amended:
+            run_dir = self.lifecycle.run_dir
+            assert run_dir is not None
+            self.lifecycle.guarded(lambda: run_dir.amend(amended))
+
+    def retries(self) -> dict[str, Any]:
+        """How many answers of the endpoint the wire proxies retried, in all and by status."""
+        by_status: Counter[int] = Counter()
+        for proxy, _ in self.proxies.values():
+            by_status.update(proxy.retried)
+        return retries_figure(by_status)
 
     def footer_lines(self) -> list[str]:
         """What the terminal says about the run's cost, its stop and the sandboxes it left."""
         if self.lifecycle.run_dir is None or self._pool is None:
             return []
         lines = [f"cost: {cost_line(self.cost or self.budget.cost(self.ledger.sandbox_seconds()))}"]
+        retries = self.retries()
+        if retries["total"]:
+            shown = ", ".join(f"{count} after {status}" for status, count in retries["by_status"].items())
+            lines.append(f"retries: {retries['total']} ({shown})")
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")
         if self.left:
@@ -455,6 +514,10 @@ class BenchSession:
             exit_code = exit_code if exit_code != ExitCode.OK else ExitCode.NONCONFORMANT
         swept = True
         if self._pool is not None:
+            # Every case is recorded once its runner reports it, before the runner kills its own sandboxes: let
+            # that clean-up finish (bounded) before anything it has not killed counts as left by this run.
+            futures.wait(list(self.jobs.values()), timeout=scaled(RUNNER_END_S))
+            self.stop_runners()
             self.left = kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
             for sandbox_id, what in self.left.items():
                 if what in KILLED.values():
@@ -462,14 +525,16 @@ class BenchSession:
             swept = self.lifecycle.sweep(self.created | self.ledger.ids()).conformant
             if not swept and exit_code == ExitCode.OK:
                 exit_code = ExitCode.NONCONFORMANT
-        transient = transient_only(self.failed) if swept and status == "completed" else None
+        self._refused_routes()
+        failed = [record.details for record, _ in self.records.values() if not record.conformant]
+        transient = transient_only(failed) if swept and status == "completed" else None
         if exit_code == ExitCode.NONCONFORMANT and transient is not None:
             self.progress(transient)
             exit_code = ExitCode.USAGE  # the endpoint's moment, kept apart from a conformance failure
         if exit_code == ExitCode.NONCONFORMANT and self.harness_faults:
             exit_code = ExitCode.HARNESS  # some cases could not run here at all: no verdict on the endpoint
         self.cost = self.budget.cost(self.ledger.sandbox_seconds())
-        extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left}
+        extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left, "retries": self.retries()}
         if self.stop_reason:
             extra["stop_reason"] = self.stop_reason
         self.exit_code = self.lifecycle.finish(status, exit_code, **extra)  # type: ignore[arg-type]
@@ -481,6 +546,7 @@ SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on 
 MAX_SANDBOX_LIFETIME_S = 290
 EVIDENCE_WAIT_S = 1.0  # how long a failing case waits for its last exchange to reach the wire log (quiet host)
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
+RUNNER_END_S = 30.0  # a runner's time, after its last step, to kill its sandboxes and end on a quiet host
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one

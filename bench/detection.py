@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .endpoints import resolve
-from .exits import ExitCode, defer_interrupts
+from .exits import ExitCode, defer_interrupts, interrupted_code
 from .lifecycle import Lifecycle
 from .localbox.quirks import OPTION_FIELDS
 from .paths import SANDBOXES_DIR
@@ -50,7 +50,8 @@ SERVER_ONLY_QUIRKS = ("streams_outlive_clients",)
 # Remote conditions, not deviations: a stalled stream is one hung case (tests/test_remote_run.py); latency, slow
 # creates, rate limits and transient 5xx change no verdict: the harness retries what can be retried and records
 # the rest as the endpoint's transient (tests/test_remote_conditions.py).
-CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "slow_create")
+# An unavailable route fails whatever cases use the route it is given (tests/test_remote_refused_route.py).
+CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "slow_create", "unavailable_route")
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",
@@ -319,7 +320,7 @@ def detect(results_root: Path, quirks: tuple[str, ...] = QUIRKS, report: bool = 
                 )
             )
     except KeyboardInterrupt:
-        life.finish("interrupted", ExitCode.INTERRUPTED)
+        life.finish("interrupted", interrupted_code())
         raise
     except Exception:
         life.finish("aborted", ExitCode.USAGE)

@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 
 import httpx
 
+from .remote.retry import RetryingTransport
 from .remote.slowness import scaled
 from .results import CaseRecord, case_id
 
@@ -69,7 +70,7 @@ def sweep(
     """
     result = Sweep()
     timeout = scaled(REQUEST_S) if timeout_s is None else timeout_s
-    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout) as client:
+    with httpx.Client(base_url=api_url, headers=_auth(key), timeout=timeout, transport=RetryingTransport()) as client:
         for sandbox_id in dict.fromkeys(tagged_sandboxes(client, run_id)):
             if sandbox_id not in own and not is_this_runs(client, sandbox_id, run_id):
                 result.foreign.append(sandbox_id)
@@ -82,13 +83,18 @@ def sweep(
 KILLED = {200: "killed", 204: "killed", 404: "already gone"}
 
 
+def _auth(key: str | None) -> dict[str, str]:
+    return {"X-API-KEY": key or ""}
+
+
 def kill_left(api_url: str, key: str | None, sandbox_ids: Collection[str]) -> dict[str, str]:
     """Kill the sandboxes a run left itself (created, never killed: an interrupted or stopped runner's), best
     effort; what each kill did: `killed`, `already gone` or why it failed. Never the endpoint's fault."""
     done: dict[str, str] = {}
     if not sandbox_ids:
         return done
-    with httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=scaled(REQUEST_S)) as client:
+    timeout = scaled(REQUEST_S)
+    with httpx.Client(base_url=api_url, headers=_auth(key), timeout=timeout, transport=RetryingTransport()) as client:
         for sandbox_id in sandbox_ids:
             try:
                 status = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code

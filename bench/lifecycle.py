@@ -14,7 +14,7 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,7 @@ from .exits import ExitCode
 from .housekeeping import Sweep, leak_record, sweep
 from .junit import write_junit
 from .redaction import Redactor
-from .results import CaseRecord, RunDir, Status, atomic_write, make_header
+from .results import CaseRecord, RunDir, Status, atomic_write, make_header, no_room
 from .triage.causes import write_causes
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class Lifecycle:
         self.run_dir: RunDir | None = None
         self.report_paths: ReportPaths | None = None
         self.preflight_error: str | None = None
+        self.fault: str | None = None  # the first write that found no room (a full disk), in one sentence
         self.stack = contextlib.ExitStack()
 
     def __enter__(self) -> Lifecycle:
@@ -135,7 +136,8 @@ class Lifecycle:
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             error = f"leak check could not list sandboxes: {exc}"
         record = leak_record(found, error, round((time.monotonic() - started) * 1000, 1))
-        self.run_dir.record(record)
+        run_dir = self.run_dir
+        self.guarded(lambda: run_dir.record(record))
         return record
 
     def abort(
@@ -153,6 +155,22 @@ class Lifecycle:
         self.run_dir.write_json(PREFLIGHT_JSON, {"error": reason})
         return self.finish("aborted", code)
 
+    def no_room(self, exc: BaseException) -> bool:
+        """Is `exc` a write that found no room? The first one is kept as the run's harness fault (exit 3)."""
+        sentence = no_room(exc, self.results_dir)
+        if sentence is not None and self.fault is None:
+            self.fault = sentence
+        return sentence is not None
+
+    def guarded(self, what: Callable[[], Any]) -> Any:
+        """`what()`, or None when it found no room: a full disk loses what is left to write, never the rest."""
+        try:
+            return what()
+        except OSError as exc:
+            if not self.no_room(exc):
+                raise
+            return None
+
     def disk_fault(self) -> str | None:
         """Why the results directory cannot hold a run (too little free space), in one sentence, or None."""
         self.results_dir.mkdir(parents=True, exist_ok=True)
@@ -165,23 +183,35 @@ class Lifecycle:
         )
 
     def finish(self, status: Status, exit_code: int, **footer: Any) -> ExitCode:
-        """JUnit, footer (with `footer`'s members, e.g. the cost) and report; returns the exit code."""
-        assert self.run_dir is not None
-        self.run_dir.write_text("junit.xml", write_junit(self.run_dir.path, status))
+        """JUnit, footer (with `footer`'s members, e.g. the cost) and report; returns the exit code. A write that
+        finds no room (a full disk) ends the run `aborted`, exit 3, with the footer naming it if it fits: each
+        file is written as far as it can be, and none of the others is lost to it."""
+        run_dir = self.run_dir
+        assert run_dir is not None
+        if self.fault is not None:
+            status, exit_code = "aborted", ExitCode.HARNESS
+        self.guarded(lambda: run_dir.write_text("junit.xml", write_junit(run_dir.path, status)))
         coverage = None
         try:  # from the wire logs and the runners' reports, if any; a log it cannot read must not lose the run
-            coverage = write_coverage(self.run_dir.path)
+            coverage = write_coverage(run_dir.path)
         except (OSError, ValueError) as exc:
-            print(f"e2b-bench: coverage.json not written: {exc}", file=sys.stderr)
-        self.run_dir.finish(status, int(exit_code), coverage, **footer)
+            if not self.no_room(exc):
+                print(f"e2b-bench: coverage.json not written: {exc}", file=sys.stderr)
+        if self.fault is not None:  # found now, or before
+            status, exit_code = "aborted", ExitCode.HARNESS
+            footer["harness_fault"] = self.fault
+        self.guarded(lambda: run_dir.finish(status, int(exit_code), coverage, **footer))
         with contextlib.suppress(Exception):  # like the report: grouping the failures must not lose the run
-            write_causes(self.run_dir.path, self.redactor)
+            write_causes(run_dir.path, self.redactor)
         if self.report:
             from .report import render
 
             with contextlib.suppress(Exception):  # a report that fails to render must not lose the run
-                self.report_paths = render([self.run_dir.path], self.run_dir.path, self.redactor)
+                self.report_paths = render([run_dir.path], run_dir.path, self.redactor)
         self._point_latest(status, int(exit_code))
+        if self.fault is not None:
+            print(f"e2b-bench: {self.fault}", file=sys.stderr)
+            return ExitCode.HARNESS
         return ExitCode(exit_code)
 
     def _point_latest(self, status: Status, exit_code: int) -> None:
@@ -197,4 +227,12 @@ class Lifecycle:
             "report": str(report.html.resolve()) if report else None,
             "summary": str(report.markdown.resolve()) if report else None,
         }
-        atomic_write(self.results_dir / LATEST_JSON, json.dumps(pointer, indent=2) + "\n")
+        latest = self.results_dir / LATEST_JSON
+        try:
+            atomic_write(latest, json.dumps(pointer, indent=2) + "\n")
+        except OSError as exc:
+            if not self.no_room(exc):
+                raise
+            # A pointer left naming the previous run would pass it off as the latest: none is better.
+            with contextlib.suppress(OSError):
+                latest.unlink(missing_ok=True)

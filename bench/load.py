@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from .endpoints import Endpoint, EndpointError, PreflightError, preflight, resolve
-from .exits import ExitCode, defer_interrupts
+from .exits import ExitCode, defer_interrupts, interrupted_code
 from .housekeeping import RUN_METADATA_KEY, Sweep, leak_record, sweep
 from .junit import write_junit
 from .loadview import LOAD_JSON
@@ -458,7 +458,7 @@ class LoadRun:
         for record in records:
             run_dir.record(record)
         exit_code = (
-            ExitCode.INTERRUPTED
+            interrupted_code()
             if interrupted
             else ExitCode.OK
             if all(r.conformant for r in records)

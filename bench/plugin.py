@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conformance import BenchSession, RunOptions
-from .exits import ExitCode, defer_interrupts
+from .exits import ExitCode, defer_interrupts, interrupted_code
 from .expectations import case_matches
 from .lifecycle import Lifecycle
 from .paths import RESULTS_DIR, SUITE_DIRS
@@ -257,7 +257,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     )
     status = "completed"
     if interrupted:
-        code, status = ExitCode.INTERRUPTED, "interrupted"
+        code, status = interrupted_code(), "interrupted"
         bench.stop_runners()
     elif bench.stop_reason is not None:  # a budget ended the run: what did not run is not conformant
         code, status = ExitCode.NONCONFORMANT, "interrupted"
@@ -265,7 +265,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     elif exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         status = "aborted"
     code = bench.end(status, code)
-    overriding = (ExitCode.INTERRUPTED, ExitCode.HARNESS, ExitCode.USAGE)
+    overriding = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HARNESS, ExitCode.USAGE)
     if code != exitstatus and (code in overriding or exitstatus == pytest.ExitCode.OK):
         session.exitstatus = code
 

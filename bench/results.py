@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -50,6 +51,21 @@ class InvalidRun(RunError):
 
 class MissingFooter(RunError):
     """run.json has no footer: the run was cut short and its results are incomplete."""
+
+
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk, or a full quota on it
+
+
+def no_room(exc: BaseException, where: Path) -> str | None:
+    """When `exc` is a write that found no room: the sentence saying so (the file, and what is free where the
+    results go), else None."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_ROOM:
+        return None
+    try:
+        free = f"{shutil.disk_usage(where).free / 2**20:.1f} MB free"
+    except OSError:
+        free = "free space unknown"
+    return f"harness environment fault: {exc.filename or where}: no space left on device ({free})"
 
 
 def utc_now(now: datetime | None = None) -> str:
@@ -182,18 +198,30 @@ def atomic_write(path: Path, text: str) -> None:
 JSON_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
+def json_line(obj: Any) -> str:
+    """One JSON line (no newline): compact, and no character a reader splitting lines would tear it at."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(JSON_LINE_BREAKS)
+
+
 def append_line(path: Path, obj: Any) -> None:
     """Append one JSON line durably; safe across processes (pytest-xdist workers)."""
-    data = (json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(JSON_LINE_BREAKS) + "\n").encode()
+    data = (json_line(obj) + "\n").encode()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, ARTIFACT_MODE)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.fchmod(fd, ARTIFACT_MODE)  # whatever the umask
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, ARTIFACT_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.fchmod(fd, ARTIFACT_MODE)  # whatever the umask
+            end = os.lseek(fd, 0, os.SEEK_END)
+            if os.write(fd, data) != len(data):  # a disk that filled mid-line: no torn line is left behind
+                os.ftruncate(fd, end)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        exc.filename = exc.filename or str(path)
+        raise
 
 
 def _stamp(now: datetime) -> str:
@@ -266,6 +294,16 @@ class RunDir:
     def record(self, case: CaseRecord) -> None:
         """Append one case, redacted, to cases.jsonl (flushed and fsynced)."""
         append_line(self._path / self.CASES, self._redactor.redact_obj(case.to_dict()))
+
+    def amend(self, cases: Sequence[CaseRecord]) -> None:
+        """Replace the recorded lines of these cases (by id) with them, in place, atomically."""
+        path = self._path / self.CASES
+        by_id = {case.id: self._redactor.redact_obj(case.to_dict()) for case in cases}
+        lines = []
+        for line in path.read_text("utf-8").splitlines():
+            replaced = by_id.get(json.loads(line).get("id")) if line.strip() else None
+            lines.append(line if replaced is None else json_line(replaced))
+        atomic_write(path, "".join(f"{line}\n" for line in lines))
 
     def append_wire(self, runner: str, entry: Mapping[str, Any]) -> None:
         """Append one wire log line for `runner`, redacted, after checking it against wire.schema.json."""

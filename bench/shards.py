@@ -24,6 +24,7 @@ from .housekeeping import Sweep, leak_record
 from .junit import write_junit
 from .lifecycle import LATEST_JSON
 from .redaction import Redactor
+from .remote.budget import merged_cost, retries_figure
 from .results import CaseRecord, Run, RunDir, RunError, case_id, read_run
 from .triage.causes import CAUSES_JSON, write_causes
 
@@ -215,6 +216,19 @@ def _merged_leak_check(runs: Sequence[Run]) -> list[CaseRecord]:
     return [leak_record(found, "; ".join(errors) or None, round(duration, 1))]
 
 
+def _spent(runs: Sequence[Run]) -> dict[str, Any]:
+    """The shards' cost figures and retries, summed (those a shard's footer has: one cut short has none)."""
+    footers = [run.footer for run in runs if run.footer]
+    costs = [footer["cost"] for footer in footers if footer.get("cost")]
+    spent: dict[str, Any] = {"cost": merged_cost(costs)} if costs else {}
+    retried: Counter[str] = Counter()
+    for footer in footers:
+        retried.update((footer.get("retries") or {}).get("by_status") or {})
+    if any(footer.get("retries") for footer in footers):
+        spent["retries"] = retries_figure(retried)
+    return spent
+
+
 def _copy_files(runs: Sequence[Run], target: Path) -> None:
     """Every other file of each shard: JSON-lines logs are concatenated, anything else seen twice gets a suffix."""
     for run in runs:
@@ -298,7 +312,7 @@ def merge(run_dirs: Sequence[Path], results_dir: Path, report: bool = True) -> M
     conformant = all(case.conformant for case in [*cases, *_merged_leak_check(runs), *shard_cases])
     exit_code = EXIT_OK if conformant and not problems else EXIT_FAILED
     merged.write_text("junit.xml", write_junit(merged.path))
-    merged.finish(_status(runs), exit_code)  # type: ignore[arg-type]
+    merged.finish(_status(runs), exit_code, **_spent(runs))  # type: ignore[arg-type]
     write_causes(merged.path, redactor)
     if report:
         from .report import render

@@ -26,7 +26,7 @@ import struct
 import threading
 import time
 import zlib
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -222,6 +222,8 @@ class WireProxy:
         body_bytes: int | None = None,
         ledger: SandboxLedger | None = None,
         suite: str | None = None,
+        on_answer: Callable[[str, str, int], None] | None = None,
+        on_write_error: Callable[[OSError], None] | None = None,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -233,6 +235,8 @@ class WireProxy:
         self.host = host
         self.body_bytes = body_bytes_from_env() if body_bytes is None else max(0, body_bytes)
         self.ledger = ledger
+        self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
+        self.on_write_error = on_write_error  # a log line that could not be written (a full disk): told, not raised
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -241,6 +245,7 @@ class WireProxy:
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
         self._conditions: list[dict[str, Any]] = []  # retries and transient answers since the last take
+        self.retried: Counter[int] = Counter()  # status -> how many answers of it were retried, all the proxy's life
         self._conditions_lock = threading.Lock()
 
     def take_conditions(self) -> list[dict[str, Any]]:
@@ -253,6 +258,8 @@ class WireProxy:
     def _condition(self, exchange: _Exchange, status: int, **more: Any) -> None:
         path = httpx.URL(exchange.url).path
         with self._conditions_lock:
+            if more.get("retried"):
+                self.retried[status] += 1
             self._conditions.append({"method": exchange.method, "path": path, "status": status, **more})
 
     @property
@@ -305,7 +312,10 @@ class WireProxy:
         if self._thread is not None:
             self._thread.join(timeout=scaled(START_S))
         if self._log is not None:
-            self._log.close()
+            try:
+                self._log.close()
+            except OSError as exc:  # what was still buffered found no room
+                self._write_failed(exc)
             self._log = None
         self.port = None
 
@@ -382,6 +392,7 @@ class WireProxy:
             url=scope["path"],
             request_headers=_redact_headers(headers),
         )
+        followed = False  # a lifecycle call (kill, pause, ...) the ledger must see answered
         try:
             sandbox_id = header_map.get("e2b-sandbox-id")
             url = _join(self.upstream_for(scope["path"], sandbox_id), raw_path, query)
@@ -393,14 +404,17 @@ class WireProxy:
                 exchange.lifecycle_body = bytearray()
             self._open[id(exchange)] = exchange
             if followed and is_create(exchange.method, scope["path"]):
+                followed = False  # the create tells the ledger itself
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
                 await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
-                if followed:
-                    self._observe(exchange, scope["path"])
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))
         finally:
+            # Even when the proxy stops while the client is gone (a runner that exits right after its last
+            # kill): the ledger must see the kill, or the run reports a sandbox it killed as left by it.
+            if followed:
+                self._observe(exchange, scope["path"])
             self._write(exchange)  # logged before it stops being open: `wait_logged` relies on that order
             self._open.pop(id(exchange), None)
 
@@ -528,6 +542,8 @@ class WireProxy:
             waited += wait
         if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
             self._condition(exchange, response.status_code, retried=False)
+        if self.on_answer is not None:
+            self.on_answer(exchange.method, httpx.URL(exchange.url).path, response.status_code)
         try:
             exchange.status = response.status_code
             exchange.response_headers = _redact_headers(
@@ -640,8 +656,18 @@ class WireProxy:
                     record[part] = body_text(bytes(kept[: self.body_bytes]), total, headers, self.redactor)
         line = json.dumps(self.redactor.redact_obj(record), ensure_ascii=False).translate(_LINE_BREAKS) + "\n"
         if self._log is not None:
-            self._log.write(line.encode())
-            self._log.flush()
+            try:
+                self._log.write(line.encode())
+                self._log.flush()
+            except OSError as exc:
+                self._write_failed(exc)
+
+    def _write_failed(self, exc: OSError) -> None:
+        if exc.filename is None:
+            exc.filename = str(self.log_path)
+        if self.on_write_error is None:
+            raise exc
+        self.on_write_error(exc)
 
     def _keep(self, kept: bytearray, chunk: bytes) -> None:
         limit = max(self.body_bytes, EXCERPT_BYTES)

@@ -87,5 +87,6 @@ def test_help_lists_every_flag_with_its_default_the_exit_codes_and_the_environme
                  "--model", "--model-key-env", "--attempts", "-k", "-m", "-x"):  # fmt: skip
         assert re.search(rf"(^|\s){re.escape(flag)}[ ,]", text), flag
     assert "(default: 90.0)" in text and "(default: 2)" in text
-    assert "130 interrupted (Ctrl-C or SIGTERM)" in text and "2 configuration, environment or endpoint" in text
+    assert "130 interrupted by Ctrl-C (SIGINT)" in text and "143 interrupted by SIGTERM" in text
+    assert "2 configuration, environment or endpoint" in text
     assert "E2B_BENCH_ENDPOINT" in text and "E2B_API_KEY" in text

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from unittest import mock
@@ -115,7 +116,9 @@ def test_the_wire_proxy_retries_a_rate_limited_create_after_retry_after_and_logs
     proxied: tuple[WireProxy, LocalEndpoint],
 ) -> None:
     proxy, local = proxied
-    made = [Sandbox.create(timeout=60, metadata={"test": "rate-limit"}) for _ in range(2)]
+    # Both at once: one after the other, a create slower than a second (a busy host) lets the next one through.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        made = list(pool.map(lambda _: Sandbox.create(timeout=60, metadata={"test": "rate-limit"}), range(2)))
     try:
         with api(local) as client:  # the second path: the endpoint itself, not through the proxy
             found = client.get("/v2/sandboxes", params={"metadata": "test=rate-limit"}).json()

@@ -115,7 +115,7 @@ def test_sigterm_keeps_every_finished_case_frameworks_included_and_records_the_r
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=300)[0]
 
-    assert process.returncode == 130, output[-3000:]
+    assert process.returncode == 143, output[-3000:]
     run = read_run(only_run_dir(tmp_path))
     after = (run.path / "cases.jsonl").read_text().splitlines()
     assert after[: len(before)] == before  # what had finished is kept as it was

@@ -1,6 +1,7 @@
 """SIGTERM (what `timeout`, GitLab and Jenkins send) ends a run like Ctrl-C: runners and their sandboxes
-stopped, footer `interrupted`, JUnit, summary and report written, exit 130; a second signal exits at once.
-A signal after the last case lets the results be written as the run ended, then exits 130."""
+stopped, footer `interrupted`, JUnit, summary and report written; exit 143 for SIGTERM, 130 for Ctrl-C
+(128 + the signal); a second signal exits at once. A signal after the last case lets the results be written
+as the run ended, then exits with the signal's code."""
 
 from __future__ import annotations
 
@@ -52,19 +53,23 @@ def wait_for_a_sandbox_of_the_run(process: subprocess.Popen[str], endpoint: Loca
     raise AssertionError(f"the run never had a sandbox alive: {process.communicate()[0][-2000:]}")
 
 
-@pytest.mark.parametrize("name", COMMANDS)
-def test_sigterm_mid_run_stops_the_runners_and_writes_every_result(
-    name: str, endpoint: LocalEndpoint, tmp_path: Path
+@pytest.mark.parametrize(
+    ("name", "signum", "code"),
+    [("run", signal.SIGTERM, 143), ("run", signal.SIGINT, 130), ("bench", signal.SIGTERM, 143)],
+    ids=["run-sigterm", "run-sigint", "bench-sigterm"],
+)
+def test_a_signal_mid_run_stops_the_runners_and_writes_every_result(
+    name: str, signum: signal.Signals, code: int, endpoint: LocalEndpoint, tmp_path: Path
 ) -> None:
     process = started(COMMANDS[name], endpoint, tmp_path)
     run_id = wait_for_a_sandbox_of_the_run(process, endpoint, tmp_path)
 
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     output = process.communicate(timeout=120)[0]
 
-    assert process.returncode == 130, output[-3000:]
+    assert process.returncode == code, output[-3000:]
     run = read_run(tmp_path / run_id)
-    assert run.footer is not None and (run.footer["status"], run.footer["exit_code"]) == ("interrupted", 130)
+    assert run.footer is not None and (run.footer["status"], run.footer["exit_code"]) == ("interrupted", code)
     assert {"junit.xml", "summary.md", "report.html"} <= {path.name for path in run.path.iterdir()}
     # The runner kills what it created; a create the signal cut short is the sweep's to delete.
     (leak,) = [case for case in run.cases if case.case == "leak_check"]
@@ -87,19 +92,24 @@ def handled(*body: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_a_second_signal_during_the_clean_up_exits_at_once_with_130() -> None:
+@pytest.mark.parametrize(
+    ("first", "second", "code"), [("SIGTERM", "SIGINT", 143), ("SIGINT", "SIGTERM", 130), ("SIGINT", "SIGINT", 130)]
+)
+def test_a_second_signal_during_the_clean_up_exits_at_once_with_the_first_signals_code(
+    first: str, second: str, code: int
+) -> None:
     done = handled(
         "try:",
-        "    os.kill(os.getpid(), signal.SIGTERM)",
+        f"    os.kill(os.getpid(), signal.{first})",
         "    time.sleep(30)",
         "except KeyboardInterrupt:",
         "    print('cleaning up', flush=True)",
-        "    os.kill(os.getpid(), signal.SIGINT)",
+        f"    os.kill(os.getpid(), signal.{second})",
         "    time.sleep(30)",
         "    print('clean-up finished', flush=True)",
     )
 
-    assert (done.returncode, done.stdout) == (130, "cleaning up\n")
+    assert (done.returncode, done.stdout) == (code, "cleaning up\n")
 
 
 def test_while_results_are_written_a_first_signal_waits_for_them_and_a_second_exits_at_once() -> None:
@@ -113,11 +123,13 @@ def test_while_results_are_written_a_first_signal_waits_for_them_and_a_second_ex
         "print('never', flush=True)",
     )
 
-    assert (done.returncode, done.stdout) == (130, "written True\n")
-    assert done.stderr.startswith("e2b-bench: interrupted while writing the results: finishing them first")
+    assert (done.returncode, done.stdout) == (143, "written True\n")
+    assert done.stderr.startswith(
+        "e2b-bench: interrupted while writing the results: finishing them first, then exit 143"
+    )
 
 
-def test_a_signal_after_the_last_case_lets_every_result_be_written_then_exits_130(
+def test_a_signal_after_the_last_case_lets_every_result_be_written_then_exits_143(
     endpoint: LocalEndpoint, tmp_path: Path
 ) -> None:
     process = started(["run", "quickstart", "-k", "py03", "--runner", RUNNER], endpoint, tmp_path)
@@ -130,8 +142,8 @@ def test_a_signal_after_the_last_case_lets_every_result_be_written_then_exits_13
     process.send_signal(signal.SIGTERM)
     output = process.communicate(timeout=120)[0]
 
-    assert process.returncode == 130, output[-3000:]
-    assert "interrupted while writing the results: finishing them first" in output
+    assert process.returncode == 143, output[-3000:]
+    assert "interrupted while writing the results: finishing them first, then exit 143" in output
     run = read_run(only_run_dir(tmp_path))
     # Every selected case ran: the run's record says so, and says how it went.
     assert run.footer is not None and (run.footer["status"], run.footer["exit_code"]) == ("completed", 0)

@@ -19,15 +19,17 @@ TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
 READY_TIMEOUT_S = 30.0  # on a quiet host; scaled by the host's slowness
+KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its command line
 LOADER = "import sys; exec(compile(sys.stdin.read(), 'e2b-bench-code-interpreter', 'exec'))"
 START_TAG = "start_cmd"
+KERNEL_START_FLAG = "--kernel-start-s="  # the server's one argument (it cannot measure the host itself)
 
 
 async def start_server(box: Box, env_vars: dict[str, str]) -> None:
     """Start the server as the sandbox's `user` and return once it listens; AgentError if it does not."""
     record = await box.spawn(
         cmd="/usr/bin/python3",
-        args=["-I", "-c", LOADER],
+        args=["-I", "-c", LOADER, f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}"],
         envs=env_vars,
         cwd="/home/user",
         user="user",

@@ -19,6 +19,7 @@ import os
 import queue
 import select
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -31,7 +32,10 @@ from jupyter_client.manager import KernelManager  # type: ignore[import-not-foun
 PORT = 49999
 DEFAULT_CWD = "/home/user"
 KERNELS = {"python": "python3"}  # language -> kernel spec; the only kernel this template holds
-KERNEL_START_S = 60.0
+KERNEL_START_FLAG = "--kernel-start-s="  # how long a kernel may take to start: the endpoint scales it by the
+KERNEL_START_S = next(  # host's slowness (as every deadline that waits on the host) and passes it here
+    (float(arg.removeprefix(KERNEL_START_FLAG)) for arg in sys.argv[1:] if arg.startswith(KERNEL_START_FLAG)), 60.0
+)
 POLL_S = 0.2  # how often a running cell checks that its client is still there
 INTERRUPT_EVERY_S = 1.0
 MAX_BODY = 16 << 20

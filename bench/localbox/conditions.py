@@ -3,8 +3,9 @@
 An ASGI middleware, outside the wire mutations: every request first waits `latency` ms; a create waits
 `slow_create` ms more and, past `rate_limit` creates in the last second, is answered 429 with `Retry-After`
 in E2B's error shape; a fraction `transient_5xx` of control-plane requests is answered 502 or 503 as a
-gateway would, before the endpoint sees it (so nothing was created or changed). Draws come from one
-seeded generator per server, so a run's sequence of answers is reproducible.
+gateway would, before the endpoint sees it (so nothing was created or changed); and every request of the
+`unavailable_route` is answered 503, whatever the moment. Draws come from one seeded generator per server,
+so a run's sequence of answers is reproducible.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import random
 import re
 import time
 from collections import deque
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -34,6 +36,7 @@ class Conditions:
         self.quirks = quirks
         self.random = random.Random(SEED)
         self.creates: deque[float] = deque()  # when the creates of the last second were let through
+        self.unavailable = _route_matcher(quirks.unavailable_route)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -44,6 +47,9 @@ class Conditions:
         delay_ms = quirks.latency + (self.random.randint(*quirks.slow_create) if create else 0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
+        if self.unavailable is not None and self.unavailable(scope["method"], scope["path"]):
+            await _answer(receive, send, 503, "the service is unavailable")
+            return
         if not scope["path"].startswith(ENVD_PREFIXES) and self.random.random() < quirks.transient_5xx:
             status = self.random.choice((502, 503))
             await _answer(receive, send, status, "the endpoint is temporarily unavailable, try again")
@@ -65,6 +71,15 @@ class Conditions:
         return True
 
 
+def _route_matcher(wanted: str | None) -> Callable[[str, str], bool] | None:
+    """`"METHOD /route"` as a test of a request's method and path (a `{name}` or `*` segment: any one)."""
+    if wanted is None:
+        return None
+    method, _, route = wanted.partition(" ")
+    pattern = re.compile("^" + re.sub(r"\\\{[^}]+\\\}|\\\*", "[^/]+", re.escape(route)) + "$")
+    return lambda asked, path: asked == method and pattern.match(path) is not None
+
+
 async def _answer(
     receive: Receive, send: Send, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
@@ -79,5 +94,11 @@ async def _answer(
 
 def with_conditions(app: ASGIApp, quirks: Quirks) -> ASGIApp:
     """`app` behind the remote conditions `quirks` asks for, or `app` itself when it asks for none."""
-    wanted = quirks.latency or quirks.slow_create != (0, 0) or quirks.rate_limit or quirks.transient_5xx
+    wanted = (
+        quirks.latency
+        or quirks.slow_create != (0, 0)
+        or quirks.rate_limit
+        or quirks.transient_5xx
+        or quirks.unavailable_route
+    )
     return Conditions(app, quirks) if wanted else app

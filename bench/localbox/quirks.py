@@ -75,6 +75,9 @@ class Quirks:
     transient_5xx: float = 0.0  # the fraction of control-plane requests answered 502 or 503 (seeded)
     latency: int = 0  # ms every request waits before the endpoint sees it
     slow_create: tuple[int, int] = (0, 0)  # ms a create takes on top, `MS` or `MIN-MAX` (seeded)
+    # "METHOD /route" (a `{name}` or `*` segment matches any one): every such request answers 503, as from a
+    # gateway in front of an endpoint that lacks the route; not a moment, so a conformance failure
+    unavailable_route: str | None = None
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):
@@ -194,6 +197,17 @@ def _number(name: str, value: str, current: int | float | tuple[int, int]) -> ob
 COUNTS = frozenset({"stream_stall"})  # quirks whose value is a whole number; given bare, 0 (every one)
 
 
+ROUTES = frozenset({"unavailable_route"})  # quirks whose value is "METHOD /route"
+
+
+def _route(name: str, value: str) -> str:
+    method, _, route = value.strip().partition(" ")
+    if not method.isalpha() or not route.strip().startswith("/"):
+        raise QuirkError(f"quirk {name} takes a METHOD and a /route, e.g. 'POST /sandboxes/{{sandboxID}}/pause', "
+                         f"not {value!r}")  # fmt: skip
+    return f"{method.upper()} {route.strip()}"
+
+
 def _count(name: str, value: str) -> int:
     if not value:
         return 0
@@ -223,6 +237,8 @@ def build(profile: str = "e2b", overrides: Sequence[str] = ()) -> Quirks:
             parsed = frozenset(v for v in value.split(",") if v)
         elif isinstance(current, int | float | tuple):
             parsed = _number(name, value, current)
+        elif name in ROUTES:
+            parsed = _route(name, value)
         else:
             parsed = value or None
         # The field is named at run time, so its type is the default's (checked above), not a static one.

@@ -8,7 +8,8 @@ endpoint is unlimited unless `--max-sandboxes` says so.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,3 +99,29 @@ def cost_line(cost: Mapping[str, Any]) -> str:
     else:
         line += " (no price per vCPU-second or GiB-second in the endpoint's table)"
     return line
+
+
+def merged_cost(costs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cost figure of runs taken together (the shards of one run): sandbox-seconds summed by suite, and
+    money summed when every run has an estimate at the same prices' terms, else none."""
+    by_suite: Counter[str] = Counter()
+    for cost in costs:
+        by_suite.update(cost["sandbox_seconds"])
+    figure: dict[str, Any] = {
+        "sandbox_seconds": {suite: round(seconds, 1) for suite, seconds in sorted(by_suite.items())},
+        "total_sandbox_seconds": round(sum(cost["total_sandbox_seconds"] for cost in costs), 1),
+        "estimate": None,
+    }
+    estimates = [cost.get("estimate") for cost in costs]
+    terms = {(e["currency"], e["vcpus"], e["memory_gib"]) for e in estimates if e}
+    if costs and all(estimates) and len(terms) == 1:
+        currency, vcpus, memory_gib = terms.pop()
+        amount = round(sum(e["amount"] for e in estimates if e), 6)
+        figure["estimate"] = {"amount": amount, "currency": currency, "vcpus": vcpus, "memory_gib": memory_gib}
+    return figure
+
+
+def retries_figure(by_status: Mapping[Any, int]) -> dict[str, Any]:
+    """The footer's retries: how many answers the wire proxies retried, in all and by status."""
+    counts = {str(status): count for status, count in sorted(by_status.items(), key=lambda kv: str(kv[0])) if count}
+    return {"total": sum(counts.values()), "by_status": counts}

@@ -14,6 +14,8 @@ import re
 import time
 from collections.abc import Mapping
 
+import httpx
+
 CREATE = re.compile(r"/(v2/)?sandboxes")
 IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
 TRANSIENT = frozenset({502, 503})
@@ -65,3 +67,27 @@ def retry_after(value: str) -> float | None:
 def transient_cause(status: int) -> str:
     """The cause a case failed only by this answer is recorded with."""
     return f"endpoint transient ({status})"
+
+
+class RetryingTransport(httpx.HTTPTransport):
+    """The harness's own calls (the leak sweep, killing what a run left): a 429, 502 or 503 is sent again,
+    whatever the method, within `ATTEMPTS` and `BUDGET_S`. Its listing and its kills are idempotent, and a
+    kill that a gateway dropped leaves a sandbox that costs money."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        waited = 0.0
+        for attempt in range(1, ATTEMPTS + 1):
+            response = super().handle_request(request)
+            if response.status_code not in TRANSIENT and response.status_code != RATE_LIMITED:
+                return response
+            wait = (
+                retry_after(response.headers.get("retry-after", "")) if response.status_code == RATE_LIMITED else None
+            )
+            wait = min(BACKOFF_S * 2 ** (attempt - 1) if wait is None else wait, MAX_WAIT_S)
+            if attempt == ATTEMPTS or waited + wait > BUDGET_S:
+                return response
+            response.read()
+            response.close()
+            time.sleep(wait)
+            waited += wait
+        raise AssertionError("unreachable: the last attempt returns")

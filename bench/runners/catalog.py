@@ -80,7 +80,10 @@ class Runner:
                 "import importlib.metadata as m, json; "
                 "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
             )
-            done = subprocess.run([str(executable), "-I", "-c", probe], capture_output=True, text=True, check=False)
+            try:  # an interpreter that cannot run here is the runner's start to report, not the header's
+                done = subprocess.run([str(executable), "-I", "-c", probe], capture_output=True, text=True, check=False)
+            except OSError:
+                return dict(self.pins)
             found = json.loads(done.stdout) if done.returncode == 0 else {}
         else:
             from .node import env_dir as node_env_dir
@@ -92,9 +95,12 @@ class Runner:
                 for path, entry in lock.get("packages", {}).items()
                 if path.startswith("node_modules/") and "version" in entry
             }
-            found["node"] = subprocess.run(
-                [str(executable), "--version"], capture_output=True, text=True, check=False
-            ).stdout.strip()
+            try:
+                found["node"] = subprocess.run(
+                    [str(executable), "--version"], capture_output=True, text=True, check=False
+                ).stdout.strip()
+            except OSError:
+                found["node"] = "cannot be executed"
         return {**dict(sorted(found.items())), **self.pins}
 
     def environment(self, endpoint_env: Mapping[str, str]) -> dict[str, str]:

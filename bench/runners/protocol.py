@@ -93,6 +93,17 @@ class RunnerResult:
     hung_after_s: float | None = None  # the deadline the hung step (or the silence) ran out of
     protocol_errors: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
+    start_error: str | None = None  # its interpreter could not be executed at all
+
+    @property
+    def start_failure(self) -> str | None:
+        """Why the runner never started (no `hello`: it exited, or could not be executed, before it spoke to
+        anyone), or None. Such a runner failed in the harness's environment, not at the endpoint."""
+        if self.hello is not None or self.stopped or self.timed_out:
+            return None
+        if self.start_error is not None:
+            return self.start_error
+        return f"exit code {self.exit_code} before it said hello; stderr tail: {self.stderr_tail.strip() or '(empty)'}"
 
     @property
     def completed(self) -> bool:
@@ -121,6 +132,8 @@ class RunnerResult:
             if step_id == self.hung_in:
                 return f"no answer in {self.hung_after_s or self.step_timeout_s:.0f} s in step {step_id}"
             return f"not run: runner timed out in {self.hung_in}"
+        if self.start_failure is not None:
+            return f"not run: the runner could not start ({self.start_failure})"
         if self.footer is not None:
             return f"runner finished without reporting this step: exit code {self.exit_code}"
         return f"runner died before this step: exit code {self.exit_code}; stderr tail: {self.stderr_tail}"
@@ -158,15 +171,19 @@ def run_runner(
     requested = tuple(task.get("steps") or ())
     result = RunnerResult(runner=spec.name, requested=requested, step_timeout_s=step_timeout_s)
     started = time.monotonic()
-    process = subprocess.Popen(
-        [str(python), str(spec.entry_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=dict(env) if env is not None else None,
-        cwd=REPO_ROOT,
-        start_new_session=True,
-    )
+    try:
+        process = subprocess.Popen(
+            [str(python), str(spec.entry_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+    except OSError as exc:  # the interpreter vanished, or cannot be executed here
+        result.start_error = f"{python} cannot be executed: {exc.strerror or exc}"
+        return result
     assert process.stdin and process.stdout and process.stderr
     stderr = _StderrTail(process.stderr)
     lines: queue.Queue[bytes | None] = queue.Queue()

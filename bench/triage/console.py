@@ -101,6 +101,12 @@ def verdict_line(run_path: Path, report: Path | None) -> str:
     records = list({case.id: case for case in run.cases}.values())
     failing = sum(not case.conformant for case in records)
     gate = verdict([run], records)
+    if (run.footer or {}).get("exit_code") == 3:  # some cases could not run here at all: the harness's fault
+        why = (run.footer or {}).get("harness_fault") or "a runner could not be built or started"
+        return (
+            f"HARNESS ENVIRONMENT FAULT: {why}; {len(records)} case(s) recorded, {failing} not conformant; "
+            f"gate FAILED; {where}"
+        )
     if run.status != "completed":
         return f"{run.status.upper()}: {len(records)} case(s) recorded, {failing} not conformant; gate FAILED; {where}"
     if gate.passed:

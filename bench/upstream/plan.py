@@ -1,10 +1,10 @@
 """What the upstream runner's task says: where the source is, which tests this endpoint cannot serve.
 
 A suite table's `[[<suite>.<table>.needs]]` entries declare, by upstream test id or fnmatch pattern, what
-some tests need beyond an E2B endpoint's API (`need`: `internet`, the public internet from the sandbox or the
-test; `template-build`, E2B's template build service; `volumes`, E2B's volume service), with the reason. An
-endpoint the harness serves itself has none of them: those tests are reported `skip` (reason `needs`), shown
-with the declaration's reason; against any other endpoint they run like the rest.
+some tests need beyond an E2B endpoint's API (`need`, one of `NEEDS`), with the reason. An endpoint the
+harness serves itself has none of them, and no endpoint has `sdk-defaults` (every runner reaches its endpoint
+through the run's wire proxy, named by `E2B_SANDBOX_URL`): the tests a need keeps off the endpoint are
+reported `skip` (reason `needs`), shown with the declaration's reason; the others run.
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any
 
 from bench.upstream.source import python_sdk
 
-NEEDS = {
-    "internet": "needs the public internet",
-    "template-build": "needs E2B's template build service",
-    "volumes": "needs E2B's volume service",
+NEEDS = {  # need -> (what it says, whether any endpoint the harness runs against can meet it)
+    "internet": ("needs the public internet", True),
+    "sandbox-hosts": ("needs a sandbox's public host names (<port>-<id>.<domain>: wildcard DNS and TLS)", True),
+    "template-build": ("needs E2B's template build service", True),
+    "volumes": ("needs E2B's volume service", True),
+    "sdk-defaults": ("checks the SDK's default URLs, which E2B_SANDBOX_URL (the run's wire proxy) overrides", False),
 }
 WORKERS = 2  # pytest-xdist workers of the upstream run: its tests wait on the endpoint more than on the CPU
 
@@ -39,7 +41,11 @@ class Need:
 
     @property
     def why(self) -> str:
-        return f"{NEEDS[self.need]}: {self.reason}"
+        return f"{NEEDS[self.need][0]}: {self.reason}"
+
+    def unmet(self, embedded: bool) -> bool:
+        """Whether the endpoint cannot meet this need: one the harness serves meets none."""
+        return embedded or not NEEDS[self.need][1]
 
 
 def needs_of(table: Mapping[str, Any]) -> list[Need]:
@@ -56,9 +62,10 @@ def needs_of(table: Mapping[str, Any]) -> list[Need]:
     return found
 
 
-def declared(table: Mapping[str, Any], tests: Iterable[str]) -> dict[str, str]:
-    """Each of `tests` a `needs` entry covers (the first that does), with why it cannot run here."""
-    needs = needs_of(table)
+def declared(table: Mapping[str, Any], tests: Iterable[str], embedded: bool = True) -> dict[str, str]:
+    """Each of `tests` a `needs` entry the endpoint cannot meet covers (the first that does), with why it
+    cannot run there."""
+    needs = [need for need in needs_of(table) if need.unmet(embedded)]
     found = {}
     for test in tests:
         need = next((need for need in needs if need.covers(test)), None)
@@ -68,12 +75,12 @@ def declared(table: Mapping[str, Any], tests: Iterable[str]) -> dict[str, str]:
 
 
 def task_options(table: Mapping[str, Any], steps: Iterable[str], embedded: bool) -> dict[str, Any]:
-    """The runner's `options.upstream`: the source's python-sdk, the tests this endpoint cannot serve (an
-    endpoint the harness serves: every declared one), and how many pytest workers run the rest."""
+    """The runner's `options.upstream`: the source's python-sdk, the tests this endpoint cannot serve, and how
+    many pytest workers run the rest."""
     return {
         "upstream": {
             "python_sdk": str(python_sdk()),
-            "declared": declared(table, steps) if embedded else {},
+            "declared": declared(table, steps, embedded),
             "workers": WORKERS,
         }
     }

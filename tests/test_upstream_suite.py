@@ -160,10 +160,12 @@ def test_bounded_run_records_each_upstream_test_of_the_modules_as_a_case(tmp_pat
     assert rerun_command(run, one).endswith(f"--case {SUITE}/{RUNNER}/{wanted[0]}")
 
 
+@pytest.mark.slow  # a run of its own (about 90 s); the bounded run checks the line itself
 @needs_tree
 def test_rerun_line_selects_exactly_that_upstream_test(tmp_path: Path) -> None:
     test = module_tests(BOUNDED[0])[1]
-    done = upstream_run(tmp_path, test)
+    # as the re-run line has it: no suite named, the case id alone
+    done = e2b_bench("run", "--results-dir", str(tmp_path), "--case", f"{SUITE}/{RUNNER}/{test}", timeout=900)
     run = read_run(only_run_dir(tmp_path))
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

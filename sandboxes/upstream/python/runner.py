@@ -123,6 +123,7 @@ def main() -> int:
     if wanted:
         os.chdir(sdk)
         sys.dont_write_bytecode = True
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"  # and in the xdist workers: nothing written into the tree
         workers = int(upstream.get("workers") or 0)
         args = ["-q", "--no-header", "-p", "no:cacheprovider", "-o", "console_output_style=classic", "-rN"]
         args += ["-n", str(workers)] if workers > 1 else ["-p", "no:xdist"]

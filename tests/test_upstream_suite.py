@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 
@@ -138,7 +139,10 @@ def test_a_missing_tree_is_one_sentence_and_exit_2(tmp_path: Path) -> None:
 
 @needs_tree
 def test_bounded_run_records_each_upstream_test_of_the_modules_as_a_case(tmp_path: Path) -> None:
+    assert SDK is not None
+    started = time.time()
     done = upstream_run(tmp_path, *(f"{module}::*" for module in BOUNDED))
+    written = [p for m in BOUNDED for p in (SDK / m).parent.glob("__pycache__/*.pyc") if p.stat().st_mtime >= started]
     run = read_run(only_run_dir(tmp_path))
     cases = {case.case: case for case in run.cases if case.suite == SUITE}
     wanted = [test for module in BOUNDED for test in module_tests(module)]
@@ -158,6 +162,7 @@ def test_bounded_run_records_each_upstream_test_of_the_modules_as_a_case(tmp_pat
     assert all(f'name="{test}"' in junit or test in junit for test in wanted)
     one = cases[wanted[0]]
     assert rerun_command(run, one).endswith(f"--case {SUITE}/{RUNNER}/{wanted[0]}")
+    assert written == []  # nothing written into the source tree, by pytest or its xdist workers
 
 
 @pytest.mark.slow  # a run of its own (about 90 s); the bounded run checks the line itself

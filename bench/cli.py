@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fnmatch
 import os
 import re
 import sys
@@ -24,6 +25,7 @@ ENVIRONMENT = """environment variables read:
   E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
   E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
+  E2B_BENCH_UPSTREAM_SOURCE  default of --upstream-source (E2B's SDK source tree of the upstream suite)
   E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """
@@ -123,6 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="BYTES",
         help="also log the first BYTES (default 4096) of each request and response body, redacted, in wire/*.jsonl",
+    )
+    run.add_argument(
+        "--upstream-source",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="E2B's SDK source tree for the upstream suite (a checkout of E2B's repository; default: "
+        "$E2B_BENCH_UPSTREAM_SOURCE, else ../shared/reference/e2b-sdk-source beside the checkout)",
     )
     run.add_argument("--shard", default=None, help="K/N: run shard K of N (whole runners); join them with `merge`")
     run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
@@ -240,6 +250,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
 
     from .selection import SelectionError, check_model, select
     from .shards import Shard, ShardError
+    from .upstream.source import SOURCE_ENV, SourceError, python_sdk
 
     try:  # checked here too, so that a mistake is one sentence and exit 2 before pytest starts
         select(args.endpoint, profile=args.profile, quirks=args.quirk, expectations=args.expectations,
@@ -250,6 +261,14 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
+    ignored = source_suites_ignored(args.suites, args.case)
+    if args.upstream_source is not None:
+        os.environ[SOURCE_ENV] = str(args.upstream_source.expanduser().resolve())  # read by the listing and the env
+    if len(ignored) < len(source_suites_ignored([], [])):  # a source-tree suite is asked for: its tree must be there
+        try:
+            python_sdk()
+        except SourceError as exc:
+            raise UsageError(str(exc)) from None
     # Cases named with --case run even when slow: they were asked for by name.
     markexpr = args.markexpr or ("" if args.include_slow else "not bench" if args.case else "not slow and not bench")
     pytest_args = [
@@ -278,6 +297,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-x"] if args.exitfirst else []),
         *(["--shard", args.shard] if args.shard else []),
         *(f"--case={pattern}" for pattern in args.case),
+        *(f"--ignore={path}" for path in ignored),
         *(["--max-sandboxes", str(int(positive(args.max_sandboxes, "--max-sandboxes")))]
           if args.max_sandboxes is not None else []),
         *(["--max-minutes", str(positive(args.max_minutes, "--max-minutes"))] if args.max_minutes is not None else []),
@@ -311,6 +331,24 @@ def suite_target(name: str) -> str:
     if not path.exists():
         raise UsageError(f"unknown suite {name!r}: give one of {', '.join(sorted(known))} or a path to a suite module")
     return str(path.resolve()) + name[len(name.split("::")[0]) :]
+
+
+def source_suites_ignored(named: list[str], cases: list[str]) -> list[str]:
+    """The folders of the suites whose steps are a source tree's tests (E2B's own, `steps_from`) that a run leaves
+    out: such a suite runs only when named, as a suite or by the first part of a `--case` pattern (it is long and
+    needs the tree)."""
+    from .runners.manifest import load_manifest
+
+    tables = load_manifest()
+    modules = suite_nodes()
+    ignored = []
+    for suite, tables_of in tables.items():
+        if not any(isinstance(t, dict) and "steps_from" in t for t in tables_of.values()) or suite not in modules:
+            continue
+        asked = suite in named or any(fnmatch.fnmatchcase(suite, p.split("/", 1)[0]) for p in cases)
+        if not asked:
+            ignored.append(str(Path(modules[suite].split("::")[0]).parent))
+    return ignored
 
 
 def suite_nodes() -> dict[str, str]:

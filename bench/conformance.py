@@ -37,6 +37,7 @@ from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import INTERRUPTED, Event, RunnerResult, StepResult, make_task, run_runner
 from .shards import Shard
 from .triage.evidence import StepSeen, Window, WireLogs
+from .upstream.plan import task_options as upstream_options
 from .wire import WireProxy, last_exchange
 
 
@@ -293,7 +294,12 @@ class BenchSession:
             return results
         factor = slowness()
         options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor)}
-        task = make_task(suite, runner.name, self.run_id, **planned, options=options)
+        table = load_manifest()[suite][runner.table(suite)]
+        extra: dict[str, Any] = {}
+        if "steps_from" in table:  # E2B's own tests: their source, what this endpoint cannot serve, their domain
+            options.update(upstream_options(table, planned["steps"], self.endpoint.provider.embedded))
+            extra["env"] = {"E2B_DOMAIN": self.endpoint.domain or "localhost"}
+        task = make_task(suite, runner.name, self.run_id, **planned, options=options, **extra)
         deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
         wire = run_dir.wire_path(runner.name)
         with WireProxy(

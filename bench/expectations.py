@@ -16,6 +16,9 @@ from bench.results import OUTCOMES, Outcome
 # A runner whose SDK pin lacks a feature skips with this reason; that is never the endpoint's fault.
 SDK_GAP = "sdk_gap"  # the runner protocol's structured skip reason (step event `skip.reason`)
 SDK_GAP_PREFIX = "not in this SDK"
+# Skips that are no verdict on the endpoint: the SDK lacks the API; the suite declares the test needs what the
+# endpoint cannot give (`needs`: bench/upstream/plan.py); E2B's own test skips itself (`upstream`).
+CONFORMANT_SKIPS = (SDK_GAP, "needs", "upstream")
 
 _TOP_KEYS = frozenset({"endpoint", "cases"})
 _ENDPOINT_KEYS = frozenset({"name", "description"})
@@ -179,8 +182,9 @@ def judge(observed: Outcome, details: Mapping[str, Any], error: str | None, decl
     """Compare what a runner observed with what the endpoint declares."""
     expected = declared.outcome
     skip_reason = str(error or details.get("reason") or "")
-    sdk_gap = details.get("skip_reason") == SDK_GAP or skip_reason.startswith(SDK_GAP_PREFIX)  # structured, or older
-    if observed == "skip" and sdk_gap:
+    structured = details.get("skip_reason") in CONFORMANT_SKIPS
+    no_verdict = structured or skip_reason.startswith(SDK_GAP_PREFIX)  # structured, or older
+    if observed == "skip" and no_verdict:
         return Judgement("skip", expected, True, skip_reason)
     if observed == "pass" and expected != "pass":
         return Judgement("pass", expected, False, f"declared {expected} but passed: stale declaration?")

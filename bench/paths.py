@@ -25,9 +25,12 @@ MANIFEST_PATHS = (
     SANDBOXES_DIR / "e2b" / "manifest.toml",
     FRAMEWORKS_DIR / "manifest.toml",
     SANDBOXES_DIR / "code-interpreter" / "manifest.toml",
+    SANDBOXES_DIR / "upstream" / "manifest.toml",
 )
 TEMPLATES_DIR = DATA_ROOT / "reports" / "templates"
 EXPECTATIONS_DIR = DATA_ROOT / "expectations"
+# E2B's SDK sources with their own tests (the upstream suite's default tree): the reference copy beside a checkout.
+UPSTREAM_SOURCE = _CHECKOUT.parent / "shared" / "reference" / "e2b-sdk-source"
 PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "pytest.ini"
 
 RESULTS_DIR = USER_ROOT / "results"

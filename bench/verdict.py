@@ -29,6 +29,7 @@ ENDPOINT_FLAGS = (
     "--model-key-env",
     "--attempts",
     "--results-dir",
+    "--upstream-source",
 )
 WIRE_BODIES = "--wire-bodies"  # what the wire log keeps, repeated too
 STATUS_REASONS = {
@@ -116,11 +117,11 @@ def _flags(argv: Sequence[str]) -> list[str]:
 
 
 def case_suites() -> set[str]:
-    """The suites whose cases `run --case` selects: those with steps in a manifest."""
+    """The suites whose cases `run --case` selects: those with steps in a manifest (or from a source tree)."""
     return {
         suite
         for suite, tables in load_manifest().items()
-        if any(isinstance(table, dict) and table.get("steps") for table in tables.values())
+        if any(isinstance(table, dict) and (table.get("steps") or "steps_from" in table) for table in tables.values())
     }
 
 

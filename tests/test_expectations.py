@@ -83,6 +83,12 @@ def test_shipped_local_declares_only_what_the_endpoint_lacks() -> None:
     assert {case: d.outcome for case, d in local.cases.items()} == {
         "probes/*/pr11_template_build": "refused",  # only the `base` template exists
         "refusals/*/rf13_template_build": "refused",
+        # E2B's own tests it does not pass yet (README, "E2B's own tests")
+        "upstream/py-upstream/tests/sync/sandbox_sync/files/test_watch.py::test_watch_iterated": "fail",
+        "upstream/py-upstream/tests/sync/sandbox_sync/files/test_watch.py::"
+        "test_watch_recursive_directory_changes": "fail",
+        "upstream/py-upstream/tests/*/sandbox_*/commands/test_sandbox_killed_during_run.py::"
+        "test_kill_sandbox_while_command_is_running": "fail",
     }
     assert local.for_case("quickstart/py-e2b-2.63.0/py01_create").outcome == "pass"
 

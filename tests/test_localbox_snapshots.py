@@ -195,3 +195,25 @@ def test_a_layer_keeps_overlay_whiteouts_and_drops_device_nodes(tmp_path: Path) 
     shift_ids(layer, 0)
 
     assert sorted(p.name for p in layer.iterdir()) == ["whiteout"]
+
+
+def test_a_template_alias_is_found_for_a_built_in_template_and_a_named_snapshot(endpoint: LocalEndpoint) -> None:
+    from e2b import Template
+
+    headers = {"X-API-KEY": endpoint.api_key}
+    source = Sandbox.create(timeout=60)
+    try:
+        before = Template.exists("alias-snap")
+        snapshot = source.create_snapshot(name="alias-snap")
+        after = Template.exists("alias-snap")
+        named = httpx.get(f"{endpoint.api_url}/templates/aliases/alias-snap", headers=headers)
+    finally:
+        source.kill()
+    base = httpx.get(f"{endpoint.api_url}/templates/aliases/base", headers=headers)
+    missing = httpx.get(f"{endpoint.api_url}/templates/aliases/no-such-template", headers=headers)
+
+    assert (Template.exists("base"), Template.exists("no-such-template"), before, after) == (True, False, False, True)
+    assert (base.status_code, base.json()) == (200, {"templateID": "base", "public": True})
+    assert (named.status_code, named.json()["public"], snapshot.names) == (200, False, ["alias-snap:default"])
+    assert isinstance(named.json()["templateID"], str) and named.json()["templateID"]
+    assert (missing.status_code, missing.json()["message"]) == (404, "template alias 'no-such-template' not found")

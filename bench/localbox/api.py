@@ -152,6 +152,7 @@ class Api:
             Route("/sandboxes/{sandbox_id}/snapshots", self.create_snapshot, methods=["POST"]),
             Route("/snapshots", self.list_snapshots, methods=["GET"]),
             Route("/templates", self.list_templates, methods=["GET"]),
+            Route("/templates/aliases/{alias}", self.template_alias, methods=["GET"]),
             Route("/templates/{template_id}", self.delete_template, methods=["DELETE"]),
             Route("/sandboxes/{sandbox_id}/fork", self.fork, methods=["POST"]),
             *(Route(path, self.template_build, methods=["POST"]) for path in TEMPLATE_BUILD_ROUTES),
@@ -443,6 +444,17 @@ class Api:
             "envdVersion": ENVD_VERSION,
             "buildStatus": "ready",
         }
+
+    async def template_alias(self, request: Request) -> Response:
+        """Whether a template is known by this name (E2B's `Template.exists`): a built-in one (public) or a
+        named snapshot (the team's own); 404 otherwise."""
+        alias = request.path_params["alias"]
+        if alias in TEMPLATES:
+            return JSONResponse({"templateID": alias, "public": True})
+        snapshot = self.snapshots.find(alias)
+        if snapshot is None or snapshot.name is None:
+            raise ApiError(404, f"template alias '{alias}' not found")
+        return JSONResponse({"templateID": snapshot.id, "public": False})
 
     async def delete_template(self, request: Request) -> Response:
         template = request.path_params["template_id"]

@@ -6,6 +6,8 @@ manifest's suite tables may name others), `prefix` (the runner is `<prefix>-<ver
 and either `pins` (a table, or a list of tables: exact versions installed as given) or `project = true`
 with `pinned` (the folder is the pinned environment: requirements.txt or package.json + lock; the
 versions of the `pinned` packages are read from it). A framework adds `family` (its manifest table).
+`name` names a runner whose first pin says nothing of what it runs; `source = "python-sdk"` also installs
+the python-sdk of E2B's source tree (bench/upstream/source.py) into its environment.
 """
 
 from __future__ import annotations
@@ -52,12 +54,13 @@ def specs_of(path: Path, root: Path = DATA_ROOT) -> list[RunnerSpec]:
         pin_sets = list(pins) if isinstance(pins, list) else [pins]
     return [
         RunnerSpec(
-            name=f"{data['prefix']}-{next(iter(pins.values()))}",
+            name=str(data.get("name") or f"{data['prefix']}-{next(iter(pins.values()))}"),
             language=str(data["language"]),
             pins=dict(pins),
             entry=entry,
             family=data.get("family"),
             project=project,
+            source=data.get("source"),
         )
         for pins in pin_sets
     ]

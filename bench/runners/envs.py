@@ -37,6 +37,8 @@ class RunnerSpec:
     # Directory (repo-relative) of a fully pinned environment: `requirements.txt` compiled with
     # `uv pip compile` for Python, `package.json` + `package-lock.json` for Node. Without it, `pins` is installed.
     project: str | None = None
+    # `python-sdk`: E2B's SDK source tree's python-sdk is installed too (bench/upstream/source.py finds the tree).
+    source: str | None = None
 
     @property
     def entry_path(self) -> Path:
@@ -50,7 +52,20 @@ class RunnerSpec:
         """What `uv pip install` is given: the lock file when there is one, else the pins."""
         if self.lock_path is not None:
             return ["--requirement", str(self.lock_path)]
-        return [f"{package}=={version}" for package, version in sorted(self.pins.items())]
+        pinned = [f"{package}=={version}" for package, version in sorted(self.pins.items())]
+        return pinned + ([str(_source_sdk(self))] if self.source else [])
+
+
+def _source_sdk(spec: RunnerSpec) -> Path:
+    """The source tree's package a `source` runner installs (a SourceError, told as a RunnerEnvError)."""
+    from bench.upstream.source import SourceError, python_sdk
+
+    if spec.source != "python-sdk":
+        raise RunnerEnvError(f"runner {spec.name}: unknown source {spec.source!r} (python-sdk is the one known)")
+    try:
+        return python_sdk()
+    except SourceError as exc:
+        raise RunnerEnvError(str(exc)) from None
 
 
 def default_cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
@@ -66,6 +81,11 @@ def env_dir(spec: RunnerSpec, cache_dir: Path) -> Path:
     }
     if spec.lock_path is not None:
         identity["lock"] = hashlib.sha256(spec.lock_path.read_bytes()).hexdigest()
+    if spec.source is not None:
+        from bench.upstream.source import python_sdk_digest
+
+        sdk = _source_sdk(spec)
+        identity["source"] = f"{sdk}:{python_sdk_digest(sdk)}"
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     return cache_dir / "runners" / f"{spec.name}-{digest}"
 
@@ -123,7 +143,9 @@ def _build(spec: RunnerSpec, directory: Path, python: Path) -> None:
         shutil.rmtree(directory)
     uv = str(find_uv())
     _uv(spec, [uv, "venv", "--quiet", "--python", sys.executable, str(directory)])
-    _uv(spec, [uv, "pip", "install", "--quiet", "--python", str(python), *spec.requirements()])
+    # A source tree's package is rebuilt from its files, never taken from uv's cache of an older build.
+    fresh = ["--refresh-package", "e2b"] if spec.source else []
+    _uv(spec, [uv, "pip", "install", "--quiet", "--python", str(python), *fresh, *spec.requirements()])
     marker = {"runner": spec.name, "pins": dict(spec.pins), "python": sys.version.split()[0]}
     (directory / _READY_MARKER).write_text(json.dumps(marker, sort_keys=True) + "\n")
 

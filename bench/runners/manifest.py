@@ -1,7 +1,9 @@
 """The step manifests: one format, one table per suite and runner family.
 
 `sandboxes/e2b/manifest.toml` holds the SDK suites, `frameworks/manifest.toml` the framework suite,
-`sandboxes/code-interpreter/manifest.toml` the code-interpreter suite; a suite lives in exactly one of them.
+`sandboxes/code-interpreter/manifest.toml` the code-interpreter suite, `sandboxes/upstream/manifest.toml` E2B's
+own tests; a suite lives in exactly one of them. A table with `steps_from` has no steps of its own: they are
+the tests of a source tree (`upstream-python`: bench/upstream/source.py), listed when asked for.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
     except KeyError:
         where = path or " or ".join(str(p) for p in MANIFEST_PATHS)
         raise ManifestError(f"{where} has no [{suite}.{language}] table") from None
+    if "steps_from" in table:
+        return source_steps(suite, language, table["steps_from"])
     steps = [
         Step(
             id=raw["id"],
@@ -77,6 +81,18 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
             raise ManifestError(f"step {step.id} depends on {unknown}, which do not come before it")
         known.add(step.id)
     return steps
+
+
+def source_steps(suite: str, language: str, source: str) -> list[Step]:
+    """The steps a source tree gives a `steps_from` table: one per upstream test, none depending on another."""
+    from bench.upstream.source import SourceError, python_sdk, python_tests
+
+    if source != "upstream-python":
+        raise ManifestError(f"[{suite}.{language}]: unknown steps_from {source!r} (upstream-python is the one known)")
+    try:
+        return [Step(id=test, title=test, depends=()) for test in python_tests(python_sdk())]
+    except SourceError as exc:
+        raise ManifestError(str(exc)) from None
 
 
 def _seconds(raw: dict[str, Any], suite: str, language: str) -> float | None:

@@ -1,0 +1,194 @@
+"""E2B's own SDK tests as the `upstream` suite, against the embedded endpoint with the reference tree in
+../shared (bench/upstream/, sandboxes/upstream/).
+
+The bounded run (CI's normal selection) takes a few modules by `--case`; the whole suite is `slow`. Both read
+what the run recorded and check it against facts of their own: pytest's collection of the tree, the wire log
+(the tests really spoke to the endpoint), the README's list of the tests that do not pass here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from run_cli import REPO, e2b_bench, only_run_dir
+
+from bench.results import read_run
+from bench.runners.catalog import available_runners
+from bench.runners.envs import ensure_python_env
+from bench.runners.manifest import load_manifest
+from bench.upstream.plan import NEEDS, declared, needs_of
+from bench.upstream.source import SourceError, python_sdk, python_tests, source_root
+from bench.verdict import rerun_command
+
+SUITE, RUNNER = "upstream", "py-upstream"
+# A few modules: commands and files against sandboxes (sync and async), a unit-test module, one whose
+# integration tests a declaration keeps off the embedded endpoint (template builds; the rest run), and the
+# template alias lookup (`Template.exists`, answered 501 before the endpoint had the route).
+BOUNDED = (
+    "tests/sync/sandbox_sync/commands/test_run.py",
+    "tests/async/sandbox_async/files/test_write.py",
+    "tests/test_paginator.py",
+    "tests/sync/template_sync/test_tags.py",
+    "tests/sync/template_sync/test_exists.py",
+)
+README_START, README_END = "<!-- upstream-not-passing:start -->", "<!-- upstream-not-passing:end -->"
+
+try:
+    SDK: Path | None = python_sdk()
+except SourceError:
+    SDK = None
+needs_tree = pytest.mark.skipif(SDK is None, reason=f"no E2B SDK source tree at {source_root()}")
+
+
+def table() -> dict:
+    return load_manifest()[SUITE][RUNNER]
+
+
+def module_tests(module: str) -> list[str]:
+    assert SDK is not None
+    return [test for test in python_tests(SDK) if test.startswith(f"{module}::")]
+
+
+def upstream_run(results: Path, *patterns: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    cases = [arg for pattern in patterns for arg in ("--case", f"{SUITE}/{RUNNER}/{pattern}")]
+    return e2b_bench("run", SUITE, "--results-dir", str(results), *cases, timeout=timeout)
+
+
+def not_passing_here() -> dict[str, str]:
+    """Every upstream test that does not pass against the embedded endpoint, with why: the `needs` declarations
+    of the suite and the local endpoint's declarations of upstream cases."""
+    assert SDK is not None
+    tests = python_tests(SDK)
+    found = dict(declared(table(), tests))
+    with (REPO / "expectations" / "local.toml").open("rb") as handle:
+        cases = tomllib.load(handle).get("cases", {})
+    prefix = f"{SUITE}/{RUNNER}/"
+    for pattern, declaration in cases.items():
+        if pattern.startswith(prefix):
+            for test in tests:
+                if re.fullmatch(re.escape(pattern[len(prefix) :]).replace(r"\*", ".*"), test):
+                    found.setdefault(test, f"{declaration['outcome']}: {declaration['reason']}")
+    return found
+
+
+def readme_list() -> str:
+    """The README's list as it should read: one line per test, grouped by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for test, why in not_passing_here().items():
+        by_reason.setdefault(why, []).append(test)
+    lines = []
+    for why, tests in by_reason.items():
+        lines.append(f"- {why} ({len(tests)}):")
+        lines += [f"  - `{test}`" for test in tests]
+    return "\n".join(lines)
+
+
+@needs_tree
+def test_the_listing_is_what_pytest_collects() -> None:
+    """Each upstream test the suite lists is one pytest collects from the tree, and none is missed (pytest in the
+    runner's own environment, parameters folded into their function)."""
+    assert SDK is not None
+    python = ensure_python_env(available_runners()[RUNNER].spec)
+    done = subprocess.run(
+        [str(python), "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=SDK,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(Path.home())},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    collected = list(dict.fromkeys(line.split("[", 1)[0] for line in done.stdout.splitlines() if "::" in line))
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert python_tests(SDK) == collected
+
+
+@needs_tree
+def test_every_needs_entry_covers_some_test_and_names_a_known_need() -> None:
+    assert SDK is not None
+    tests = python_tests(SDK)
+    for need in needs_of(table()):
+        assert need.need in NEEDS
+        for pattern in need.tests:
+            assert any(need.covers(test) and (test == pattern or "*" in pattern) for test in tests), pattern
+
+
+@needs_tree
+def test_readme_lists_each_test_that_does_not_pass_here_with_its_reason() -> None:
+    text = (REPO / "README.md").read_text("utf-8")
+    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+
+    assert text[start:end].strip() == readme_list()
+
+
+@needs_tree
+def test_a_missing_tree_is_one_sentence_and_exit_2(tmp_path: Path) -> None:
+    done = e2b_bench("run", SUITE, "--upstream-source", str(tmp_path / "nowhere"), "--results-dir", str(tmp_path))
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no E2B SDK source tree at" in done.stderr and "--upstream-source" in done.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@needs_tree
+def test_bounded_run_records_each_upstream_test_of_the_modules_as_a_case(tmp_path: Path) -> None:
+    assert SDK is not None
+    started = time.time()
+    done = upstream_run(tmp_path, *(f"{module}::*" for module in BOUNDED))
+    written = [p for m in BOUNDED for p in (SDK / m).parent.glob("__pycache__/*.pyc") if p.stat().st_mtime >= started]
+    run = read_run(only_run_dir(tmp_path))
+    cases = {case.case: case for case in run.cases if case.suite == SUITE}
+    wanted = [test for module in BOUNDED for test in module_tests(module)]
+    skipped = declared(table(), wanted)
+    wire = [json.loads(line) for line in (run.path / "wire" / f"{RUNNER}.jsonl").read_text().splitlines()]
+    junit = (run.path / "junit.xml").read_text()
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(cases) == sorted(wanted)
+    assert skipped and set(skipped) == {t for t in wanted if "::TestTagsIntegration::" in t}
+    for test, why in skipped.items():  # declared, shown with the reason, never run
+        assert (cases[test].outcome, cases[test].conformant, cases[test].error) == ("skip", True, why)
+    assert all(cases[t].outcome == "pass" and cases[t].conformant for t in wanted if t not in skipped)
+    # the sandbox tests reached the endpoint through the run's wire proxy: one create per sandbox test at least
+    creates = [line for line in wire if line["method"] == "POST" and line["url"].split("?")[0].endswith("/sandboxes")]
+    assert len(creates) >= len(module_tests(BOUNDED[0])) + len(module_tests(BOUNDED[1]))
+    assert all(f'name="{test}"' in junit or test in junit for test in wanted)
+    one = cases[wanted[0]]
+    assert rerun_command(run, one).endswith(f"--case {SUITE}/{RUNNER}/{wanted[0]}")
+    assert written == []  # nothing written into the source tree, by pytest or its xdist workers
+
+
+@pytest.mark.slow  # a run of its own (about 90 s); the bounded run checks the line itself
+@needs_tree
+def test_rerun_line_selects_exactly_that_upstream_test(tmp_path: Path) -> None:
+    test = module_tests(BOUNDED[0])[1]
+    # as the re-run line has it: no suite named, the case id alone
+    done = e2b_bench("run", "--results-dir", str(tmp_path), "--case", f"{SUITE}/{RUNNER}/{test}", timeout=900)
+    run = read_run(only_run_dir(tmp_path))
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [(case.case, case.outcome) for case in run.cases if case.suite == SUITE] == [(test, "pass")]
+    assert run.cases[0].details["upstream"] == test
+
+
+@pytest.mark.slow
+@needs_tree
+def test_whole_suite_against_the_embedded_endpoint(tmp_path: Path) -> None:
+    """Every upstream test is a case; none fails but those declared (README's list)."""
+    assert SDK is not None
+    done = upstream_run(tmp_path, "*", timeout=3600)
+    run = read_run(only_run_dir(tmp_path))
+    cases = {case.case: case for case in run.cases if case.suite == SUITE}
+    off = not_passing_here()
+
+    assert sorted(cases) == sorted(python_tests(SDK))
+    assert [t for t, case in cases.items() if not case.conformant] == [], done.stdout[-3000:]
+    assert {t for t, case in cases.items() if case.outcome != "pass" and case.outcome != "skip"} <= set(off)
+    assert done.returncode == 0

@@ -47,6 +47,7 @@ END_ON_EXIT_MAX_S = 60.0  # what still runs this long after the command's proces
 # What a quiet host needs, with margin; every wait below is scaled by the host's slowness (bench/remote/slowness.py).
 START_S = 15.0  # a sandbox's agent and network up
 WARM_S = 10.0  # one login shell
+EXIT_S = 5.0  # a killed process (a sandbox's holder, its uplink) has exited and been seen to
 CONNECT_S = 10.0  # a TCP connect inside the sandbox
 EGRESS_S = 10.0  # one nftables transaction
 IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
@@ -494,7 +495,9 @@ class Uplink:
             os.close(self._exit_w)
             self._exit_w = -1
         self._exited.kill()
-        await self._exited.wait(5)
+        await self._exited.wait(scaled(EXIT_S))
+        if self._exited.alive:  # killed, but not yet gone (a loaded host): reaped off the event loop when it is
+            await asyncio.get_running_loop().run_in_executor(None, self.process.wait)
         with contextlib.suppress(ChildProcessError):
             self.process.wait(0)  # reaped now: it has exited
         if self.has_egress_chain:
@@ -766,10 +769,10 @@ class Box:
             # so when it has, nothing of the sandbox is left. (Killing the holder first would not wait.)
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(root, signal.SIGKILL)  # type: ignore[arg-type]
-            await self.holder.wait(5)
+            await self.holder.wait(scaled(EXIT_S))
             if self.holder.alive:
                 self.holder.kill()
-                await self.holder.wait(5)
+                await self.holder.wait(scaled(EXIT_S))
         if self.link:
             self.link.close()
         if self.uplink:

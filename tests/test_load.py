@@ -238,7 +238,7 @@ def test_off_the_embedded_endpoint_users_and_duration_are_required(endpoint: Loc
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (LoadOptions(soak=True), "--soak needs --rate"),
+        (LoadOptions(soak=True, rate=0), "--rate is agent sessions per second"),
         (LoadOptions(master=True), "--master needs --expect-workers"),
         (LoadOptions(users=0), "must be positive"),
         (LoadOptions(pause_share=1.5), "--pause-share"),
@@ -247,6 +247,14 @@ def test_off_the_embedded_endpoint_users_and_duration_are_required(endpoint: Loc
 def test_options_that_cannot_make_a_run_are_refused(options: LoadOptions, message: str) -> None:
     with pytest.raises(LoadError, match=message):
         check_options(options, resolve("local"))
+
+
+def test_soak_alone_is_two_hundred_agents_for_ten_minutes_at_a_fixed_session_rate() -> None:
+    preset = check_options(LoadOptions(soak=True), resolve("local"))
+
+    assert (preset.users, preset.duration_s, preset.rate, preset.spawn_rate) == (200, 600, 2.0, 2.0)
+    given = check_options(LoadOptions(soak=True, users=3, duration_s=20, rate=5), resolve("local"))
+    assert (given.users, given.duration_s, given.rate) == (3, 20, 5)
 
 
 def test_the_command_refuses_missing_users_off_the_embedded_endpoint_before_creating_anything(

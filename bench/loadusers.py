@@ -343,8 +343,17 @@ class SandboxUser(User):
 
     def kill(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
-        if sandbox is not None and self.call("kill", sandbox.kill):  # False: the endpoint did not know it
-            TALLY.killed.append(sandbox.sandbox_id)
+        if sandbox is None:
+            return
+
+        def kill() -> bool:
+            # Counted where it happens: a user stopped while its kill runs does not come back to count it.
+            killed = sandbox.kill()  # False: the endpoint did not know it
+            if killed:
+                TALLY.killed.append(sandbox.sandbox_id)
+            return killed
+
+        self.call("kill", kill)
 
     def on_stop(self) -> None:
         self.kill()

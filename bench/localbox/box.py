@@ -329,6 +329,17 @@ class Cgroup:
                 path.rmdir()
         return not any(p.exists() for p in self.paths)
 
+    def remove_within(self, seconds: float) -> bool:
+        """`remove`, again until it succeeds or `seconds` pass: a cgroup is busy until its last process, killed
+        already, has been torn down by the kernel, which a loaded host takes its time over."""
+        deadline, pause = time.monotonic() + seconds, 0.005
+        while not self.remove():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        return True
+
 
 def _keyed(path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
@@ -506,7 +517,8 @@ class Uplink:
                 await run_nft(uplink_release(self.gid), 10)
             except (AgentError, OSError, TimeoutError) as exc:  # the next rules of this gid replace what is left
                 log.warning("uplink of gid %d: %s", self.gid, exc)
-        await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
+        if not await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove_within, scaled(EXIT_S)):
+            log.warning("uplink of gid %d: its cgroup is still busy", self.gid)
 
 
 async def _read_byte(fd: int) -> bytes:
@@ -786,10 +798,8 @@ class Box:
         return removal
 
     def _remove_files(self) -> None:
-        for _ in range(50):
-            if self.cgroup.remove():
-                break
-            time.sleep(0.02)
+        if not self.cgroup.remove_within(scaled(EXIT_S)):
+            log.warning("sandbox %s: its cgroup is still busy", self.name)
         if self.mounted:  # the sandbox's files go with its file system, whatever it made of them
             try:
                 unmount(self.dir)

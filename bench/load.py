@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,11 @@ from .junit import write_junit
 from .loadview import LOAD_JSON
 from .redaction import Redactor
 from .results import CaseRecord, RunDir, case_id, make_header, utc_now, validate
+from .soak.census import Holdings, settled, started_from
+from .soak.census import count as count_holdings
+from .soak.memory import MIN_JUDGED_S, MemorySampler, in_cgroup_under, sample_interval
+from .soak.memory import judge as judge_memory
+from .soak.memory import timeline as memory_timeline
 from .stats import summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +50,9 @@ LOCUST_MAIN = "bench.loadmain"  # Locust with its own patching, except threads (
 LOAD_PINS = ("locust", "gevent")  # the load engine, recorded in the header
 SCHEMA = "e2b-bench/load/1"
 LOCAL_USERS, LOCAL_DURATION_S = 5, 30.0
+# --soak: 200 agents for ten minutes, each session started at a fixed pace (all users together) rather than
+# back to back, so that what grows is what leaks, not the backlog.
+SOAK_USERS, SOAK_DURATION_S, SOAK_RATE = 200, 600.0, 2.0
 TIMELINE_POINTS = 60  # at most this many buckets in the timeline
 LOG_TAIL = 2000
 EXIT_GRACE_S = 30.0  # Locust sometimes lingers after quitting (seen with 40+ users): its results are final by then
@@ -103,7 +111,12 @@ def add_load_parser(commands: Any) -> None:
     load.add_argument("--users", type=int, default=None, help=f"concurrent agents (default {LOCAL_USERS} locally)")
     load.add_argument("--spawn-rate", type=float, default=None, help="users started per second (default: all in 1 s)")
     load.add_argument("--duration", type=float, default=None, help=f"seconds (default {LOCAL_DURATION_S:g} locally)")
-    load.add_argument("--soak", action="store_true", help="fixed rate; the sandbox count must return to its start")
+    load.add_argument(
+        "--soak",
+        action="store_true",
+        help=f"sessions at a fixed rate (default {SOAK_USERS} users, {SOAK_DURATION_S:g} s, {SOAK_RATE:g} sessions/s); "
+        "the sandbox count must return to its start",
+    )
     load.add_argument("--rate", type=float, default=None, help="soak: agent sessions per second (all users)")
     load.add_argument("--idle-seconds", type=float, default=5.0, help="idle phase before the load (0: none)")
     load.add_argument("--pause-share", type=float, default=0.2, help="share of sessions that pause and connect")
@@ -169,20 +182,24 @@ def check_options(options: LoadOptions, endpoint: Endpoint) -> LoadOptions:
         raise LoadError(
             "--profile and --quirk switch the embedded endpoint's behaviour: use them with --endpoint local"
         )
-    users = options.users if options.users is not None else LOCAL_USERS
-    duration = options.duration_s if options.duration_s is not None else LOCAL_DURATION_S
+    users = options.users if options.users is not None else SOAK_USERS if options.soak else LOCAL_USERS
+    duration = options.duration_s
+    if duration is None:
+        duration = SOAK_DURATION_S if options.soak else LOCAL_DURATION_S
     if users < 1 or duration <= 0 or options.idle_s < 0 or options.stop_timeout_s < 0:
         raise LoadError("--users and --duration must be positive, --idle-seconds and --stop-timeout not negative")
-    if options.soak and not (options.rate and options.rate > 0):
-        raise LoadError("--soak needs --rate: agent sessions per second, for all users together")
+    rate = options.rate if options.rate is not None else SOAK_RATE if options.soak else None
+    if options.soak and not (rate and rate > 0):
+        raise LoadError("--rate is agent sessions per second, for all users together: more than 0")
     if options.master and options.workers < 1:
         raise LoadError("--master needs --expect-workers N (workers started elsewhere) or --local-workers N")
     if not 0 <= options.pause_share <= 1 or options.file_kib < 1:
         raise LoadError("--pause-share is between 0 and 1, --file-kib at least 1")
     from dataclasses import replace
 
-    spawn_rate = options.spawn_rate if options.spawn_rate is not None else float(users)
-    return replace(options, users=users, duration_s=duration, spawn_rate=spawn_rate)
+    # A soak's users start at its session rate: their sessions are then spread evenly, not in waves.
+    spawn_rate = options.spawn_rate if options.spawn_rate is not None else rate if options.soak else float(users)
+    return replace(options, users=users, duration_s=duration, spawn_rate=spawn_rate, rate=rate)
 
 
 # --- Locust processes ----------------------------------------------------------------------------
@@ -360,17 +377,28 @@ def count_sandboxes(endpoint: Endpoint, key: str | None) -> int:
 # --- the run -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Served:
+    """The embedded endpoint as this process serves it: where its holdings on the host are found."""
+
+    state_dir: Path
+    idle: Callable[[], bool]  # nothing made or released in the background
+
+
 @contextlib.contextmanager
-def _bound(endpoint: Endpoint, options: LoadOptions) -> Iterator[tuple[Endpoint, str | None]]:
-    """The endpoint with its URLs and key; the embedded one is served (with its quirks) for the duration."""
+def _bound(endpoint: Endpoint, options: LoadOptions) -> Iterator[tuple[Endpoint, str | None, Served | None]]:
+    """The endpoint with its URLs and key; the embedded one is served (with its quirks) for the duration,
+    in this process."""
     if not endpoint.provider.embedded:
-        yield endpoint, endpoint.api_key()
+        yield endpoint, endpoint.api_key(), None
         return
     from .localbox.quirks import build
-    from .localbox.server import serving
+    from .localbox.server import LocalServer, in_thread
 
-    with serving(quirks=build(options.profile, list(options.quirks))) as local:
-        yield endpoint.bound(local.api_url), local.api_key
+    server = LocalServer(quirks=build(options.profile, list(options.quirks)))
+    registry = server.registry
+    with in_thread(server) as local:
+        yield endpoint.bound(local.api_url), local.api_key, Served(registry.config.state_dir, lambda: registry.idle)
 
 
 def _endpoint_name(endpoint: Endpoint, options: LoadOptions) -> str:
@@ -392,9 +420,9 @@ def run_load(options: LoadOptions) -> int:
     if options.worker:
         return _run_worker(options, endpoint)
     try:
-        with _bound(endpoint, options) as (bound, key):
+        with _bound(endpoint, options) as (bound, key, served):
             preflight(bound, key)
-            return LoadRun(options, bound, key, _endpoint_name(endpoint, options)).run()
+            return LoadRun(options, bound, key, _endpoint_name(endpoint, options), served).run()
     except (PreflightError, ValueError) as exc:
         print(f"e2b-bench load: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -419,6 +447,7 @@ class LoadRun:
     endpoint: Endpoint
     key: str | None
     name: str
+    served: Served | None = None  # the embedded endpoint, served by this process: its holdings are counted
     redactor: Redactor = field(init=False)
     notes: list[str] = field(default_factory=list)
 
@@ -436,15 +465,19 @@ class LoadRun:
         env = _sdk_env(self.endpoint, self.key)
         status, interrupted = "completed", False
         count_start = count_sandboxes(self.endpoint, self.key)
+        before = self._holdings()
         idle: Phase | None = None
         load: Phase | None = None
         cpu_before = _own_cpu()
+        users, duration = self.options.users or 1, self.options.duration_s or 0
+        sandboxed = in_cgroup_under(self.served.state_dir.name) if self.served else (lambda pid: False)
+        sampler = MemorySampler(os.getpid(), started_from(LOCUST_MAIN), sandboxed, sample_interval(duration))
         try:
             if self.options.idle_s > 0:
                 idle = run_phase("idle", "ProbeUser", 1, self.options.idle_s, self.options, env, run_id)
             cpu_before = _own_cpu()
-            users, duration = self.options.users or 1, self.options.duration_s or 0
-            load = run_phase("load", "AgentUser", users, duration, self.options, env, run_id)
+            with sampler if self.served else contextlib.nullcontext(sampler):
+                load = run_phase("load", "AgentUser", users, duration, self.options, env, run_id)
         except KeyboardInterrupt:
             status, interrupted = "interrupted", True
         defer_interrupts()  # the sweep, load.json, footer and report are written whole
@@ -452,7 +485,16 @@ class LoadRun:
         count_end = count_sandboxes(self.endpoint, self.key)
         found, sweep_error = self._sweep(run_id)
         survivors = found.survivors
+        after = self._holdings(before)
         document = self.document(run_id, idle, load, survivors, (count_start, count_end), endpoint_cpu)
+        if before is not None and after is not None:
+            document["host"] = host_figures(before, after)
+            start, end = _load_span(load, duration)
+            document["memory"] = {
+                **judge_memory(sampler.samples, start, end),
+                "timeline": memory_timeline(sampler.samples, start),
+            }
+            validate("load", document, where=LOAD_JSON)
         run_dir.write_json(LOAD_JSON, document)
         records = self.records(document, load, found, sweep_error)
         for record in records:
@@ -474,6 +516,14 @@ class LoadRun:
             with contextlib.suppress(Exception):
                 print(f"report: {render([run_dir.path], run_dir.path, self.redactor).html}")
         return exit_code
+
+    def _holdings(self, target: Holdings | None = None) -> Holdings | None:
+        """What the embedded endpoint holds on the host once its background teardown is done (None off it)."""
+        if self.served is None:
+            return None
+        state_dir = self.served.state_dir
+        take = lambda: count_holdings(os.getpid(), state_dir, started_from(LOCUST_MAIN))  # noqa: E731
+        return settled(take, self.served.idle, target)
 
     def _sweep(self, run_id: str) -> tuple[Sweep, str | None]:
         try:
@@ -504,6 +554,7 @@ class LoadRun:
         phases = [(phase.raw or {}) for phase in (idle, load) if phase is not None]
         created = [i for gathered in phases for i in gathered.get("created", [])]
         killed = [i for gathered in phases for i in gathered.get("killed", [])]
+        refused = [float(wait) for gathered in phases for wait in gathered.get("refused", [])]
         options = self.options
         failures = dict(sorted(raw.get("kinds", {}).items()))
         hung = [{"operation": str(name), "age_s": float(age)} for name, age in raw.get("hung", [])]
@@ -537,6 +588,10 @@ class LoadRun:
                 "ratio": round(loaded_p95 / idle_p95, 3) if loaded_p95 and idle_p95 else None,
             },
             "failures": failures,
+            "refused": {
+                "creates": len(refused),
+                "waited_s": round(sum(refused), 3),
+            },
             "hung": hung,
             "sandboxes": {
                 "created": len(created),
@@ -590,12 +645,34 @@ class LoadRun:
             problem = "no operation ran"
         records.append(_case(suite, "locust", problem, {"exit_code": load.exit_code if load else None}))
         records.append(leak_record(leaked, sweep_error))
+        if "host" in document:
+            host = document["host"]
+            left = ", ".join(f"{n} {kind}" for kind, n in host["leaked"].items())
+            error = f"the endpoint holds more on the host than before the run: {left}" if left else None
+            records.append(_case(suite, "host_leaks", error, host))
+        if "memory" in document:
+            memory = {k: v for k, v in document["memory"].items() if k != "timeline"}
+            error = None if memory["flat"] or memory["load_s"] < MIN_JUDGED_S else memory["why"]
+            records.append(_case(suite, "memory_flat", error, memory))
         if self.options.soak:
             sandboxes = document["sandboxes"]
             start, end = sandboxes["count_start"], sandboxes["count_end"]
             error = None if start == end else f"the endpoint had {start} sandbox(es) at the start and {end} at the end"
             records.append(_case(suite, "sandbox_count", error, {"start": start, "end": end}))
         return records
+
+
+def _load_span(load: Phase | None, duration_s: float) -> tuple[float, float]:
+    """When the users started (Locust's first count of them) and when they were told to stop (wall clock)."""
+    raw = (load.raw if load else None) or {}
+    users = raw.get("users") or []
+    start = float(users[0][0]) if users else load.started if load else time.time()
+    return start, float(raw.get("stop_requested_at") or start + duration_s)
+
+
+def host_figures(before: Holdings, after: Holdings) -> dict[str, Any]:
+    """The endpoint's holdings on the host before and after the run, and what it holds more of."""
+    return {"before": before.to_dict(), "after": after.to_dict(), "leaked": after.more_than(before)}
 
 
 def _case(suite: str, name: str, error: str | None, details: Mapping[str, Any]) -> CaseRecord:
@@ -637,3 +714,22 @@ def print_summary(document: Mapping[str, Any], out: Any) -> None:
         f"failures: {document['failures'] or 'none'}",
         file=out,
     )
+    refused = document["refused"]
+    if refused["creates"]:
+        print(
+            f"creates refused 429 and sent again: {refused['creates']} (waited {refused['waited_s']:.1f} s)", file=out
+        )
+    if "host" in document:
+        host = document["host"]
+        counts = ", ".join(f"{kind} {host['before'][kind]} -> {host['after'][kind]}" for kind in host["before"])
+        print(f"endpoint on the host (before -> after): {counts}; leaked: {host['leaked'] or 'nothing'}", file=out)
+    if "memory" in document:
+        memory = document["memory"]
+        growth = f"{memory['growth']:+.1%}" if memory["growth"] is not None else "not judged"
+        verdict = {True: "flat", False: "GROWING", None: "not judged"}[memory["flat"]]
+        print(
+            f"endpoint memory (its own processes, MiB): start {memory['start_mib']}, after {memory['warm_up_s']:g} s "
+            f"{memory['after_warm_up_mib']}, end {memory['end_mib']}, max {memory['max_mib']}; growth {growth} "
+            f"(at most {memory['max_growth']:.0%}): {verdict}; with its sandboxes at most {memory['tree_max_mib']} MiB",
+            file=out,
+        )

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import resource
 import time
 from collections import Counter
@@ -32,7 +33,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
-from e2b import Sandbox
+from e2b import RateLimitException, Sandbox
 from gevent import GreenletExit  # type: ignore[import-untyped]
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment
@@ -49,6 +50,11 @@ STREAM_EXPECTED = "".join(f"line-{i}\n" for i in range(1, STREAM_LINES + 1)) + f
 SETTLE_TIMEOUT_S = 30.0
 STOP_MESSAGE = "e2b_bench_stop"  # master -> workers: stop your users (each finishes its session)
 THREADS = 512  # more than any worker's users: each user has at most one SDK call going
+# A create refused 429 is sent again after the wait the endpoint asks for (as an SDK user backs off), with
+# some jitter so refused users do not all come back at once; past this much waiting it is a failure.
+ADMISSION_BUDGET_S = 300.0
+DEFAULT_RETRY_AFTER_S = 1.0
+RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) ?s", re.IGNORECASE)
 
 T = TypeVar("T")
 
@@ -81,6 +87,12 @@ def failure_kind(exception: BaseException) -> str:
     return exception.kind if isinstance(exception, AgentFailure) else f"sdk:{type(exception).__name__}"
 
 
+def retry_after(refusal: BaseException) -> float:
+    """The wait a 429 asks for: the SDK keeps only the answer's message, which says it as the header does."""
+    found = RETRY_AFTER.search(str(refusal))
+    return float(found.group(1)) if found else DEFAULT_RETRY_AFTER_S
+
+
 class Tally:
     """What this process saw: every sample (operation, wall time, ms, ok), failure kinds, sandbox counts."""
 
@@ -89,12 +101,13 @@ class Tally:
         self.kinds: Counter[str] = Counter()
         self.created: list[str] = []  # sandbox ids, as the SDK returned them
         self.killed: list[str] = []
-        self.sent = (0, 0, 0)  # samples, created and killed already reported to the master (workers)
+        self.sent = (0, 0, 0, 0)  # samples, created, killed, refused already reported to the master (workers)
         self.users: list[list[float]] = []  # [wall time, users] once a second (master or single process)
         self.workers: dict[str, dict[str, Any]] = {}  # master: each worker's latest cumulative report
         self.stop_requested_at: float | None = None
         self.written = False
         self.in_flight: dict[int, tuple[str, float]] = {}  # SDK calls going: operation, wall time started
+        self.refused: list[float] = []  # the waits asked for by creates refused 429 (then sent again)
 
     def hung(self) -> list[list[Any]]:
         """The calls still going now: [operation, seconds since they started]."""
@@ -157,20 +170,21 @@ def _on_report_to_master(client_id: str, data: dict[str, Any]) -> None:
         "kinds": dict(TALLY.kinds),
         "created": TALLY.created[TALLY.sent[1] :],
         "killed": TALLY.killed[TALLY.sent[2] :],
+        "refused": TALLY.refused[TALLY.sent[3] :],
         "cpu_s": _cpu_seconds(),
         "hung": TALLY.hung(),
         "at": time.time(),
     }
-    TALLY.sent = (len(TALLY.samples), len(TALLY.created), len(TALLY.killed))
+    TALLY.sent = (len(TALLY.samples), len(TALLY.created), len(TALLY.killed), len(TALLY.refused))
 
 
 def _on_worker_report(client_id: str, data: dict[str, Any]) -> None:
     report = data.get("e2b_bench")
     if not report:
         return
-    for key in ("samples", "created", "killed"):
-        getattr(TALLY, key).extend(report[key])
-    TALLY.workers[client_id] = {k: v for k, v in report.items() if k not in ("samples", "created", "killed")}
+    for key in ("samples", "created", "killed", "refused"):
+        getattr(TALLY, key).extend(report.get(key, []))
+    TALLY.workers[client_id] = {k: v for k, v in report.items() if k not in ("samples", "created", "killed", "refused")}
 
 
 _environment: Environment | None = None
@@ -232,6 +246,7 @@ def _write(environment: Environment) -> None:
         "kinds": dict(sum((Counter(w["kinds"]) for w in workers), TALLY.kinds)),
         "created": TALLY.created,
         "killed": TALLY.killed,
+        "refused": TALLY.refused,
         "cpu_s": [_cpu_seconds(), *(w["cpu_s"] for w in workers)],
         "workers": len(TALLY.workers),
         "hung": TALLY.hung() + [call for w in workers for call in w.get("hung", [])],
@@ -261,9 +276,38 @@ class SandboxUser(User):
     abstract = True
     sandbox: Sandbox | None = None
 
-    def call(self, name: str, action: Callable[[], T]) -> T | None:
-        """Run `action` (SDK calls) in the thread pool as operation `name`; None when it raised."""
+    def call(self, name: str, action: Callable[[], T], admitted: bool = False) -> T | None:
+        """Run `action` (SDK calls) in the thread pool as operation `name`; None when it raised. `admitted`:
+        the action is sent again while the endpoint refuses it 429 (after the wait it asks for), and the
+        operation's time is the agent's: the waits and every try."""
         started = time.perf_counter()
+        deadline = time.monotonic() + ADMISSION_BUDGET_S
+        while True:
+            result, error, stopped = self._in_pool(name, action)
+            if not (admitted and isinstance(error, RateLimitException)) or stopped or time.monotonic() > deadline:
+                break
+            wait = retry_after(error) * random.uniform(1.0, 1.5)
+            TALLY.refused.append(wait)
+            gevent.sleep(wait)  # a stop lands here: nothing was made
+        if stopped is not None and isinstance(error, RateLimitException):
+            raise stopped  # stopped while its create was being refused: nothing was made, nothing failed
+        self.environment.events.request.fire(
+            request_type=REQUEST_TYPE,
+            name=name,
+            response_time=(time.perf_counter() - started) * 1000,
+            response_length=0,
+            exception=error,
+            context={},
+        )
+        if stopped is not None:
+            if isinstance(result, Sandbox):
+                self.sandbox = result
+            raise stopped
+        return result
+
+    @staticmethod
+    def _in_pool(name: str, action: Callable[[], T]) -> tuple[T | None, BaseException | None, GreenletExit | None]:
+        """(result, the exception it raised, a stop that landed while it ran) of `action` in the thread pool."""
         result: T | None = None
         error: BaseException | None = None
         stopped: GreenletExit | None = None
@@ -281,19 +325,7 @@ class SandboxUser(User):
                 error = exc
                 break
         del TALLY.in_flight[id(pending)]
-        self.environment.events.request.fire(
-            request_type=REQUEST_TYPE,
-            name=name,
-            response_time=(time.perf_counter() - started) * 1000,
-            response_length=0,
-            exception=error,
-            context={},
-        )
-        if stopped is not None:
-            if isinstance(result, Sandbox):
-                self.sandbox = result
-            raise stopped
-        return result
+        return result, error, stopped
 
     def create(self) -> Sandbox | None:
         options = self.environment.parsed_options
@@ -304,15 +336,24 @@ class SandboxUser(User):
             TALLY.created.append(created.sandbox_id)
             return created
 
-        sandbox = self.call("create", create)
+        sandbox = self.call("create", create, admitted=True)
         if sandbox is not None:
             self.sandbox = sandbox
         return sandbox
 
     def kill(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
-        if sandbox is not None and self.call("kill", sandbox.kill):  # False: the endpoint did not know it
-            TALLY.killed.append(sandbox.sandbox_id)
+        if sandbox is None:
+            return
+
+        def kill() -> bool:
+            # Counted where it happens: a user stopped while its kill runs does not come back to count it.
+            killed = sandbox.kill()  # False: the endpoint did not know it
+            if killed:
+                TALLY.killed.append(sandbox.sandbox_id)
+            return killed
+
+        self.call("kill", kill)
 
     def on_stop(self) -> None:
         self.kill()

@@ -105,6 +105,19 @@ def charts(document: dict[str, Any]) -> tuple[str, str]:
     )
 
 
+def memory_chart(document: dict[str, Any]) -> str | None:
+    """The endpoint's memory over the load (its own processes, and with its sandboxes), when it was sampled."""
+    memory = document.get("memory")
+    if not memory or not memory["timeline"]:
+        return None
+    points = [row for row in memory["timeline"] if row[0] >= 0]
+    series = [
+        Series("endpoint", [(t, own) for t, own, _, _ in points], PALETTE[0]),
+        Series("with its sandboxes", [(t, tree) for t, _, tree, _ in points], PALETTE[1]),
+    ]
+    return time_chart(series, f"endpoint memory over time, {document['run_id']}", "MiB", log=False)
+
+
 def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
@@ -135,8 +148,14 @@ def load_view(runs: Sequence[Run], redactor: Redactor) -> list[dict[str, Any]]:
             "failures": document["failures"],
             "sandboxes": document["sandboxes"],
             "client_cpu": document["client_cpu"],
+            "refused": document["refused"],
+            "host": document.get("host"),
+            "memory": {k: v for k, v in document.get("memory", {}).items() if k != "timeline"} or None,
         }
         svgs = {"rate_svg": rate_svg, "latency_svg": latency_svg}
+        memory_svg = memory_chart(document)
+        if memory_svg is not None:
+            svgs["memory_svg"] = memory_svg
         markup = {key: Markup(redactor.redact_text(svg)) for key, svg in svgs.items()}
         entries.append({**redactor.redact_obj(summary), **markup})
     return entries

@@ -104,7 +104,7 @@ def test_a_master_with_two_local_workers_gathers_every_workers_samples(tmp_path:
     assert (sandboxes["leaked"], sandboxes["created_not_killed"]) == ([], [])
 
 
-def test_the_report_draws_rps_and_latency_over_time(tmp_path: Path) -> None:
+def test_the_report_draws_rps_latency_and_memory_over_time_and_says_what_the_endpoint_held(tmp_path: Path) -> None:
     _, run_dir, document = load(tmp_path, "--users", "1", "--duration", "3", "--idle-seconds", "0")
     html = (run_dir / "report.html").read_text()
 
@@ -116,9 +116,13 @@ def test_the_report_draws_rps_and_latency_over_time(tmp_path: Path) -> None:
                 charts.append(str(dict(attrs)["data-chart"]))
 
     Charts().feed(html)
-    assert charts == ["rate", "latency"]
-    assert html.count('class="series"') == 3 + len(document["operations"])  # rps, failures, users + one per op
-    assert "### Load: local" in (run_dir / "summary.md").read_text()
+    assert charts == ["rate", "latency", "memory"]
+    # rps, failures, users + one per operation + the endpoint's memory alone and with its sandboxes
+    assert html.count('class="series"') == 3 + len(document["operations"]) + 2
+    assert '<p class="host" data-leaked="0">' in html and "leaked: nothing" in html
+    assert f"start {document['memory']['start_mib']}," in html
+    summary = (run_dir / "summary.md").read_text()
+    assert "### Load: local" in summary and "endpoint on the host, before → after: processes" in summary
 
 
 # --- the Locust processes' patching ----------------------------------------------------------------
@@ -238,7 +242,7 @@ def test_off_the_embedded_endpoint_users_and_duration_are_required(endpoint: Loc
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (LoadOptions(soak=True), "--soak needs --rate"),
+        (LoadOptions(soak=True, rate=0), "--rate is agent sessions per second"),
         (LoadOptions(master=True), "--master needs --expect-workers"),
         (LoadOptions(users=0), "must be positive"),
         (LoadOptions(pause_share=1.5), "--pause-share"),
@@ -247,6 +251,14 @@ def test_off_the_embedded_endpoint_users_and_duration_are_required(endpoint: Loc
 def test_options_that_cannot_make_a_run_are_refused(options: LoadOptions, message: str) -> None:
     with pytest.raises(LoadError, match=message):
         check_options(options, resolve("local"))
+
+
+def test_soak_alone_is_two_hundred_agents_for_ten_minutes_at_a_fixed_session_rate() -> None:
+    preset = check_options(LoadOptions(soak=True), resolve("local"))
+
+    assert (preset.users, preset.duration_s, preset.rate, preset.spawn_rate) == (200, 600, 2.0, 2.0)
+    given = check_options(LoadOptions(soak=True, users=3, duration_s=20, rate=5), resolve("local"))
+    assert (given.users, given.duration_s, given.rate) == (3, 20, 5)
 
 
 def test_the_command_refuses_missing_users_off_the_embedded_endpoint_before_creating_anything(

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .admission import Admission, Refused
 from .agentlink import AgentError
 from .box import EGRESS_FILTER
 from .network import EgressRules, Ingress, NetworkError
@@ -56,18 +57,23 @@ UNIMPLEMENTED = (
 class ApiError(Exception):
     """An error answered as E2B does: `{"code": <status>, "message": ...}`."""
 
-    def __init__(self, status: int, message: str, error_code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, error_code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.error_code = error_code
+        self.headers = headers
 
 
-def error_response(status: int, message: str, error_code: str | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, error_code: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     body: dict[str, object] = {"code": status, "message": message}
     if error_code:
         body["error_code"] = error_code
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def unimplemented(method: str, path: str) -> ApiError:
@@ -128,6 +134,7 @@ class Api:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
         self.snapshots = Snapshots(registry)
+        self.admission = Admission()
         self.started_at = time.time()
         self.spawns: dict[str, list[float]] = {t: [] for t in TEMPLATES}  # built-in template -> create times
         # kill_unconfirmed quirk: killed sandbox id -> (its last detail, until when GET still answers it)
@@ -225,19 +232,22 @@ class Api:
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
         try:
-            sandbox, token = await self.registry.create(
-                template_id=template_id or snapshot.snapshot_id,  # type: ignore[union-attr]
-                alias=TEMPLATES[template_id] if template_id else None,
-                layers=layers,
-                timeout_s=_int(body, "timeout", default_timeout),
-                metadata=_string_map(body, "metadata"),
-                env_vars=_string_map(body, "envVars"),
-                internet=internet is not False,
-                auto_pause=bool(body.get("autoPause")),
-                auto_resume=bool(isinstance(auto_resume, dict) and auto_resume.get("enabled")),
-                egress=egress,
-                ingress=ingress,
-            )
+            async with self.admission.slot():
+                sandbox, token = await self.registry.create(
+                    template_id=template_id or snapshot.snapshot_id,  # type: ignore[union-attr]
+                    alias=TEMPLATES[template_id] if template_id else None,
+                    layers=layers,
+                    timeout_s=_int(body, "timeout", default_timeout),
+                    metadata=_string_map(body, "metadata"),
+                    env_vars=_string_map(body, "envVars"),
+                    internet=internet is not False,
+                    auto_pause=bool(body.get("autoPause")),
+                    auto_resume=bool(isinstance(auto_resume, dict) and auto_resume.get("enabled")),
+                    egress=egress,
+                    ingress=ingress,
+                )
+        except Refused as exc:
+            raise ApiError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from exc
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
         sandbox.pause_memory = body.get("autoPauseMemory") is not False

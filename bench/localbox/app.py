@@ -351,7 +351,7 @@ class LocalboxApp:
     # --- errors --------------------------------------------------------------------------------
     async def _api_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(exc.status, self.host_paths.scrub(exc.message), exc.error_code)
+        return error_response(exc.status, self.host_paths.scrub(exc.message), exc.error_code, exc.headers)
 
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

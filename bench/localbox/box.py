@@ -47,9 +47,9 @@ END_ON_EXIT_MAX_S = 60.0  # what still runs this long after the command's proces
 # What a quiet host needs, with margin; every wait below is scaled by the host's slowness (bench/remote/slowness.py).
 START_S = 15.0  # a sandbox's agent and network up
 WARM_S = 10.0  # one login shell
+EXIT_S = 5.0  # a killed process (a sandbox's holder, its uplink) has exited and been seen to
 CONNECT_S = 10.0  # a TCP connect inside the sandbox
 EGRESS_S = 10.0  # one nftables transaction
-UPLINK_EXIT_S = 5.0  # a killed slirp4netns gone
 IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
 
 
@@ -330,6 +330,17 @@ class Cgroup:
                 path.rmdir()
         return not any(p.exists() for p in self.paths)
 
+    def remove_within(self, seconds: float) -> bool:
+        """`remove`, again until it succeeds or `seconds` pass: a cgroup is busy until its last process, killed
+        already, has been torn down by the kernel, which a loaded host takes its time over."""
+        deadline, pause = time.monotonic() + seconds, 0.005
+        while not self.remove():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+        return True
+
 
 def _keyed(path: Path) -> dict[str, int]:
     return {k: int(v) for k, v in (line.split() for line in path.read_text().splitlines())}
@@ -496,18 +507,19 @@ class Uplink:
             os.close(self._exit_w)
             self._exit_w = -1
         self._exited.kill()
-        await self._exited.wait(scaled(UPLINK_EXIT_S))
-        # Reaped now (it has exited); one still going on a loaded host is reaped later by subprocess's own clean-up,
-        # so a sandbox's kill is never answered 500 for it.
-        with contextlib.suppress(ChildProcessError, subprocess.TimeoutExpired):
-            self.process.wait(0)
+        await self._exited.wait(scaled(EXIT_S))
+        if self._exited.alive:  # killed, but not yet gone (a loaded host): reaped off the event loop when it is
+            await asyncio.get_running_loop().run_in_executor(None, self.process.wait)
+        with contextlib.suppress(ChildProcessError):
+            self.process.wait(0)  # reaped now: it has exited
         if self.has_egress_chain:
             self.has_egress_chain = False
             try:
                 await run_nft(uplink_release(self.gid), 10)
             except (AgentError, OSError, TimeoutError) as exc:  # the next rules of this gid replace what is left
                 log.warning("uplink of gid %d: %s", self.gid, exc)
-        await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove)
+        if not await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove_within, scaled(EXIT_S)):
+            log.warning("uplink of gid %d: its cgroup is still busy", self.gid)
 
 
 async def _read_byte(fd: int) -> bytes:
@@ -770,10 +782,10 @@ class Box:
             # so when it has, nothing of the sandbox is left. (Killing the holder first would not wait.)
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(root, signal.SIGKILL)  # type: ignore[arg-type]
-            await self.holder.wait(5)
+            await self.holder.wait(scaled(EXIT_S))
             if self.holder.alive:
                 self.holder.kill()
-                await self.holder.wait(5)
+                await self.holder.wait(scaled(EXIT_S))
         if self.link:
             self.link.close()
         if self.uplink:
@@ -787,10 +799,8 @@ class Box:
         return removal
 
     def _remove_files(self) -> None:
-        for _ in range(50):
-            if self.cgroup.remove():
-                break
-            time.sleep(0.02)
+        if not self.cgroup.remove_within(scaled(EXIT_S)):
+            log.warning("sandbox %s: its cgroup is still busy", self.name)
         if self.mounted:  # the sandbox's files go with its file system, whatever it made of them
             try:
                 unmount(self.dir)

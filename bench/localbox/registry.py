@@ -155,6 +155,13 @@ class Registry:
     def quirks(self) -> Quirks:
         return self.config.quirks
 
+    @property
+    def idle(self) -> bool:
+        """Nothing is being prepared for the pool or torn down in the background: what the server holds on the
+        host stays as it is until the next request (read from any thread)."""
+        pool = self._pool_task
+        return (pool is None or pool.done()) and not self._tasks
+
     async def start(self) -> None:
         private_dir(self.config.state_dir)
         private_dir(self.boxes_dir)

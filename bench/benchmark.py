@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from . import baselines as base
 from . import selection
-from .benchdoc import BENCH_JSON, BENCH_SCHEMA, TRANSFER_KINDS, comparison_text, ms, read_bench, target_text
+from .benchdoc import (
+    BENCH_JSON,
+    BENCH_SCHEMA,
+    TRANSFER_KINDS,
+    comparison_text,
+    ms,
+    not_measured_text,
+    read_bench,
+    target_text,
+)
 from .endpoints import Endpoint, EndpointError, resolve
 from .exits import ExitCode, defer_interrupts
 from .expectations import Expectations, ExpectationsError, judge
@@ -63,6 +72,7 @@ DRIFT_NOTE = 0.25  # a baseline median that moved this much between the two is n
 BURST_TARGET = (100, 5000.0)  # a burst of 100 all ready within 5 s
 TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork")
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
+LIMIT_ERRORS = ("not run: the wall-clock limit", "stopped: the wall-clock limit")  # a runner's, at the limit
 
 
 class BenchError(Exception):
@@ -391,6 +401,9 @@ class Benchmark:
         ok = [float(s["ms"]) for s in samples if s.get("ok") and isinstance(s.get("ms"), int | float)]
         attempted = max(int(event.get("attempted", len(samples))), len(samples))
         stats = summarize(ok, attempted)
+        cut = bool(event.get("stopped")) or (
+            attempted < int(task["count"]) and (outcome.error or "").startswith(LIMIT_ERRORS)
+        )
         doc: dict[str, Any] = {
             "title": measure.title,
             "kind": measure.kind,
@@ -408,6 +421,7 @@ class Benchmark:
             "wall_ms": event.get("wall_ms"),
             "all_ready_ms": None,
             "rate_mb_s": None,
+            "limit_s": self.options.max_seconds if cut else None,
         }
         if measure.kind in TTI_KINDS and ok:
             doc["all_ready_ms"] = round(max(float(s["start_ms"]) + float(s["ms"]) for s in samples if s.get("ok")), 3)
@@ -423,7 +437,7 @@ class Benchmark:
         ]
         baseline_ms = sum(m for m in medians if m is not None) if None not in medians else None
         ratio = stats.median_ms / baseline_ms if stats.median_ms is not None and baseline_ms else None
-        target = None
+        target: dict[str, Any] | None = None
         if self.endpoint.provider.has_targets and measure.max_ratio is not None:
             target = {
                 "text": f"median <= {measure.max_ratio:g}x {' + '.join(measure.baseline)}",
@@ -442,6 +456,8 @@ class Benchmark:
                     "max_all_ready_ms": limit_ms,
                     "met": bool(burst_met),
                 }
+            if target is not None and doc["limit_s"] is not None:
+                target["met"] = None  # not measured: judging what the limit left would report a miss that is not one
         return {
             "baseline": {"of": list(measure.baseline), "median_ms": baseline_ms},
             "ratio": round(ratio, 3) if ratio is not None else None,
@@ -486,13 +502,16 @@ class Benchmark:
 
 
 def _verdict(doc: Mapping[str, Any], gate: bool = False) -> tuple[str, str | None]:
-    """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held)."""
+    """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held).
+    One the wall-clock limit cut is a skip with the samples it has, and with `gate` (its target not judged) a
+    failure for that reason."""
     stats = doc["stats"]
-    if doc["attempted"] == 0:
-        if doc["stopped"] or (doc["error"] or "").startswith("not run"):
-            return "skip", "not run: the wall-clock limit was reached"
-        return "error", doc["error"] or "no sample was reported"
     failed = stats["attempted"] - stats["ok"]
+    if doc["limit_s"] is not None and not failed:
+        reason = f"{not_measured_text(doc)}: {stats['ok']} of {doc['planned']} samples"
+        return ("fail" if gate and doc.get("target") is not None else "skip"), reason
+    if doc["attempted"] == 0:
+        return "error", doc["error"] or "no sample was reported"
     if failed or doc["error"]:
         errors = sorted({s["error"] for s in doc["samples"] if s.get("error")})
         reason = f"{failed} of {stats['attempted']} samples failed" + (f": {errors[0]}" if errors else "")
@@ -539,7 +558,7 @@ def print_table(document: Mapping[str, Any], out: TextIO, gate: bool = False) ->
     for note in document["notes"]:
         print(f"note: {note}", file=out)
     missed = [doc for entry in document["runners"].values() for doc in entry["measures"].values()
-              if doc["target"] is not None and not doc["target"]["met"]]  # fmt: skip
+              if doc["target"] is not None and doc["target"]["met"] is False]  # fmt: skip
     if missed and not gate:
         print(f"targets missed (not gated): {len(missed)}; `bench --gate` fails on a missed target", file=out)
     cleanup = document["cleanup"]

@@ -254,11 +254,13 @@ def cgroup_roots() -> list[Path]:
 class Cgroup:
     """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer)."""
 
-    def __init__(self, name: str, limits: Limits) -> None:
+    def __init__(self, name: str, limits: Limits, v1_controllers: tuple[str, ...] = V1_CONTROLLERS) -> None:
         self.paths: list[Path] = []
         self.controllers: dict[str, Path] = {}  # v1: hierarchy name -> this sandbox's directory in it
         self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
         for root in cgroup_roots():
+            if not self.v2 and root.parent.name not in v1_controllers:
+                continue
             with contextlib.suppress(OSError):
                 path = root / name
                 if self.v2:
@@ -376,6 +378,7 @@ NSENTER = shutil.which("nsenter")
 SETPRIV = shutil.which("setpriv")  # util-linux, as unshare and nsenter
 EGRESS_FILTER = NFT is not None and NSENTER is not None
 UPLINK_LIMITS = Limits(memory_mb=128, pids=8)  # slirp4netns: its own cgroup, so its CPU is bounded too
+UPLINK_CONTROLLERS = ("memory", "pids", "cpu")  # v1: only the hierarchies that bound it (each costs a create)
 
 
 async def run_nft(script: str, timeout: float, netns_pid: int | None = None) -> None:
@@ -459,7 +462,8 @@ class Uplink:
     async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
         loop = asyncio.get_running_loop()
-        cgroup = await loop.run_in_executor(SETUP, Cgroup, cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
+        limits = replace(UPLINK_LIMITS, cpu_count=cpu_count)
+        cgroup = await loop.run_in_executor(SETUP, Cgroup, cgroup_name, limits, UPLINK_CONTROLLERS)
         # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
         # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
         as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []

@@ -183,7 +183,8 @@ class Registry:
     ) -> Box:
         root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
         box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote, self.disks)
-        box.cgroup.background(background)
+        if background:
+            box.cgroup.background(True)
         await box.start(hostname=sandbox_id)
         await box.new_boot_id()
         return box

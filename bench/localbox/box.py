@@ -55,7 +55,7 @@ IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is 
 # files) have threads of their own, apart from each other and from the default executor: a create never
 # queues behind a teardown, which waits on the kernel, nor behind a snapshot's copy or a template's build.
 SETUP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-setup")
-TEARDOWN = ThreadPoolExecutor(max_workers=2, thread_name_prefix="e2b-bench-teardown")
+TEARDOWN = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-teardown")
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,15 @@ def phases_text(doc: Mapping[str, Any]) -> str:
     return " · ".join(shown)
 
 
+def not_measured_text(doc: Mapping[str, Any]) -> str:
+    """What a measure the wall-clock limit cut short is: not a miss, since its target was not judged."""
+    return f"not measured (limit {doc['limit_s']:g} s)"
+
+
 def target_text(doc: Mapping[str, Any]) -> str:
     target = doc["target"]
+    if doc.get("limit_s") is not None:
+        return not_measured_text(doc)
     if target is None:
         return ""
     return f"{'met' if target['met'] else 'MISSED'} ({target['text']})"

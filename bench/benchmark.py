@@ -43,6 +43,7 @@ from .benchdoc import (
     TRANSFER_KINDS,
     comparison_text,
     ms,
+    not_measured_text,
     phases_text,
     read_bench,
     target_text,
@@ -78,6 +79,7 @@ TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork")
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
 FLOOR = "the same SDK call against a server that only moves bytes (the client's floor)"
 FLOOR_RATIO = 1.5  # an endpoint this close to the SDK's floor is as fast as that SDK lets it be
+LIMIT_ERRORS = ("not run: the wall-clock limit", "stopped: the wall-clock limit")  # a runner's, at the limit
 
 
 class BenchError(Exception):
@@ -430,6 +432,9 @@ class Benchmark:
         ok = [float(s["ms"]) for s in samples if s.get("ok") and isinstance(s.get("ms"), int | float)]
         attempted = max(int(event.get("attempted", len(samples))), len(samples))
         stats = summarize(ok, attempted)
+        cut = bool(event.get("stopped")) or (
+            attempted < int(task["count"]) and (outcome.error or "").startswith(LIMIT_ERRORS)
+        )
         doc: dict[str, Any] = {
             "title": measure.title,
             "kind": measure.kind,
@@ -448,6 +453,7 @@ class Benchmark:
             "all_ready_ms": None,
             "rate_mb_s": None,
             "phases": {name: summarize(values).median_ms for name, values in parts.items()},
+            "limit_s": self.options.max_seconds if cut else None,
         }
         if measure.kind in TTI_KINDS and ok:
             doc["all_ready_ms"] = round(max(float(s["start_ms"]) + float(s["ms"]) for s in samples if s.get("ok")), 3)
@@ -463,7 +469,7 @@ class Benchmark:
         ]
         baseline_ms = sum(m for m in medians if m is not None) if None not in medians else None
         ratio = stats.median_ms / baseline_ms if stats.median_ms is not None and baseline_ms else None
-        target = None
+        target: dict[str, Any] | None = None
         if self.endpoint.provider.has_targets and measure.max_ratio is not None:
             target = {
                 "text": f"median <= {measure.max_ratio:g}x {' + '.join(measure.baseline)}",
@@ -482,6 +488,8 @@ class Benchmark:
                     "max_all_ready_ms": limit_ms,
                     "met": bool(burst_met),
                 }
+            if target is not None and doc["limit_s"] is not None:
+                target["met"] = None  # not measured: judging what the limit left would report a miss that is not one
         return {
             "baseline": {"of": list(measure.baseline), "median_ms": baseline_ms},
             "ratio": round(ratio, 3) if ratio is not None else None,
@@ -535,18 +543,23 @@ def _floor_target(doc: Mapping[str, Any], floor_doc: Mapping[str, Any], floor_id
     return {
         "text": f"median <= {FLOOR_RATIO:g}x {floor_id} (the SDK's floor misses {target['text']})",
         "max_floor_ratio": FLOOR_RATIO,
-        "met": median_ms is not None and median_ms <= FLOOR_RATIO * floor_ms,
+        "met": None
+        if doc.get("limit_s") is not None
+        else median_ms is not None and median_ms <= FLOOR_RATIO * floor_ms,
     }
 
 
 def _verdict(doc: Mapping[str, Any], gate: bool = False) -> tuple[str, str | None]:
-    """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held)."""
+    """A measure as a case: pass when every attempted sample succeeded (and, with `gate`, its target held).
+    One the wall-clock limit cut is a skip with the samples it has, and with `gate` (its target not judged) a
+    failure for that reason."""
     stats = doc["stats"]
-    if doc["attempted"] == 0:
-        if doc["stopped"] or (doc["error"] or "").startswith("not run"):
-            return "skip", "not run: the wall-clock limit was reached"
-        return "error", doc["error"] or "no sample was reported"
     failed = stats["attempted"] - stats["ok"]
+    if doc["limit_s"] is not None and not failed:
+        reason = f"{not_measured_text(doc)}: {stats['ok']} of {doc['planned']} samples"
+        return ("fail" if gate and doc.get("target") is not None else "skip"), reason
+    if doc["attempted"] == 0:
+        return "error", doc["error"] or "no sample was reported"
     if failed or doc["error"]:
         errors = sorted({s["error"] for s in doc["samples"] if s.get("error")})
         reason = f"{failed} of {stats['attempted']} samples failed" + (f": {errors[0]}" if errors else "")
@@ -595,7 +608,7 @@ def print_table(document: Mapping[str, Any], out: TextIO, gate: bool = False) ->
     for note in document["notes"]:
         print(f"note: {note}", file=out)
     missed = [doc for entry in document["runners"].values() for doc in entry["measures"].values()
-              if doc["target"] is not None and not doc["target"]["met"]]  # fmt: skip
+              if doc["target"] is not None and doc["target"]["met"] is False]  # fmt: skip
     if missed and not gate:
         print(f"targets missed (not gated): {len(missed)}; `bench --gate` fails on a missed target", file=out)
     cleanup = document["cleanup"]

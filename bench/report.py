@@ -375,7 +375,7 @@ def _coverage(run_path: Path) -> dict[str, Any] | None:
 
 
 def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
-    from .benchdoc import comparison_text, phases_text
+    from .benchdoc import comparison_text, not_measured_text, phases_text
 
     stats = doc["stats"]
     figures = {key: stats[f"{key}_ms"] for key in ("median", "p95", "p99", "min", "max")}
@@ -390,7 +390,7 @@ def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:
         "phases": phases_text(doc),
         "target": doc["target"]["text"] if doc["target"] else "",
         "met": None if doc["target"] is None else doc["target"]["met"],
-        "stopped": doc.get("stopped"),
+        "stopped": not_measured_text(doc) if doc.get("limit_s") is not None else None,
     }
 
 

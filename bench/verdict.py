@@ -94,7 +94,7 @@ def missed_targets(run_path: Path) -> int:
     if document is None:
         return 0
     measures = [doc for entry in document.get("runners", {}).values() for doc in entry.get("measures", {}).values()]
-    return sum(1 for doc in measures if doc.get("target") is not None and not doc["target"].get("met"))
+    return sum(1 for doc in measures if doc.get("target") is not None and doc["target"].get("met") is False)
 
 
 def _flags(argv: Sequence[str]) -> list[str]:

@@ -22,13 +22,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..remote.slowness import scaled
 from .agentlink import AgentError, AgentGone, AgentLink
-from .disk import Disks, unmount
+from .disk import Disks, released, unmount
 from .network import EgressRules, resolvers, uplink_release, uplinks_table
 
 log = logging.getLogger("e2b-bench.localbox")
@@ -51,6 +52,11 @@ EXIT_S = 5.0  # a killed process (a sandbox's holder, its uplink) has exited and
 CONNECT_S = 10.0  # a TCP connect inside the sandbox
 EGRESS_S = 10.0  # one nftables transaction
 IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
+# A create's blocking steps (its disk, cgroups, the fork-server's answer) and a teardown's (cgroups, unmount,
+# files) have threads of their own, apart from each other and from the default executor: a create never
+# queues behind a teardown, which waits on the kernel, nor behind a snapshot's copy or a template's build.
+SETUP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-setup")
+TEARDOWN = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-teardown")
 
 
 @dataclass(frozen=True)
@@ -250,11 +256,13 @@ def cgroup_roots() -> list[Path]:
 class Cgroup:
     """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer)."""
 
-    def __init__(self, name: str, limits: Limits) -> None:
+    def __init__(self, name: str, limits: Limits, v1_controllers: tuple[str, ...] = V1_CONTROLLERS) -> None:
         self.paths: list[Path] = []
         self.controllers: dict[str, Path] = {}  # v1: hierarchy name -> this sandbox's directory in it
         self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
         for root in cgroup_roots():
+            if not self.v2 and root.parent.name not in v1_controllers:
+                continue
             with contextlib.suppress(OSError):
                 path = root / name
                 if self.v2:
@@ -274,6 +282,15 @@ class Cgroup:
         }  # fmt: skip
         for path in self.paths:
             for name, value in values.items():
+                if (path / name).exists():
+                    with contextlib.suppress(OSError):
+                        (path / name).write_text(str(value))
+
+    def background(self, on: bool) -> None:
+        """Whether this sandbox yields the CPU to the others (a relative weight, not a limit): one prepared
+        ahead of demand does, so it never slows a sandbox serving requests; taken, it gets the usual weight."""
+        for path in self.paths:
+            for name, value in (("cpu.shares", 2 if on else 1024), ("cpu.weight", 1 if on else 100)):
                 if (path / name).exists():
                     with contextlib.suppress(OSError):
                         (path / name).write_text(str(value))
@@ -374,6 +391,7 @@ NSENTER = shutil.which("nsenter")
 SETPRIV = shutil.which("setpriv")  # util-linux, as unshare and nsenter
 EGRESS_FILTER = NFT is not None and NSENTER is not None
 UPLINK_LIMITS = Limits(memory_mb=128, pids=8)  # slirp4netns: its own cgroup, so its CPU is bounded too
+UPLINK_CONTROLLERS = ("memory", "pids", "cpu")  # v1: only the hierarchies that bound it (each costs a create)
 
 
 async def run_nft(script: str, timeout: float, netns_pid: int | None = None) -> None:
@@ -457,7 +475,8 @@ class Uplink:
     async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
         loop = asyncio.get_running_loop()
-        cgroup = await loop.run_in_executor(None, Cgroup, cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count))
+        limits = replace(UPLINK_LIMITS, cpu_count=cpu_count)
+        cgroup = await loop.run_in_executor(SETUP, Cgroup, cgroup_name, limits, UPLINK_CONTROLLERS)
         # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
         # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
         as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []
@@ -486,7 +505,7 @@ class Uplink:
         uplink = cls(process, exit_w, gid, cgroup)
         try:
             # Its start-up (ms) runs in the server's cgroups; its traffic in its own.
-            await loop.run_in_executor(None, cgroup.join, process.pid)
+            await loop.run_in_executor(SETUP, cgroup.join, process.pid)
             if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
                 raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
         except BaseException:
@@ -518,7 +537,7 @@ class Uplink:
                 await run_nft(uplink_release(self.gid), 10)
             except (AgentError, OSError, TimeoutError) as exc:  # the next rules of this gid replace what is left
                 log.warning("uplink of gid %d: %s", self.gid, exc)
-        if not await asyncio.get_running_loop().run_in_executor(None, self.cgroup.remove_within, scaled(EXIT_S)):
+        if not await asyncio.get_running_loop().run_in_executor(TEARDOWN, self.cgroup.remove_within, scaled(EXIT_S)):
             log.warning("uplink of gid %d: its cgroup is still busy", self.gid)
 
 
@@ -606,7 +625,7 @@ class Zygote:
             return int(json.loads(reply)["pid"])
 
         async with self.lock:
-            return await asyncio.get_running_loop().run_in_executor(None, exchange)
+            return await asyncio.get_running_loop().run_in_executor(SETUP, exchange)
 
     def close(self) -> None:
         self.sock.close()
@@ -656,15 +675,19 @@ class Box:
         self._cpu_sample: tuple[float, float] | None = None
         self._disk = DiskUsage(self.dir / "upper")
         self.on_exit: Callable[[], None] | None = None
+        self.phases: dict[str, float] = {}  # ms each step of `start` took, in order
+        self._phase_start = 0.0
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def start(self, hostname: str, timeout: float | None = None) -> None:
+        self._phase_start = time.monotonic()
         if self.ids is None:  # a box given the range of files it reuses keeps it
             self.ids = IdRange.take(default_state_root() / "uid-ranges")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # Mounting its disk takes milliseconds: not on the event loop.
-            await asyncio.get_running_loop().run_in_executor(None, self._make_dirs, self.ids.base)
+            await asyncio.get_running_loop().run_in_executor(SETUP, self._make_dirs, self.ids.base)
+            self._phase("disk")
             config = {
                 "box": str(self.dir),
                 "lower": str(self.template_root),
@@ -676,9 +699,10 @@ class Box:
                 self.holder = Holder.of_pid(await self.zygote.launch(config, child_sock))
             else:
                 self.holder = await self._launch(config, child_sock)
+            self._phase("fork")
         except BaseException:  # nothing started: give back what was taken
             parent_sock.close()
-            await asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+            await self._teardown()
             raise
         finally:
             child_sock.close()
@@ -688,6 +712,7 @@ class Box:
         asyncio.get_running_loop().create_task(self._watch_unshare())
         try:
             await self.link.ready(timeout)
+            self._phase("agent")
             dns = None
             if self.settings.internet and SLIRP4NETNS:
                 assert self.holder is not None
@@ -696,6 +721,7 @@ class Box:
                     self.holder.pid, self.ids.base, f"{self.cgroup_name}.uplink", cpus, timeout
                 )
                 dns = Uplink.DNS
+                self._phase("uplink")
             await self.link.result(
                 "configure",
                 hostname=hostname,
@@ -703,12 +729,19 @@ class Box:
                 hide=list(self.settings.hidden_paths),
                 nameserver=dns,
             )
+            self._phase("configure")
+            log.debug("sandbox %s started: %s", self.name, ", ".join(f"{k} {v:.1f} ms" for k, v in self.phases.items()))
         except (AgentError, TimeoutError) as exc:
             await self.kill()
             raise AgentError(f"{exc}") from exc
         except asyncio.CancelledError:  # server shutting down mid-start: leave nothing behind
             await self.kill()
             raise
+
+    def _phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = (now - self._phase_start) * 1000
+        self._phase_start = now
 
     def _make_dirs(self, root_uid: int) -> None:
         """The box directory and its upper layer belong to the sandbox's root: its holder enters the
@@ -792,18 +825,26 @@ class Box:
             await self.uplink.stop()
         for record in list(self.processes.values()):
             self._finish(record, ExitStatus.from_wait_status(signal.SIGKILL))
-        removal = asyncio.get_running_loop().run_in_executor(None, self._remove_files)
+        removal = asyncio.ensure_future(self._teardown())
         if wait_for_files:
             await removal
             return None
         return removal
 
-    def _remove_files(self) -> None:
+    async def _teardown(self) -> None:
+        """Remove the sandbox's files, then wait (bounded, holding no thread) for its disk's loop device."""
+        loop = await asyncio.get_running_loop().run_in_executor(TEARDOWN, self._remove_files)
+        if loop is not None:
+            await released(loop, self.dir)
+
+    def _remove_files(self) -> tuple[str, str] | None:
+        """Remove cgroups, disk and files; returns the loop device still letting go of the disk, if any."""
+        device = None
         if not self.cgroup.remove_within(scaled(EXIT_S)):
             log.warning("sandbox %s: its cgroup is still busy", self.name)
         if self.mounted:  # the sandbox's files go with its file system, whatever it made of them
             try:
-                unmount(self.dir)
+                device = unmount(self.dir, wait=False)
             except OSError as exc:  # its files are then removed one by one, the image left with the dir
                 log.warning("sandbox %s: %s", self.name, exc)
             self.mounted = False
@@ -814,6 +855,7 @@ class Box:
         remove_tree(self.dir)
         if self.ids is not None:
             self.ids.release()  # only now: no file or process of the sandbox holds its ids any more
+        return device
 
     def _root_pid(self) -> int | None:
         if not self.holder:

@@ -15,6 +15,7 @@ image unmounted (no device held).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import errno
@@ -133,20 +134,42 @@ class Disks:
             target.rmdir()
 
 
-def unmount(target: Path) -> None:
+def unmount(target: Path, wait: bool = True) -> tuple[str, str] | None:
     """Unmount a disk and wait (bounded) until its loop device has let go of the image: the kernel releases
     the file system when its last user is gone (the sandbox's mount namespace, torn down as its last
     process exits) and then frees the device in the background, a few milliseconds after the unmount
-    returns. Still in use somewhere, the disk is detached and goes when that ends."""
+    returns, later on a busy host. Still in use somewhere, the disk is detached and goes when that ends.
+    With `wait=False`, returns the (device, backing file) still to be let go, for `released` to await
+    without holding a thread."""
     loop = _loop_of(target)
     if libc.umount2(bytes(target), 0) != 0:
         err = ctypes.get_errno()
         if err == errno.EINVAL:  # not a mount point (any more)
-            return
+            return None
         if err != errno.EBUSY:
             raise DiskError(err, f"unmounting {target}: {os.strerror(err)}")
         libc.umount2(bytes(target), MNT_DETACH)
-    if loop is not None and not _released(*loop):
+    if not wait or loop is None:
+        return loop
+    deadline, pause = time.monotonic() + scaled(RELEASE_WAIT_S), 0.001
+    while not _freed(*loop) and time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    _warn_unless_freed(loop, target)
+    return None
+
+
+async def released(loop: tuple[str, str], target: Path) -> None:
+    """Wait (bounded, on the event loop) until loop device `loop` has let go of its image after `unmount`."""
+    deadline, pause = time.monotonic() + scaled(RELEASE_WAIT_S), 0.001
+    while not _freed(*loop) and time.monotonic() < deadline:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    _warn_unless_freed(loop, target)
+
+
+def _warn_unless_freed(loop: tuple[str, str], target: Path) -> None:
+    if not _freed(*loop):
         log.warning(
             "e2b-bench: the disk unmounted from %s still holds %s after %.0f s; the kernel frees it when its "
             "last user ends",
@@ -171,20 +194,13 @@ def _loop_of(target: Path) -> tuple[str, str] | None:
         return None
 
 
-def _released(name: str, backing: str) -> bool:
-    """Whether loop device `name` stops naming `backing` within RELEASE_WAIT_S (it may be bound anew)."""
-    deadline, pause = time.monotonic() + scaled(RELEASE_WAIT_S), 0.001
-    while True:
-        try:
-            now = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
-        except OSError:  # no backing file: the device is free
-            return True
-        if not now.startswith(backing):
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+def _freed(name: str, backing: str) -> bool:
+    """Whether loop device `name` no longer names `backing` (it is free, or bound anew)."""
+    try:
+        now = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+    except OSError:  # no backing file: the device is free
+        return True
+    return not now.startswith(backing)
 
 
 def mounts_under(root: Path) -> list[Path]:

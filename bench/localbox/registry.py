@@ -190,9 +190,13 @@ class Registry:
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 
-    async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
+    async def _new_box(
+        self, internet: bool, sandbox_id: str, layers: str | None = None, background: bool = False
+    ) -> Box:
         root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
         box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote, self.disks)
+        if background:
+            box.cgroup.background(True)
         await box.start(hostname=sandbox_id)
         await box.new_boot_id()
         return box
@@ -215,7 +219,7 @@ class Registry:
                 return
 
     async def _prepare_box(self) -> Box:
-        box = await self._new_box(internet=True, sandbox_id=self.new_id())
+        box = await self._new_box(internet=True, sandbox_id=self.new_id(), background=True)
         await box.warm_up()
         return box
 
@@ -224,6 +228,7 @@ class Registry:
         while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
             if box.running:
+                box.cgroup.background(False)
                 self._refill_pool()
                 return box
         box = await self._new_box(internet, sandbox_id or self.new_id(), layers)

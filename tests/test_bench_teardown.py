@@ -1,0 +1,68 @@
+"""A benchmark against the embedded endpoint leaves nothing of its sandboxes on the host: loop devices, mounts,
+network namespaces, cgroups and processes are all gone when `e2b-bench bench` has ended (#30)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from run_cli import REPO
+
+from bench.localbox.box import cgroup_roots, default_state_root
+from bench.remote.slowness import scaled
+
+KINDS = ("loop devices", "mounts", "cgroups", "processes", "network namespaces")
+
+
+def traces(server: str) -> dict[str, int]:
+    """What of the embedded servers named `server-<pid>-*` (state directory and cgroups) is on this host now."""
+    state = f"{default_state_root()}/{server}-"
+    loops = 0
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            loops += backing.read_text().startswith(state)
+        except OSError:
+            continue  # released meanwhile
+    mounts = sum(line.split()[4].startswith(state) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    cgroups = sum(cgroups_of(root, server) for root in cgroup_roots())
+    processes, namespaces = 0, set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if f"/e2b-bench/{server}-" in (entry / "cgroup").read_text():
+                processes += 1
+                namespaces.add(os.readlink(entry / "ns" / "net"))
+        except OSError:
+            continue  # gone meanwhile
+    return dict(zip(KINDS, (loops, mounts, cgroups, processes, len(namespaces)), strict=True))
+
+
+def cgroups_of(root: Path, server: str) -> int:
+    """The cgroup directories of the servers `server-*` under `root`, walked with errors ignored: they go meanwhile."""
+    found = 0
+    for top, directories, _ in os.walk(root):
+        if top == str(root):
+            directories[:] = [name for name in directories if name.startswith(f"{server}-")]
+        found += len(directories)
+    return found
+
+
+def test_a_bench_leaves_no_loop_device_mount_netns_cgroup_or_process(tmp_path: Path) -> None:
+    small = ["-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--runner", "py-e2b-2.63.0"]
+    command = [sys.executable, "-m", "bench.cli", "bench", *small, "--no-report", "--results-dir", str(tmp_path)]
+    bench = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = f"server-{bench.pid}"  # the embedded endpoint runs in the bench's own process
+    before = traces(server)
+    seen = dict.fromkeys(KINDS, 0)
+    deadline = time.monotonic() + scaled(300)
+    while bench.poll() is None and time.monotonic() < deadline:
+        seen = {kind: max(seen[kind], count) for kind, count in traces(server).items()}
+        time.sleep(0.05)
+    output, _ = bench.communicate(timeout=max(deadline - time.monotonic(), 1))
+    assert bench.returncode == 0, output
+    assert all(seen.values()), f"the count missed what sandboxes hold while they run: {seen}"
+    assert traces(server) == before == dict.fromkeys(KINDS, 0)

@@ -34,6 +34,17 @@ WARMUP = 2
 COPY_COUNT = 10
 
 
+def serve_connections(listener: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Accept on a loopback listener until it is closed, each connection (no Nagle delay) served in a thread."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        threading.Thread(target=serve, args=(connection,), daemon=True).start()
+
+
 class BaselineError(Exception):
     """A baseline could not be measured."""
 
@@ -62,16 +73,7 @@ class _TinyHttpServer:
     def __init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}/"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return
-            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+        threading.Thread(target=serve_connections, args=(self._listener, self._serve), daemon=True).start()
 
     def _serve(self, connection: socket.socket) -> None:
         buffered = b""

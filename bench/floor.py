@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import parse_qs, urlsplit
 
+from .baselines import serve_connections
+
 PIECE = 1 << 20  # bytes received or sent per call
 HEAD_MAX = 64 << 10
 START_TIMEOUT_S = 30
@@ -43,13 +45,7 @@ class FloorServer:
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
     def serve_forever(self) -> None:
-        while True:
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return
-            connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+        serve_connections(self._listener, self._serve)
 
     def close(self) -> None:
         self._listener.close()

@@ -957,27 +957,38 @@ async def gzip_round_trip(fl: Flavour, obs: Observed) -> None:
 # --- pty -----------------------------------------------------------------------------------------
 
 
-@behaviour("pty_resize_kill")
-async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
+async def pty_typed(
+    fl: Flavour, sbx: Any, line: bytes, resize: tuple[int, int] | None = None
+) -> tuple[bytes, int | None]:
+    """Open a 24x80 pty (resized to `resize` rows and columns if given), type `line` and wait for its shell to
+    end: the bytes the terminal sent and the exit code (0 when the wait did not raise)."""
     from e2b import PtySize
 
-    sbx = await fl.shared()
     output = bytearray()
     if fl.name == "sync":
         terminal = sbx.pty.create(PtySize(rows=24, cols=80))
     else:
         terminal = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
-    await got(sbx.pty.resize(terminal.pid, PtySize(rows=33, cols=111)))
-    await got(sbx.pty.send_stdin(terminal.pid, b"stty size; exit 4\n"))
+    if resize is not None:
+        await got(sbx.pty.resize(terminal.pid, PtySize(rows=resize[0], cols=resize[1])))
+    await got(sbx.pty.send_stdin(terminal.pid, line + b"\n"))
     try:
         if fl.name == "sync":
             await got(terminal.wait(on_pty=output.extend))
         else:
             await terminal.wait()
-        exit_code = 0
     except Exception as exc:
-        exit_code = getattr(exc, "exit_code", None)
-    text = output.decode(errors="replace")
+        return bytes(output), getattr(exc, "exit_code", None)
+    return bytes(output), 0
+
+
+@behaviour("pty_resize_kill")
+async def pty_resize_kill(fl: Flavour, obs: Observed) -> None:
+    from e2b import PtySize
+
+    sbx = await fl.shared()
+    data, exit_code = await pty_typed(fl, sbx, b"stty size; exit 4", resize=(33, 111))
+    text = data.decode(errors="replace")
     obs["output"] = excerpt(text)
     expect("33 111" in text, "stty size inside the pty does not show the resized 33 111")
     same(obs, "exit_code", exit_code, 4)
@@ -1425,30 +1436,15 @@ async def options_end_with_call(fl: Flavour, obs: Observed) -> None:
 @behaviour("pty_bytes")
 async def pty_bytes(fl: Flavour, obs: Observed) -> None:
     """A pty's output is the terminal's: the typed line echoed, every line ending CR LF (onlcr)."""
-    from e2b import PtySize
 
-    sbx = await fl.shared()
-    output = bytearray()
-    if fl.name == "sync":
-        terminal = sbx.pty.create(PtySize(rows=24, cols=80))
-    else:
-        terminal = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=output.extend)
     typed = b"printf 'bh-one\\nbh-two\\n'; exit 3"
-    await got(sbx.pty.send_stdin(terminal.pid, typed + b"\n"))
-    try:
-        if fl.name == "sync":
-            await got(terminal.wait(on_pty=output.extend))
-        else:
-            await terminal.wait()
-    except Exception as exc:
-        obs["exit_code"] = getattr(exc, "exit_code", None)
-    data = bytes(output)
+    data, exit_code = await pty_typed(fl, await fl.shared(), typed)
     obs["output"] = excerpt(data.decode(errors="replace"))
     expect(typed in data, "the typed line is not echoed by the pty")
     expect(b"bh-one\r\nbh-two\r\n" in data, "the command's lines do not end CR LF as a terminal sends them")
     bare = data.replace(b"\r\n", b"").count(b"\n")
     same(obs, "line_feeds_without_cr", bare, 0)
-    same(obs, "exit_code", obs.get("exit_code"), 3)
+    same(obs, "exit_code", exit_code, 3)
 
 
 def slowness(fl: Flavour) -> float:

@@ -9,6 +9,9 @@ directory when installed.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -29,8 +32,28 @@ MANIFEST_PATHS = (
 )
 TEMPLATES_DIR = DATA_ROOT / "reports" / "templates"
 EXPECTATIONS_DIR = DATA_ROOT / "expectations"
-# E2B's SDK sources with their own tests (the upstream suite's default tree): the reference copy beside a checkout.
-UPSTREAM_SOURCE = _CHECKOUT.parent / "shared" / "reference" / "e2b-sdk-source"
+
+
+def _reference_dir() -> Path:
+    """The reference folder (E2B's published definitions in `spec/`, its SDK sources in `e2b-sdk-source/`):
+    `$E2B_BENCH_REFERENCE`, else `../shared/reference` beside the checkout, else beside the repository a local
+    clone was made from (a CI clone elsewhere); the first place when none holds it."""
+    configured = os.environ.get("E2B_BENCH_REFERENCE")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    beside = _CHECKOUT.parent / "shared" / "reference"
+    places = [beside]
+    with contextlib.suppress(OSError):
+        origin = re.search(r'\[remote "origin"\][^\[]*?\burl\s*=\s*(\S+)', (_CHECKOUT / ".git" / "config").read_text())
+        if origin and origin.group(1).startswith(("/", "file://")):
+            places.append(Path(origin.group(1).removeprefix("file://")).parent / "shared" / "reference")
+    return next((place for place in places if place.is_dir()), beside)
+
+
+REFERENCE_DIR = _reference_dir()
+SPEC_DIR = REFERENCE_DIR / "spec"  # E2B's OpenAPI files, envd.yaml and protos (the field table's definitions)
+# E2B's SDK sources with their own tests (the upstream suite's default tree).
+UPSTREAM_SOURCE = REFERENCE_DIR / "e2b-sdk-source"
 PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "pytest.ini"
 
 RESULTS_DIR = USER_ROOT / "results"

@@ -98,7 +98,7 @@ def test_garbage_on_stdout_is_recorded_as_protocol_errors_not_a_crash() -> None:
     assert result.completed
 
 
-def test_runner_that_cannot_start_reports_every_step_as_died() -> None:
+def test_runner_that_cannot_start_reports_every_step_as_not_run_with_the_reason() -> None:
     spec = RunnerSpec(name="missing", language="python", pins={}, entry="tests/fixtures/runners/absent.py")
 
     task = make_task("quickstart", "missing", "run-1", steps=["s1"], depends={})
@@ -107,7 +107,8 @@ def test_runner_that_cannot_start_reports_every_step_as_died() -> None:
     [only] = list(result.step_results())
     assert only.outcome == "error"
     assert only.error is not None
-    assert only.error.startswith("runner died before this step: exit code 2; stderr tail: ")
+    assert only.error.startswith("not run: the runner could not start (exit code 2 before it said hello; stderr tail: ")
+    assert "absent.py" in only.error
     assert "absent.py" in only.error
 
 

@@ -281,6 +281,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         "--attempts", str(int(positive(args.attempts, "--attempts"))),
         "-p", "bench.plugin",
         "-p", "no:cacheprovider",
+        # no suite is async: anyio's plugin would only cost each run a rewrite of anyio's asyncio backend
+        "-p", "no:anyio",
         "--rootdir", str(DATA_ROOT),
         "-c", str(PYTEST_INI),
         "-q", "-rfE",

@@ -6,13 +6,13 @@ import json
 import math
 import os
 import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import jinja2
-import pandas as pd
 
 from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
@@ -35,7 +35,6 @@ COVERAGE_JSON = "coverage.json"
 # A sandbox id as an error message names it (`Sandbox jyh2dpakq2c140ijhoa5 not found`): 20 letters and digits.
 SANDBOX_ID = re.compile(r"\b(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{20}\b")
 CASE_FIELDS = ("id", "suite", "runner", "case", "outcome", "expected", "conformant", "duration_ms", "details", "note")
-FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at", "evidence"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,10 @@ def run_stamp(run: Run) -> str:
     return started[:19].replace("T", " ") + "Z"
 
 
-def _frame(runs: Sequence[Run]) -> pd.DataFrame:
+Row = dict[str, Any]  # one case of one run: its record and where it stands in the matrix
+
+
+def _frame(runs: Sequence[Run]) -> list[Row]:
     rows = [
         {
             "run_id": run.run_id,
@@ -90,9 +92,9 @@ def _frame(runs: Sequence[Run]) -> pd.DataFrame:
         for run in runs
         for case in _by_runner(run)
     ]
-    frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    # A case recorded twice (a retry) shows its last record.
-    return frame.drop_duplicates(subset=["row", "column"], keep="last").reset_index(drop=True)
+    # A case recorded twice (a retry) shows its last record, where that record stands.
+    last = {(row["row"], row["column"]): index for index, row in enumerate(rows)}
+    return [row for index, row in enumerate(rows) if last[row["row"], row["column"]] == index]
 
 
 def _by_runner(run: Run) -> list[CaseRecord]:
@@ -102,13 +104,15 @@ def _by_runner(run: Run) -> list[CaseRecord]:
     return sorted(run.cases, key=lambda case: order.get(case.runner, len(order)))
 
 
-def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
-    counts = pd.crosstab(frame["run_id"], frame["outcome"]) if len(frame) else pd.DataFrame()
-    conformant = frame.groupby("run_id")["conformant"].agg(["sum", "size"])
+def _summaries(runs: Sequence[Run], frame: list[Row]) -> list[RunSummary]:
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for row in frame:
+        counts[row["run_id"]][row["outcome"]] += 1
     summaries = []
     for run in runs:
-        by_outcome = counts.loc[run.run_id] if run.run_id in counts.index else {}
-        good, total = conformant.loc[run.run_id] if run.run_id in conformant.index else (0, 0)
+        by_outcome = counts[run.run_id]
+        good = sum(bool(row["conformant"]) for row in frame if row["run_id"] == run.run_id)
+        total = by_outcome.total()
         summaries.append(
             RunSummary(
                 run_id=run.run_id,
@@ -116,9 +120,9 @@ def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
                 suite=run.header["suite"],
                 status=run.status,
                 started_at=run_stamp(run),
-                counts={outcome: int(by_outcome.get(outcome, 0)) for outcome in OUTCOMES},
-                conformant=int(good),
-                nonconformant=int(total - good),
+                counts={outcome: by_outcome[outcome] for outcome in OUTCOMES},
+                conformant=good,
+                nonconformant=total - good,
                 pins=run.header["pins"],
                 problem=run_problem(run),
                 coverage=_coverage(run.path),
@@ -197,7 +201,7 @@ def _sandbox_ids(document: Any) -> set[str]:
     return set()
 
 
-def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> dict[str, Any]:
+def _click_through(record: Row, sources: CaseSources, failing: bool) -> dict[str, Any]:
     """Transcript and wire excerpt of a case: for framework runners always, for others when it failed."""
     transcript = sources.transcript(record["run_id"], record["runner"])
     exchanges = record["evidence"] if isinstance(record["evidence"], list) else None
@@ -220,7 +224,7 @@ def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> di
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 
 
-def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
+def _cell(index: int, record: Row, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
     duration = record["duration_ms"]
     has_duration = duration is not None and not (isinstance(duration, float) and math.isnan(duration))
     title = f"{record['outcome']} · {duration:.1f} ms" if has_duration else str(record["outcome"])
@@ -258,10 +262,12 @@ def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSour
     }
 
 
-def _columns(frame: pd.DataFrame, single_run: bool) -> list[Column]:
+def _columns(frame: list[Row], single_run: bool) -> list[Column]:
+    firsts: dict[str, Row] = {}
+    for row in frame:
+        firsts.setdefault(row["column"], row)
     columns: list[Column] = []
-    for key, group in frame.groupby("column", sort=False):
-        first = group.iloc[0]
+    for key, first in firsts.items():
         label = first["runner"] if single_run else f"{first['endpoint']} · {first['runner']} · {first['stamp']}"
         if any(column.label == label for column in columns):
             label += f" ({first['run_id']})"
@@ -269,14 +275,12 @@ def _columns(frame: pd.DataFrame, single_run: bool) -> list[Column]:
     return columns
 
 
-def _groups(frame: pd.DataFrame, columns: list[Column], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _groups(frame: list[Row], columns: list[Column], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The matrix by suite: one row per case, one column per (run, runner); each suite lists its own columns."""
-    grid = frame.reset_index().pivot(index="row", columns="column", values="index")
+    grid = {(record["row"], record["column"]): cells[index] for index, record in enumerate(frame)}
     groups: dict[str, list[dict[str, Any]]] = {}
-    for row in sorted(grid.index):
-        line = [
-            None if pd.isna(grid.at[row, column.key]) else cells[int(grid.at[row, column.key])] for column in columns
-        ]
+    for row in sorted({record["row"] for record in frame}):
+        line = [grid.get((row, column.key)) for column in columns]
         present = [cell for cell in line if cell is not None]
         suite, _, case = row.partition("/")
         groups.setdefault(suite, []).append(
@@ -309,8 +313,8 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     by_id = {run.run_id: run for run in runs}
     sources = CaseSources(runs)
     cells = [
-        _cell(int(index), record, labels[record["column"]], by_id[record["run_id"]], sources)
-        for index, record in frame.iterrows()
+        _cell(index, record, labels[record["column"]], by_id[record["run_id"]], sources)
+        for index, record in enumerate(frame)
     ]
     gate = verdict(runs)
     bench = _bench_model(runs, redactor)

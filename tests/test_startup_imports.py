@@ -1,0 +1,43 @@
+"""What a CLI start and a write-up load: every `e2b-bench` command pays for its imports, and self-tests and CI
+jobs start hundreds of them. Observed through `sys.modules` in a fresh interpreter, never timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.run_cli import REPO
+
+# Heavy libraries no part of the CLI needs just to start, or to write a run up.
+HEAVY = ("pandas", "numpy")
+
+
+def loaded_after(code: str, watched: tuple[str, ...]) -> list[str]:
+    """Which of the `watched` modules a fresh interpreter (the checkout's `bench`) has loaded after `code`."""
+    script = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return list(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_importing_the_cli_and_building_its_parser_loads_no_heavy_library() -> None:
+    assert loaded_after("import bench.cli\nbench.cli.build_parser()", HEAVY) == []
+
+
+@pytest.mark.parametrize("module", ["bench.report", "bench.compare", "bench.lifecycle", "bench.shards"])
+def test_the_write_up_modules_load_no_heavy_library(module: str) -> None:
+    assert loaded_after(f"import {module}", HEAVY) == []
+
+
+def test_a_run_loads_neither_pandas_nor_anyios_pytest_plugin(tmp_path: Path) -> None:
+    # A selection that matches no case: pytest starts with the run's plugins, collects the suite, exits 5.
+    run = ["run", "quickstart", "-k", "no_case_has_this_name", "--results-dir", str(tmp_path)]
+    code = f"import bench.cli\nassert bench.cli.main({run!r}) == 5"
+    watched = ("pandas", "anyio.pytest_plugin", "bench.plugin")
+    assert loaded_after(code, watched) == ["bench.plugin"]  # the run's own plugin: pytest did start

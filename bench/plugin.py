@@ -9,6 +9,7 @@ item judged as it runs, ended (leak sweep, JUnit, footer, report) at session fin
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -217,10 +218,13 @@ def pytest_select_cases(config: pytest.Config, items: list[pytest.Item]) -> None
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     bench = _bench(session.config)
-    if bench is None or not bench.suites:
+    if bench is None:
         return
-    if not bench.start(sorted(bench.suites)):
+    if bench.suites and not bench.start(sorted(bench.suites)):
         pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
+    # What the run has imported and booted lives to its end: kept out of every later garbage collection (the
+    # endpoint's, and pytest's five at the end that look for unraisable exceptions)
+    gc.freeze()
 
 
 @pytest.fixture

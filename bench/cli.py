@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 ENVIRONMENT = """environment variables read:
   E2B_BENCH_ENDPOINT   default of --endpoint (local)
   E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL, E2B_DOMAIN   the `env` endpoint (as the SDKs read them)
-  E2B_BENCH_CACHE      where runner environments and the sandbox template are cached (~/.cache/e2b-bench)
+  E2B_BENCH_CACHE      where runner environments, the sandbox template and the report's compiled templates
+                       are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
   E2B_BENCH_UPSTREAM_SOURCE  default of --upstream-source (E2B's SDK source tree of the upstream suite)
   E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)

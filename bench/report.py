@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import os
@@ -19,6 +21,7 @@ from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
 from bench.remote.budget import cost_line
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
+from bench.runners.envs import default_cache_dir
 from bench.triage import evidence as case_evidence
 from bench.triage.causes import cause_document, find_causes, headline
 from bench.verdict import rerun_command, run_problem, verdict
@@ -509,14 +512,62 @@ def _detection(runs: Sequence[Run]) -> list[dict[str, Any]]:
     ]
 
 
-def template_environment(templates: Path) -> jinja2.Environment:
-    return jinja2.Environment(
+AUTOESCAPED = ("html", "html.j2")
+COMPILED_TEMPLATES = "report-templates"  # under the cache directory: Jinja's compiled templates
+# What an environment compiles a template with, besides its source (its syntax and whitespace control)
+COMPILED_WITH = (
+    *("block_start_string", "block_end_string", "variable_start_string", "variable_end_string"),
+    *("comment_start_string", "comment_end_string", "line_statement_prefix", "line_comment_prefix"),
+    *("trim_blocks", "lstrip_blocks", "newline_sequence", "keep_trailing_newline", "optimized"),
+)
+
+
+def template_environment(templates: Path, cache_dir: Path | None = None) -> jinja2.Environment:
+    """The report's templates, compiled once per template source and kept under `cache_dir` (default: the
+    harness's cache) for the next run."""
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates),
-        autoescape=jinja2.select_autoescape(["html", "html.j2"]),
+        autoescape=jinja2.select_autoescape(list(AUTOESCAPED)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    environment.bytecode_cache = _compiled_templates(environment, cache_dir or default_cache_dir())
+    return environment
+
+
+class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
+    """Jinja's file cache, keyed by each template's source checksum and the Python version (Jinja's own key);
+    an entry it cannot read is compiled again, a directory it cannot write is no cache: the report renders all
+    the same."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # a damaged entry: compiled again, and replaced
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _compiled_templates(environment: jinja2.Environment, cache_dir: Path) -> jinja2.BytecodeCache | None:
+    # Compiled code also depends on Jinja's version and on what the environment compiles with (its syntax,
+    # whitespace control, extensions, autoescaping), which Jinja's key leaves out: they name the directory.
+    compiles_with = [
+        jinja2.__version__,
+        *(getattr(environment, name) for name in COMPILED_WITH),
+        sorted(environment.extensions),
+        AUTOESCAPED,
+    ]
+    identity = hashlib.sha256(json.dumps(compiles_with).encode()).hexdigest()[:16]
+    directory = cache_dir / COMPILED_TEMPLATES / identity
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    return _CompiledTemplates(str(directory))
 
 
 def publish(path: Path, text: str) -> Path:

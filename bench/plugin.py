@@ -222,8 +222,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     if bench.suites and not bench.start(sorted(bench.suites)):
         pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
-    # What the run has imported and booted lives to its end: kept out of every later garbage collection (the
-    # endpoint's, and pytest's five at the end that look for unraisable exceptions)
+    # What the run has imported and booted lives to its end (the process ends with the run): kept out of every
+    # later garbage collection (the endpoint's, and pytest's five at the end that look for unraisable exceptions)
     gc.freeze()
 
 

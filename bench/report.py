@@ -8,11 +8,10 @@ import json
 import math
 import os
 import re
-from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 
@@ -26,6 +25,9 @@ from bench.triage import evidence as case_evidence
 from bench.triage.causes import cause_document, find_causes, headline
 from bench.verdict import rerun_command, run_problem, verdict
 
+if TYPE_CHECKING:
+    import pandas as pd  # imported where a report is built: a run's start and `import bench.report` stay light
+
 TEMPLATES = TEMPLATES_DIR
 SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "error": "!", "skip": "\u2013"}
 ERROR_PREVIEW = 200
@@ -38,6 +40,7 @@ COVERAGE_JSON = "coverage.json"
 # A sandbox id as an error message names it (`Sandbox jyh2dpakq2c140ijhoa5 not found`): 20 letters and digits.
 SANDBOX_ID = re.compile(r"\b(?=[a-z0-9]*\d)(?=[a-z0-9]*[a-z])[a-z0-9]{20}\b")
 CASE_FIELDS = ("id", "suite", "runner", "case", "outcome", "expected", "conformant", "duration_ms", "details", "note")
+FRAME_COLUMNS = [*("run_id", "endpoint", "stamp", "row", "column"), *CASE_FIELDS, "error", "started_at", "evidence"]
 
 
 @dataclass(frozen=True)
@@ -78,10 +81,9 @@ def run_stamp(run: Run) -> str:
     return started[:19].replace("T", " ") + "Z"
 
 
-Row = dict[str, Any]  # one case of one run: its record and where it stands in the matrix
+def _frame(runs: Sequence[Run]) -> pd.DataFrame:
+    import pandas as pd
 
-
-def _frame(runs: Sequence[Run]) -> list[Row]:
     rows = [
         {
             "run_id": run.run_id,
@@ -95,9 +97,9 @@ def _frame(runs: Sequence[Run]) -> list[Row]:
         for run in runs
         for case in _by_runner(run)
     ]
-    # A case recorded twice (a retry) shows its last record, where that record stands.
-    last = {(row["row"], row["column"]): index for index, row in enumerate(rows)}
-    return [row for index, row in enumerate(rows) if last[row["row"], row["column"]] == index]
+    frame = pd.DataFrame(rows, columns=FRAME_COLUMNS)
+    # A case recorded twice (a retry) shows its last record.
+    return frame.drop_duplicates(subset=["row", "column"], keep="last").reset_index(drop=True)
 
 
 def _by_runner(run: Run) -> list[CaseRecord]:
@@ -107,15 +109,15 @@ def _by_runner(run: Run) -> list[CaseRecord]:
     return sorted(run.cases, key=lambda case: order.get(case.runner, len(order)))
 
 
-def _summaries(runs: Sequence[Run], frame: list[Row]) -> list[RunSummary]:
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for row in frame:
-        counts[row["run_id"]][row["outcome"]] += 1
+def _summaries(runs: Sequence[Run], frame: pd.DataFrame) -> list[RunSummary]:
+    import pandas as pd
+
+    counts = pd.crosstab(frame["run_id"], frame["outcome"]) if len(frame) else pd.DataFrame()
+    conformant = frame.groupby("run_id")["conformant"].agg(["sum", "size"])
     summaries = []
     for run in runs:
-        by_outcome = counts[run.run_id]
-        good = sum(bool(row["conformant"]) for row in frame if row["run_id"] == run.run_id)
-        total = by_outcome.total()
+        by_outcome = counts.loc[run.run_id] if run.run_id in counts.index else {}
+        good, total = conformant.loc[run.run_id] if run.run_id in conformant.index else (0, 0)
         summaries.append(
             RunSummary(
                 run_id=run.run_id,
@@ -123,9 +125,9 @@ def _summaries(runs: Sequence[Run], frame: list[Row]) -> list[RunSummary]:
                 suite=run.header["suite"],
                 status=run.status,
                 started_at=run_stamp(run),
-                counts={outcome: by_outcome[outcome] for outcome in OUTCOMES},
-                conformant=good,
-                nonconformant=total - good,
+                counts={outcome: int(by_outcome.get(outcome, 0)) for outcome in OUTCOMES},
+                conformant=int(good),
+                nonconformant=int(total - good),
                 pins=run.header["pins"],
                 problem=run_problem(run),
                 coverage=_coverage(run.path),
@@ -204,7 +206,7 @@ def _sandbox_ids(document: Any) -> set[str]:
     return set()
 
 
-def _click_through(record: Row, sources: CaseSources, failing: bool) -> dict[str, Any]:
+def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> dict[str, Any]:
     """Transcript and wire excerpt of a case: for framework runners always, for others when it failed."""
     transcript = sources.transcript(record["run_id"], record["runner"])
     exchanges = record["evidence"] if isinstance(record["evidence"], list) else None
@@ -227,7 +229,7 @@ def _click_through(record: Row, sources: CaseSources, failing: bool) -> dict[str
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 
 
-def _cell(index: int, record: Row, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
+def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
     duration = record["duration_ms"]
     has_duration = duration is not None and not (isinstance(duration, float) and math.isnan(duration))
     title = f"{record['outcome']} · {duration:.1f} ms" if has_duration else str(record["outcome"])
@@ -265,12 +267,10 @@ def _cell(index: int, record: Row, label: str, run: Run, sources: CaseSources) -
     }
 
 
-def _columns(frame: list[Row], single_run: bool) -> list[Column]:
-    firsts: dict[str, Row] = {}
-    for row in frame:
-        firsts.setdefault(row["column"], row)
+def _columns(frame: pd.DataFrame, single_run: bool) -> list[Column]:
     columns: list[Column] = []
-    for key, first in firsts.items():
+    for key, group in frame.groupby("column", sort=False):
+        first = group.iloc[0]
         label = first["runner"] if single_run else f"{first['endpoint']} · {first['runner']} · {first['stamp']}"
         if any(column.label == label for column in columns):
             label += f" ({first['run_id']})"
@@ -278,12 +278,16 @@ def _columns(frame: list[Row], single_run: bool) -> list[Column]:
     return columns
 
 
-def _groups(frame: list[Row], columns: list[Column], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _groups(frame: pd.DataFrame, columns: list[Column], cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The matrix by suite: one row per case, one column per (run, runner); each suite lists its own columns."""
-    grid = {(record["row"], record["column"]): cells[index] for index, record in enumerate(frame)}
+    import pandas as pd
+
+    grid = frame.reset_index().pivot(index="row", columns="column", values="index")
     groups: dict[str, list[dict[str, Any]]] = {}
-    for row in sorted({record["row"] for record in frame}):
-        line = [grid.get((row, column.key)) for column in columns]
+    for row in sorted(grid.index):
+        line = [
+            None if pd.isna(grid.at[row, column.key]) else cells[int(grid.at[row, column.key])] for column in columns
+        ]
         present = [cell for cell in line if cell is not None]
         suite, _, case = row.partition("/")
         groups.setdefault(suite, []).append(
@@ -316,8 +320,8 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     by_id = {run.run_id: run for run in runs}
     sources = CaseSources(runs)
     cells = [
-        _cell(index, record, labels[record["column"]], by_id[record["run_id"]], sources)
-        for index, record in enumerate(frame)
+        _cell(int(index), record, labels[record["column"]], by_id[record["run_id"]], sources)
+        for index, record in frame.iterrows()
     ]
     gate = verdict(runs)
     bench = _bench_model(runs, redactor)

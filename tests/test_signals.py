@@ -133,7 +133,7 @@ def test_a_signal_after_the_last_case_lets_every_result_be_written_then_exits_14
     endpoint: LocalEndpoint, tmp_path: Path
 ) -> None:
     process = started(["run", "quickstart", "-k", "py03", "--runner", RUNNER], endpoint, tmp_path)
-    # junit.xml is the first file the write-up makes; the coverage, footer, report (which imports jinja2 and
+    # junit.xml is the first file the write-up makes; the coverage, footer, report (which imports pandas and
     # renders templates) and latest.json follow, so the signal lands in the middle of the write-up.
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("*/junit.xml")):

@@ -13,7 +13,7 @@ import pytest
 from tests.run_cli import REPO
 
 # Heavy libraries no part of the CLI needs just to start, or to write a run up.
-HEAVY = ("pandas", "numpy")
+HEAVY = ("pandas", "numpy")  # the report imports pandas where it builds its matrix, not at import
 
 
 def loaded_after(code: str, watched: tuple[str, ...]) -> list[str]:

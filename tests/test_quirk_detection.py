@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from shared_runs import Shared, quirk_params, quirk_run
 
 from bench.detection import (
     BASELINE,
@@ -66,11 +67,11 @@ def test_the_faithful_profile_flags_nothing(tmp_path: Path) -> None:
     assert len(read_run(baseline).cases) == 17 + 20 + 2 * BEHAVIOURS + COMPUTER + 1
 
 
-@pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))
-def test_each_quirk_alone_is_flagged_by_its_cases_and_conforms_once_declared(tmp_path: Path, quirk: str) -> None:
+@pytest.mark.parametrize("quirk", quirk_params(sorted(QUIRK_CASES)))
+def test_each_quirk_alone_is_flagged_by_its_cases_and_conforms_once_declared(shared: Shared, quirk: str) -> None:
     # Its cases (and those sharing their names) only: that no other case flags it is what `e2b-bench detect`
     # proves over every case, and the last test here over whole runs for two quirks.
-    run_dir = run_one(tmp_path, quirk, only=QUIRK_CASES[quirk])
+    run_dir = quirk_run(shared, quirk)
 
     assert set(flagged(run_dir)) == QUIRK_CASES[quirk]
     if not in_b3os_beta(quirk):

@@ -1,5 +1,6 @@
-"""Fixtures shared by the harness's own tests: one embedded endpoint for the session; tests sharing a module's
-fixture kept on one test worker (tests/worker_groups.py)."""
+"""Fixtures shared by the harness's own tests: one embedded endpoint for the session; results several tests only
+read, made once per worker (tests/shared_runs.py); tests sharing a module's fixture kept on one test worker
+(tests/worker_groups.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
+from shared_runs import shared  # noqa: F401  (a fixture of this conftest)
 from worker_groups import pytest_collection_modifyitems  # noqa: F401  (a hook of this conftest)
 
 from bench.localbox.server import LocalEndpoint, serving

@@ -25,8 +25,10 @@ import pytest
 from e2b import CommandExitException, InvalidArgumentException, Sandbox
 from netns import listener_in_own_netns
 
+from bench.localbox import server as localbox_server
 from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
+from bench.remote.slowness import scaled
 
 
 @pytest.fixture(scope="module")
@@ -418,10 +420,13 @@ def test_metrics_count_the_memory_a_sandbox_holds_from_its_cgroup(sbx: Sandbox) 
     assert (200 << 20) <= metrics[-1].mem_used <= metrics[-1].mem_total
 
 
-def test_a_connection_that_never_finishes_its_headers_is_closed(server: LocalServer) -> None:
+def test_a_connection_that_never_finishes_its_headers_is_closed(
+    server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(localbox_server, "HEADER_TIMEOUT_S", 0.5)  # the deadline under test, short to wait out
     with socket.create_connection(("127.0.0.1", server.port)) as slow:
         slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # and nothing more
-        slow.settimeout(60)
+        slow.settimeout(scaled(30))  # the server's timer is scaled by the same factor (it runs in this process)
 
         assert slow.recv(1024) == b""
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import socket
 import time
 
-from bench.localbox.server import HEADER_TIMEOUT_S, KEEPALIVE_S, LocalEndpoint
+import pytest
+
+from bench.localbox import server as localbox_server
+from bench.localbox.server import KEEPALIVE_S, LocalEndpoint
+from bench.remote.slowness import scaled
 
 
 def response_head(conn: socket.socket) -> bytes:
@@ -27,14 +31,17 @@ def test_the_endpoint_keeps_an_idle_connection_longer_than_the_sdks_pool_does() 
     assert pool_idle_timeout < KEEPALIVE_S
 
 
-def test_a_connection_idle_past_the_header_timeout_serves_its_next_request(endpoint: LocalEndpoint) -> None:
+def test_a_connection_idle_past_the_header_timeout_serves_its_next_request(
+    endpoint: LocalEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(localbox_server, "HEADER_TIMEOUT_S", 0.5)  # short, to be idle past it (the server is in-thread)
     port = int(endpoint.api_url.rsplit(":", 1)[1])
     request = f"GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {endpoint.api_key}\r\n\r\n".encode()
     with socket.create_connection(("127.0.0.1", port)) as conn:
         conn.settimeout(60)
         conn.sendall(request)
         first = response_head(conn)
-        time.sleep(HEADER_TIMEOUT_S + 1)  # idle between requests, as a client's pooled connection is
+        time.sleep(2 * scaled(localbox_server.HEADER_TIMEOUT_S))  # idle between requests, as a pooled connection is
 
         conn.sendall(request)
         second = response_head(conn)

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ from e2b.sandbox.filesystem.filesystem import WriteEntry
 from bench.localbox.box import default_state_root
 from bench.localbox.files import MAX_READ_AHEAD
 from bench.localbox.server import LocalEndpoint
+from bench.remote.slowness import scaled
 
 # --- commands ---------------------------------------------------------------------------------
 
@@ -166,9 +168,12 @@ def test_disconnect_does_not_kill_and_connect_reattaches(sandbox: Sandbox) -> No
 def test_the_request_deadline_kills_the_process(sandbox: Sandbox) -> None:
     with pytest.raises(TimeoutException):
         sandbox.commands.run("echo $$ > /tmp/pid; sleep 30", timeout=1)
-    time.sleep(0.3)
 
-    alive = sandbox.commands.run("kill -0 $(cat /tmp/pid) 2>/dev/null && echo alive || echo gone")
+    # gone at once or within seconds (the kill follows the deadline): asked until it is, 30 s at most
+    alive = sandbox.commands.run(
+        "for _ in $(seq 300); do kill -0 $(cat /tmp/pid) 2>/dev/null || { echo gone; exit; }; sleep 0.1; done; "
+        "echo alive"
+    )
 
     assert alive.stdout == "gone\n"
 
@@ -400,12 +405,20 @@ def test_pause_freezes_processes_and_resume_keeps_their_memory(endpoint: LocalEn
 
 def test_the_timeout_kills_the_sandbox_at_end_at(endpoint: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=1)
+    end_at = Sandbox.get_info(sbx.sandbox_id).end_at
 
-    time.sleep(1.8)
+    gone: Exception | None = None
+    gone_at = None
+    deadline = time.monotonic() + scaled(30)  # asked until the sandbox is gone; the bound only if it never is
+    while gone is None and time.monotonic() < deadline:
+        try:
+            Sandbox.get_info(sbx.sandbox_id)
+            time.sleep(0.05)
+        except Exception as error:  # which one is asserted below
+            gone, gone_at = error, datetime.now(UTC)
 
-    with pytest.raises(Exception) as gone:
-        Sandbox.get_info(sbx.sandbox_id)
-    assert type(gone.value).__name__ == "SandboxNotFoundException"
+    assert type(gone).__name__ == "SandboxNotFoundException"
+    assert gone_at is not None and gone_at >= end_at  # not before its end
 
 
 def test_list_by_metadata_finds_own_sandbox(sandbox: Sandbox) -> None:

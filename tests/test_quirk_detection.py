@@ -16,6 +16,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from shared_runs import Shared, quirk_params, quirk_run, shares
 
 from bench.detection import (
     BASELINE,
@@ -58,19 +59,25 @@ def test_every_behavioural_quirk_and_refused_option_has_a_specification() -> Non
     assert {quirk.split("=")[1] for quirk in QUIRKS if quirk.startswith("mutations=")} == set(MUTATIONS)
 
 
-def test_the_faithful_profile_flags_nothing(tmp_path: Path) -> None:
-    baseline = run_one(tmp_path, None)
+def faithful_run(shared: Shared) -> Path:
+    """The baseline: a run of every case against the faithful profile (both tests below read it)."""
+    return shared.once("faithful", lambda directory: run_one(directory, None))
+
+
+@shares("faithful")
+def test_the_faithful_profile_flags_nothing(shared: Shared) -> None:
+    baseline = faithful_run(shared)
 
     assert flagged(baseline) == []
     # probes, refusals, the Python behaviours under both clients, the computer suite (Node), the leak check
     assert len(read_run(baseline).cases) == 17 + 20 + 2 * BEHAVIOURS + COMPUTER + 1
 
 
-@pytest.mark.parametrize("quirk", sorted(QUIRK_CASES))
-def test_each_quirk_alone_is_flagged_by_its_cases_and_conforms_once_declared(tmp_path: Path, quirk: str) -> None:
+@pytest.mark.parametrize("quirk", quirk_params(sorted(QUIRK_CASES)))
+def test_each_quirk_alone_is_flagged_by_its_cases_and_conforms_once_declared(shared: Shared, quirk: str) -> None:
     # Its cases (and those sharing their names) only: that no other case flags it is what `e2b-bench detect`
     # proves over every case, and the last test here over whole runs for two quirks.
-    run_dir = run_one(tmp_path, quirk, only=QUIRK_CASES[quirk])
+    run_dir = quirk_run(shared, quirk)
 
     assert set(flagged(run_dir)) == QUIRK_CASES[quirk]
     if not in_b3os_beta(quirk):
@@ -94,12 +101,13 @@ class DetectionRows(HTMLParser):
             self.rows[str(found["data-quirk"])] = str(found["data-detected"])
 
 
+@shares("faithful")
 def test_detect_flags_exactly_each_quirks_cases_over_whole_runs_and_the_report_shows_the_table(
-    tmp_path: Path,
+    shared: Shared, tmp_path: Path
 ) -> None:
     quirks = ("kill_returns_early", "mutations=stderr_dropped")
 
-    detection = read_run(detect(tmp_path / "detect", quirks=quirks))
+    detection = read_run(detect(tmp_path / "detect", quirks=quirks, baseline=faithful_run(shared)))
     paths = render([detection.path], tmp_path)
     parser = DetectionRows()
     parser.feed(paths.html.read_text())
@@ -110,3 +118,7 @@ def test_detect_flags_exactly_each_quirks_cases_over_whole_runs_and_the_report_s
     }
     assert parser.rows == {quirk: "true" for quirk in (BASELINE, *quirks)}
     assert "### Quirk detection" in paths.markdown.read_text()
+    # the baseline given is copied in whole, with the time it took
+    (baseline,) = [case for case in detection.cases if case.case == BASELINE]
+    copied = read_run(detection.path / baseline.details["run_dir"])
+    assert copied.cases == read_run(faithful_run(shared)).cases and baseline.duration_ms

@@ -2,7 +2,7 @@
 declarations round-trip (a run judged by them conforms; a second quirk fails it naming only its cases).
 
 Runs are cut to the cases a quirk flags (`detection.run_one(..., only=DETECTED_BY[quirk])`), so each is a
-few seconds of sandboxes.
+few seconds of sandboxes; they are the runs tests/test_quirk_detection.py makes, shared (tests/shared_runs.py).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from run_cli import e2b_bench, only_run_dir
+from shared_runs import Shared, quirk_key, quirk_params, quirk_run, shares
 
-from bench.detection import DETECTED_BY, RUNNER, SUITES, run_one
+from bench.detection import DETECTED_BY, RUNNER, SUITES
 from bench.expectations import Expectations
 from bench.localbox.quirks import PROFILES
 from bench.results import read_run, schema_errors
@@ -72,9 +73,9 @@ def short(case_id: str) -> str:
     return f"{suite}/{case}"
 
 
-@pytest.mark.parametrize("quirk", sorted(EXPECTED))
-def test_each_quirk_alone_gives_the_causes_a_person_expects(tmp_path: Path, quirk: str) -> None:
-    run_dir = run_one(tmp_path, quirk, only=DETECTED_BY[quirk])
+@pytest.mark.parametrize("quirk", quirk_params(sorted(EXPECTED)))
+def test_each_quirk_alone_gives_the_causes_a_person_expects(shared: Shared, quirk: str) -> None:
+    run_dir = quirk_run(shared, quirk)
 
     document = json.loads((run_dir / "causes.json").read_text())
 
@@ -92,8 +93,9 @@ def test_each_quirk_alone_gives_the_causes_a_person_expects(tmp_path: Path, quir
         assert cause["representative"]["evidence"], cause["key"]
 
 
-def test_a_refused_stdin_shows_the_refusal_in_each_cases_own_exchanges(tmp_path: Path) -> None:
-    run_dir = run_one(tmp_path, "refuse_stdin", only=DETECTED_BY["refuse_stdin"])
+@shares(quirk_key("refuse_stdin"))
+def test_a_refused_stdin_shows_the_refusal_in_each_cases_own_exchanges(shared: Shared) -> None:
+    run_dir = quirk_run(shared, "refuse_stdin")
 
     failing = [case for case in read_run(run_dir).cases if not case.conformant]
 
@@ -125,8 +127,14 @@ def run_quirks(results: Path, *quirks: str, expectations: Path | None = None) ->
     return done.returncode, only_run_dir(results)
 
 
-def test_declarations_written_from_a_run_gate_it_until_a_second_quirk_breaks_it(tmp_path: Path) -> None:
-    code, first = run_quirks(tmp_path / "first", "refuse_stdin")
+def stdin_refused(shared: Shared) -> tuple[int, Path]:
+    """The round trip's cases under `refuse_stdin` alone: the first run of both tests below (they only read it)."""
+    return shared.once("round-trip refuse_stdin", lambda directory: run_quirks(directory / "results", "refuse_stdin"))
+
+
+@shares("round-trip refuse_stdin")
+def test_declarations_written_from_a_run_gate_it_until_a_second_quirk_breaks_it(shared: Shared, tmp_path: Path) -> None:
+    code, first = stdin_refused(shared)
     declared = tmp_path / "endpoint.toml"
     written = e2b_bench("expectations", str(first), "--write", str(declared))
     assert (code, written.returncode) == (1, 0), written.stderr
@@ -140,8 +148,9 @@ def test_declarations_written_from_a_run_gate_it_until_a_second_quirk_breaks_it(
     assert nonconformant == [f"probes/{RUNNER}/pr10_metrics", f"refusals/{RUNNER}/rf15_get_metrics"]
 
 
-def test_update_file_keeps_the_declarations_of_an_earlier_run(tmp_path: Path) -> None:
-    _, first = run_quirks(tmp_path / "first", "refuse_stdin")
+@shares("round-trip refuse_stdin")
+def test_update_file_keeps_the_declarations_of_an_earlier_run(shared: Shared, tmp_path: Path) -> None:
+    _, first = stdin_refused(shared)
     _, both = run_quirks(tmp_path / "both", "refuse_stdin", "metrics_404")
     declared = tmp_path / "endpoint.toml"
     update_file(read_run(first), declared)

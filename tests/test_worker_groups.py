@@ -1,5 +1,5 @@
-"""`./e2b-bench selftest -n N`: tests sharing a module's fixture run on one worker, which sets it up once;
-the other tests are still spread over the workers."""
+"""`./e2b-bench selftest -n N`: tests sharing a module's fixture, or one shared result (tests/shared_runs.py),
+run on one worker, which sets it up once; the other tests are still spread over the workers."""
 
 from __future__ import annotations
 
@@ -56,4 +56,56 @@ def test_tests_sharing_a_module_fixture_share_one_worker_and_the_rest_are_spread
     workers = {kind: [w for k, w in lines if k == kind] for kind in ("setup", "shared", "lone")}
     assert len(workers["setup"]) == 1
     assert workers["shared"] == workers["setup"] * SHARED_TESTS
+    assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}
+
+
+READERS = 4
+READERS_MODULE = textwrap.dedent(f"""
+    import os
+    import time
+
+    import pytest
+    from shared_runs import shares
+
+
+    def note(what):
+        with open(os.environ["SETUPS"], "a") as log:
+            log.write(f"{{what}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+
+
+    def make(directory):
+        note("made")
+        (directory / "result").write_text("made once")
+        return directory / "result"
+
+
+    @shares("one result")
+    @pytest.mark.parametrize("n", range({READERS}))
+    def test_reader(shared, n):
+        assert shared.once("one result", make).read_text() == "made once"
+        note("read")
+
+
+    @pytest.mark.parametrize("n", range({LONE_TESTS}))
+    def test_lone(n):
+        time.sleep(0.2)
+        note("lone")
+""")
+
+
+def test_tests_reading_one_shared_result_share_one_worker_which_makes_it_once(tmp_path: Path) -> None:
+    (tmp_path / "test_shared_result.py").write_text(READERS_MODULE)
+    setups = tmp_path / "setups.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "worker_groups",
+         "-p", "shared_runs", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line.split() for line in setups.read_text().splitlines()]
+    workers = {kind: [w for k, w in lines if k == kind] for kind in ("made", "read", "lone")}
+    assert len(workers["made"]) == 1
+    assert workers["read"] == workers["made"] * READERS
     assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}

@@ -71,8 +71,8 @@ def killed_stream_end(sbx: Sandbox, ep: LocalEndpoint) -> Any:
         Sandbox.kill(sbx.sandbox_id)
         try:
             last = b"".join(frames)
-        except httpx.RemoteProtocolError:
-            return "connection cut"
+        except httpx.TransportError:
+            return "connection lost"
     error = json.loads(last[5:])["error"]
     return error["code"], error["message"].replace(sbx.sandbox_id, "<id>")
 

@@ -1,8 +1,8 @@
 """A sandbox's requests under way (envd RPCs and transfers, port proxy connections), cut when it stops.
 
 When E2B's VM stops (killed, paused, past its timeout) its proxy loses the connection to it: an answer
-under way ends without its last bytes (no Connect end message, no last chunk), so the SDKs see a
-transport failure and probe the sandbox; a request not yet answered gets the proxy's 502.
+under way is reset (no Connect end message, no last chunk), so the SDKs see a transport failure and
+probe the sandbox; a request not yet answered gets the proxy's 502.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import Message, Receive, Scope, Send
 
-# The ASGI extension (set by the embedded endpoint's HTTP protocol) that closes a request's connection at once.
-DROP_EXTENSION = "e2b-bench.drop"
+from bench.asgi import RESET_EXTENSION
+
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
@@ -79,7 +79,7 @@ class InFlight:
         if not started:  # a WebSocket not yet accepted: refused as the proxy refuses a sandbox it cannot reach
             await send({"type": "websocket.close", "code": 1011, "reason": "the sandbox stopped"})
             return
-        drop = scope.get("extensions", {}).get(DROP_EXTENSION)
-        if drop is None:
+        reset = scope.get("extensions", {}).get(RESET_EXTENSION)
+        if reset is None:
             raise ConnectionCut(f"sandbox {self.sandbox_id} stopped")  # the server closes the connection
-        drop()
+        reset()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from bench import asgi
 
@@ -28,7 +27,6 @@ from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
 from .conditions import with_conditions
 from .disk import unmount_under
-from .inflight import DROP_EXTENSION
 from .mutations import mutate, stall
 from .quirks import Quirks
 from .registry import DISK_SIZE_MB, LocalboxConfig, Registry, cleanup_stale
@@ -122,10 +120,10 @@ KEEPALIVE_S = 330.0
 MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
 
 
-class GuardedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP protocol plus a header timeout and a connection cap that idle clients cannot use up: at
-    the cap, a new connection closes the oldest one with no request under way. Between requests uvicorn's
-    keep-alive timeout (`KEEPALIVE_S`) applies."""
+class GuardedHttp(asgi.ResettableHttp):
+    """uvicorn's HTTP protocol (whose requests can reset their connection) plus a header timeout and a connection
+    cap that idle clients cannot use up: at the cap, a new connection closes the oldest one with no request under
+    way. Between requests uvicorn's keep-alive timeout (`KEEPALIVE_S`) applies."""
 
     _open: weakref.WeakKeyDictionary[object, dict[GuardedHttp, None]] = weakref.WeakKeyDictionary()
 
@@ -185,19 +183,6 @@ class GuardedHttp(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._forget()
         super().connection_lost(exc)
-
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        self.scope["extensions"] = {DROP_EXTENSION: self._cut}  # type: ignore[dict-item]
-
-    def _cut(self) -> None:
-        """Close the connection under an answer already begun: the client sees it end without its last bytes."""
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True  # what is sent from now on goes nowhere, and uvicorn does not complain
-            cycle.message_event.set()
-        if not self.transport.is_closing():
-            self.transport.close()
 
 
 def raise_open_file_limit() -> None:

@@ -30,9 +30,6 @@ class InFlight:
         self.sandbox_id = sandbox_id
         self._cuts: set[asyncio.Event] = set()
 
-    def __len__(self) -> int:
-        return len(self._cuts)
-
     def cut(self) -> None:
         for cut in self._cuts:
             cut.set()

@@ -8,10 +8,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+# The ASGI extension of a request served by `ResettableHttp`: calling it resets the request's connection.
+RESET_EXTENSION = "e2b-bench.reset"
+
+
+class ResettableHttp(HttpToolsProtocol):
+    """uvicorn's HTTP protocol whose requests can reset their connection (a TCP RST) under an answer already
+    begun, as a proxy that lost its upstream resets its client's stream: the client sees neither the answer's
+    end nor an orderly close, a transport failure (E2B's SDKs then probe the sandbox)."""
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.scope["extensions"] = {RESET_EXTENSION: self.reset}  # type: ignore[dict-item]
+
+    def reset(self) -> None:
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # what is sent from now on goes nowhere, and uvicorn does not complain
+            cycle.message_event.set()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -158,6 +158,7 @@ FIDELITY_CASES: dict[str, tuple[str, ...]] = {
     "upload_no_metadata": both("file_metadata_replaced"),
     "proc_size_zero": both("proc_file_read"),
     "kill_stream_clean_end": both("kill_cuts_stream"),
+    "kill_stream_unavailable": both("kill_cuts_stream"),
     "kill_returns_early": both("background_list_kill"),
     "signed_url_generic_error": both("signed_url_refusals"),
     "metrics_ignore_window": both("metrics_window"),

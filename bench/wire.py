@@ -37,6 +37,7 @@ from typing import Any, BinaryIO, Protocol
 import httpx
 import uvicorn
 
+from bench.asgi import RESET_EXTENSION, ResettableHttp
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
@@ -138,6 +139,7 @@ class _Exchange:
     lifecycle_body: bytearray | None = None  # a create/kill/timeout/...: its request, for the ledger
     response_json: Any = None  # a control-plane JSON answer, as learnt
     frames: _Frames | None = None  # a Connect stream's response
+    reset: Callable[[], None] | None = None  # resets the client's connection (the server's protocol gives it)
 
 
 class _Frames:
@@ -287,6 +289,7 @@ class WireProxy:
             access_log=False,
             interface="asgi3",
             lifespan="off",
+            http=ResettableHttp,
             ws="none",
             proxy_headers=False,
             server_header=False,  # the upstream's own Server and Date headers pass through
@@ -391,6 +394,7 @@ class WireProxy:
             method=scope["method"],
             url=scope["path"],
             request_headers=_redact_headers(headers),
+            reset=scope.get("extensions", {}).get(RESET_EXTENSION),
         )
         followed = False  # a lifecycle call (kill, pause, ...) the ledger must see answered
         try:
@@ -581,6 +585,9 @@ class WireProxy:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
                 exchange.error = f"upstream stream broken: {_reason(exc)}"
+                if isinstance(exc, httpx.ReadError) and exchange.reset is not None:
+                    exchange.reset()  # the upstream reset the stream (a stopped sandbox's): so is the client's
+                    return
                 raise
             if learning:
                 exchange.response_json = self._learn(b"".join(held), response.headers.get("content-encoding", ""))

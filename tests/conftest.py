@@ -14,6 +14,26 @@ from worker_groups import pytest_collection_modifyitems  # noqa: F401  (a hook o
 
 from bench.localbox.server import LocalEndpoint, serving
 
+# What CI runs (.ci/run); `--slow` adds the slow-marked tests (the whole upstream suite among them).
+CI_SELECTION = "not slow and not bench"
+SLOW_SELECTION = "not bench"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("e2b-bench").addoption(
+        "--slow",
+        action="store_true",
+        help=f"run CI's selection ({CI_SELECTION!r}) plus the slow-marked tests: -m {SLOW_SELECTION!r}",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("slow", False):
+        return
+    if config.option.markexpr:
+        raise pytest.UsageError("--slow is a selection of its own (-m 'not bench'): give it or -m, not both")
+    config.option.markexpr = SLOW_SELECTION
+
 
 @pytest.fixture(scope="session")
 def endpoint() -> Iterator[LocalEndpoint]:

@@ -162,7 +162,7 @@ def test_the_npm_sdk_sees_a_killed_sandbox_as_gone(endpoint: LocalEndpoint, tmp_
         tmp_path,
     )
 
-    assert result[0] == "TimeoutError" and "This error is likely due to sandbox timeout" in result[1]
+    assert result[0] == "TimeoutError" and "killed or reached its end of life" in result[1]
 
 
 def test_killing_the_sandbox_ends_a_watch_stream_as_the_sandbox_gone(endpoint: LocalEndpoint) -> None:
@@ -174,6 +174,105 @@ def test_killing_the_sandbox_ends_a_watch_stream_as_the_sandbox_gone(endpoint: L
         return await asyncio.wait_for(ended, 30)
 
     assert isinstance(asyncio.run(scenario()), SandboxNotRunningException)
+
+
+# A stopped sandbox's connections are lost as E2B's proxy loses them: no end message, no last chunk.
+SLOW_ANSWER = """
+import socket, threading, time
+def answer(conn):
+    conn.recv(65536)
+    conn.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 1000\\r\\n\\r\\nfirst")
+    time.sleep(600)
+listener = socket.create_server(("127.0.0.1", 8125))
+print("listening", flush=True)
+while True:
+    threading.Thread(target=answer, args=(listener.accept()[0],), daemon=True).start()
+"""
+
+
+def stop(server: LocalServer, sandbox_id: str, how: str) -> None:
+    """End a sandbox as E2B's are ended: killed, paused, or past the timeout it is given now."""
+    url, key = server.endpoint.api_url, {"X-API-KEY": server.api_key}
+    answer = {
+        "kill": lambda: httpx.delete(f"{url}/sandboxes/{sandbox_id}", headers=key),
+        "pause": lambda: httpx.post(f"{url}/sandboxes/{sandbox_id}/pause", headers=key),
+        "timeout": lambda: httpx.post(f"{url}/sandboxes/{sandbox_id}/timeout", json={"timeout": 0}, headers=key),
+    }[how]()
+    assert answer.status_code == 204, answer.text
+
+
+def read_until_stopped(server: LocalServer, sandbox_id: str, how: str, request: httpx.Request) -> tuple[int, str]:
+    """Send `request`, stop the sandbox at its first bytes, read on: (bytes after them, how the answer ended)."""
+    with httpx.Client(timeout=httpx.Timeout(60)) as client:
+        answer = client.send(request, stream=True)
+        chunks = answer.iter_raw()
+        next(chunks)
+        stop(server, sandbox_id, how)
+        after = 0
+        try:
+            for chunk in chunks:
+                after += len(chunk)
+        except httpx.ReadError as exc:
+            return after, f"reset: {exc}"
+        except httpx.RemoteProtocolError as exc:
+            return after, f"closed: {exc}"
+        finally:
+            answer.close()
+    return after, "ended"
+
+
+def own_sandbox(server: LocalServer) -> tuple[str, dict[str, str]]:
+    created = httpx.post(
+        f"{server.endpoint.api_url}/v2/sandboxes", json={"templateID": "base"}, headers={"X-API-KEY": server.api_key}
+    ).json()
+    return created["sandboxID"], {"E2b-Sandbox-Id": created["sandboxID"], "X-Access-Token": created["envdAccessToken"]}
+
+
+RESET = "reset: [Errno 104] Connection reset by peer"
+
+
+@pytest.mark.parametrize("how", ["kill", "pause", "timeout"])
+@pytest.mark.parametrize(
+    "rpc, message",
+    [
+        ("/process.Process/Start", {"process": {"cmd": "/bin/sleep", "args": ["60"]}}),
+        ("/filesystem.Filesystem/WatchDir", {"path": "/home/user"}),
+    ],
+)
+def test_a_stopped_sandboxs_streams_lose_their_connection_without_an_end_message(
+    own_server: LocalServer, how: str, rpc: str, message: dict
+) -> None:
+    sandbox_id, headers = own_sandbox(own_server)
+    headers["Content-Type"] = "application/connect+json"
+    request = httpx.Request("POST", own_server.endpoint.sandbox_url + rpc, headers=headers, content=envelope(message))
+    try:
+        ended = read_until_stopped(own_server, sandbox_id, how, request)
+    finally:
+        httpx.delete(f"{own_server.endpoint.api_url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": own_server.api_key})
+
+    assert ended == (0, RESET)
+
+
+def test_a_port_connection_of_a_paused_sandbox_is_cut(own_server: LocalServer) -> None:
+    sandbox_id, headers = own_sandbox(own_server)
+    headers["Content-Type"] = "application/connect+json"
+    run = envelope({"process": {"cmd": "/usr/bin/python3", "args": ["-c", SLOW_ANSWER]}})
+    port = httpx.Request(
+        "GET", own_server.endpoint.sandbox_url, headers={"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "8125"}
+    )
+    try:
+        with (
+            httpx.Client(base_url=own_server.endpoint.sandbox_url, headers=headers, timeout=60) as envd,
+            envd.stream("POST", "/process.Process/Start", content=run) as server,
+        ):
+            frames = server.iter_raw()
+            while b'"stdout"' not in next(frames):  # its "listening"
+                pass
+            ended = read_until_stopped(own_server, sandbox_id, "pause", port)
+    finally:
+        httpx.delete(f"{own_server.endpoint.api_url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": own_server.api_key})
+
+    assert ended == (0, RESET)
 
 
 # --- 6. kill returns once the process is gone -------------------------------------------------------------

@@ -7,6 +7,8 @@ an endpoint of its own, shows the old behaviour through the unmodified SDK.
 from __future__ import annotations
 
 import datetime
+import json
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,30 @@ def killed_stream(sbx: Sandbox, ep: LocalEndpoint) -> Any:
     handle = sbx.commands.run("sleep 60", background=True)
     Sandbox.kill(sbx.sandbox_id)
     return _raises(handle.wait)
+
+
+def killed_stream_end(sbx: Sandbox, ep: LocalEndpoint) -> Any:
+    """How a raw command stream of a sandbox killed under it ends: its last frame, or the connection cut."""
+    headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token or ""}
+    start = json.dumps({"process": {"cmd": "/bin/sleep", "args": ["60"]}}).encode()
+    with (
+        httpx.Client(base_url=ep.sandbox_url, headers=headers, timeout=60) as envd,
+        envd.stream(
+            "POST",
+            "/process.Process/Start",
+            content=b"\0" + struct.pack(">I", len(start)) + start,
+            headers={"Content-Type": "application/connect+json"},
+        ) as answer,
+    ):
+        frames = answer.iter_raw()
+        next(frames)
+        Sandbox.kill(sbx.sandbox_id)
+        try:
+            last = b"".join(frames)
+        except httpx.TransportError:
+            return "connection lost"
+    error = json.loads(last[5:])["error"]
+    return error["code"], error["message"].replace(sbx.sandbox_id, "<id>")
 
 
 def expired_url(sbx: Sandbox, ep: LocalEndpoint) -> Any:
@@ -118,6 +144,10 @@ OLD_BEHAVIOUR: dict[str, tuple[Callable[[Sandbox, LocalEndpoint], Any], Any]] = 
     "upload_no_metadata": (upload_metadata, (None, {"a": "1"})),
     "proc_size_zero": (proc_read, ""),
     "kill_stream_clean_end": (killed_stream, "CommandExitException"),
+    "kill_stream_unavailable": (
+        killed_stream_end,
+        ("unavailable", "the connection to sandbox <id> ended before the stream completed"),
+    ),
     "signed_url_generic_error": (expired_url, "invalid or missing access token"),
     "metrics_ignore_window": (old_metrics, 1),
     "pause_keeps_memory": (filesystem_pause, "1\n"),

@@ -14,6 +14,7 @@ import re
 import struct
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -292,10 +293,10 @@ class LocalboxApp:
         elif not await self.registry.wake(sandbox):
             response = paused_error(sandbox.id)
         elif path in SERVER_STREAMS and not sandbox.quirks.streams_outlive_clients:
-            await _cancelled_on_disconnect(app, scope, receive, send)  # type: ignore[arg-type]
+            await sandbox.in_flight.serve(partial(_cancelled_on_disconnect, app), scope, receive, send)  # type: ignore[arg-type]
             return
         else:
-            await app(scope, receive, send)  # type: ignore[misc]
+            await sandbox.in_flight.serve(app, scope, receive, send)  # type: ignore[arg-type]
             return
         await response(scope, receive, send)
 
@@ -312,7 +313,7 @@ class LocalboxApp:
             await paused_error(sandbox.id)(scope, receive, send)
             return
         scope.setdefault("state", {})["sandbox"] = sandbox
-        await self.envd_http(scope, receive, send)
+        await sandbox.in_flight.serve(self.envd_http, scope, receive, send)
 
     async def _debug_sandbox(self) -> Sandbox:
         """Clients with E2B_DEBUG=true never call the API: they all share one sandbox."""
@@ -414,7 +415,9 @@ async def _cancelled_on_disconnect(app: ASGIApp, scope: Scope, receive: Receive,
         await asyncio.wait([handler])
     finally:
         watcher.cancel()
-        handler.cancel()
+        if not handler.done():  # this request was cut (inflight.py): what the handler ends with is moot
+            handler.add_done_callback(lambda done: done.cancelled() or done.exception())
+            handler.cancel()
     client_left = watcher.done() and not watcher.cancelled() and watcher.result()
     if not handler.cancelled() and not client_left:
         handler.result()  # the handler's own failure; after a cancel there is nobody left to tell

@@ -260,7 +260,8 @@ class ProcessService(EnvdBase, Process):
 
 
 def stream_cut(sandbox: Sandbox) -> ConnectError:
-    """How a stream ends when its sandbox is killed: no end event, an `unavailable` the SDKs then probe."""
+    """The end message of a stream whose stopped sandbox kept its connection (`kill_stream_unavailable`): without
+    the quirk the connection is cut first (inflight.py), as E2B's proxy loses it, and this is never sent."""
     return ConnectError(Code.UNAVAILABLE, f"the connection to sandbox {sandbox.id} ended before the stream completed")
 
 

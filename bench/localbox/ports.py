@@ -89,10 +89,15 @@ class PortProxy:
             closed = f"The sandbox {sandbox_id} is running but port {port} is not open"
             await _refuse(scope, receive, send, proxy_error(502, closed, sandbox_id, port))
             return
-        if scope["type"] == "websocket":
-            await _relay_websocket(scope, receive, send, sock, sandbox, port)
-        else:
-            await _proxy_http(scope, receive, send, sock, sandbox.ingress.request_host(port))
+        running = sandbox
+
+        async def relay(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "websocket":
+                await _relay_websocket(scope, receive, send, sock, running, port)
+            else:
+                await _proxy_http(scope, receive, send, sock, running.ingress.request_host(port))
+
+        await sandbox.in_flight.serve(relay, scope, receive, send)  # the sandbox's stop cuts the connection
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, response: JSONResponse | None) -> None:

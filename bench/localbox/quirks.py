@@ -43,6 +43,9 @@ class Quirks:
     upload_no_metadata: bool = False  # POST /files answers without metadata and keeps the old metadata
     proc_size_zero: bool = False  # a file whose stat size is 0 (/proc) downloads empty
     kill_stream_clean_end: bool = False  # killing a sandbox ends its command streams with a clean end event
+    # a sandbox that stops keeps its open connections: a command or watch stream ends with an envd `unavailable`
+    # message instead of losing its connection (a pause leaves it open), so the SDKs do not say it was killed
+    kill_stream_unavailable: bool = False
     kill_returns_early: bool = False  # commands.kill answers at once; the process is killed a moment later
     streams_outlive_clients: bool = False  # a stream whose client went away runs on until it ends
     signed_url_generic_error: bool = False  # a refused signed URL gets the generic token error

@@ -32,6 +32,7 @@ from .box import (
 )
 from .codeinterp import START_COMMANDS
 from .disk import Disks, unmount_under
+from .inflight import InFlight
 from .network import EgressRules, Ingress
 from .quirks import Quirks
 from .template import ensure_template
@@ -81,6 +82,17 @@ class Sandbox:
     stat_answers: dict[str, Any] = field(default_factory=dict)  # path -> first Stat answer (`stale_file_info`)
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    in_flight: InFlight = field(init=False, repr=False)  # its envd requests and port connections under way
+
+    def __post_init__(self) -> None:
+        self.in_flight = InFlight(self.id)
+
+    def stopped(self) -> None:
+        """It stopped (killed, paused, timed out, died): what it was answering loses its connection, as on E2B;
+        under the `kill_stream_unavailable` and `kill_stream_clean_end` quirks each stream ends with an envd message
+        instead (or, paused, not at all)."""
+        if not (self.quirks.kill_stream_unavailable or self.quirks.kill_stream_clean_end):
+            self.in_flight.cut()
 
     def mint_token(self) -> str:
         """A fresh envd access token; the previous ones keep working for the grace period only."""
@@ -311,6 +323,7 @@ class Registry:
     def _box_exited(self, sandbox: Sandbox) -> None:
         if not self._closing and self.sandboxes.get(sandbox.id) is sandbox:
             self.sandboxes.pop(sandbox.id, None)
+            sandbox.stopped()
             task = asyncio.ensure_future(sandbox.box.kill())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -322,6 +335,7 @@ class Registry:
         sandbox = self.sandboxes.pop(sandbox_id, None)
         if sandbox is None:
             return False
+        sandbox.stopped()  # before its processes end: their streams are cut, never ended
         for watcher in list(sandbox.watchers.values()):
             await watcher.close()
         if sandbox.kept_root is not None:  # paused without memory: only its root's changes are left
@@ -336,6 +350,7 @@ class Registry:
         return True
 
     async def pause(self, sandbox: Sandbox, memory: bool = True) -> None:
+        sandbox.stopped()
         if memory or self.quirks.pause_keeps_memory:
             await sandbox.box.freeze()
         else:

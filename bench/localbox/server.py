@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from bench import asgi
 
@@ -121,10 +120,10 @@ KEEPALIVE_S = 330.0
 MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
 
 
-class GuardedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP protocol plus a header timeout and a connection cap that idle clients cannot use up: at
-    the cap, a new connection closes the oldest one with no request under way. Between requests uvicorn's
-    keep-alive timeout (`KEEPALIVE_S`) applies."""
+class GuardedHttp(asgi.ResettableHttp):
+    """uvicorn's HTTP protocol (whose requests can reset their connection) plus a header timeout and a connection
+    cap that idle clients cannot use up: at the cap, a new connection closes the oldest one with no request under
+    way. Between requests uvicorn's keep-alive timeout (`KEEPALIVE_S`) applies."""
 
     _open: weakref.WeakKeyDictionary[object, dict[GuardedHttp, None]] = weakref.WeakKeyDictionary()
 

@@ -1070,19 +1070,37 @@ async def proc_file_read(fl: Flavour, obs: Observed) -> None:
 
 @behaviour("kill_cuts_stream")
 async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
-    """Killing a sandbox cuts a running command's stream without an end event: wait() raises the SDK's
-    timeout error ('killed or reached its end of life'), never an exit code."""
+    """Killing a sandbox cuts a running command's streams as E2B's proxy loses the VM: the connection ends with
+    no end event and no end message (a raw Connect stream of the process shows it), so wait() raises the SDK's
+    timeout error saying the sandbox was killed ('killed or reached its end of life'), never an exit code."""
     sbx = await fl.new()
     handle = await got(sbx.commands.run("echo started; sleep 20", background=True))
-    with rest() as client:
-        same(obs, "rest_kill", client.delete(f"/sandboxes/{sbx.sandbox_id}").status_code, 204)
+    made = {"sandboxID": sbx.sandbox_id, "envdAccessToken": getattr(sbx, "_envd_access_token", None) or ""}
+    with httpx.Client(timeout=30 * slowness(fl)) as client:
+        raw = RpcStream(client, made, "/process.Process/Connect", {"process": {"pid": handle.pid}})
+        try:
+            opened = raw.next_event() or {}
+            same(obs, "raw_stream_opened", "start" in opened, True)
+            with rest() as api:
+                same(obs, "rest_kill", api.delete(f"/sandboxes/{sbx.sandbox_id}").status_code, 204)
+            try:
+                raw.until(lambda: False, 30 * slowness(fl))
+                ending = f"an end message: {raw.error!r}" if raw.error else f"a clean end, end event {raw.end}"
+            except httpx.TransportError:
+                ending = "connection lost"
+        finally:
+            raw.close()
+    same(obs, "raw_stream_ended_by", ending, "connection lost")
     try:
         result = await got(handle.wait())
     except Exception as exc:
         obs["raised"] = exception_details(exc)
         kinds = [cls.__name__ for cls in type(exc).__mro__]
-        # The class is the documented part; the wording varies between SDK releases.
         expect("TimeoutException" in kinds, f"wait() raised {type(exc).__name__}: {exc}, expected a TimeoutException")
+        # What each SDK says once its health probe found the sandbox gone after the connection was lost.
+        expect(
+            "killed or reached its end of life" in str(exc), f"wait() raised {exc}: the SDK was not told it was killed"
+        )
         return
     raise Fail(f"wait() returned exit code {result.exit_code!r}: the stream of a killed sandbox ended cleanly")
 

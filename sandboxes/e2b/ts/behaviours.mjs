@@ -683,8 +683,13 @@ behaviour('kill_cuts_stream', async (b, obs) => {
     result = await handle.wait()
   } catch (err) {
     obs.raised = errorDetails(err)
-    // The class is the documented part; the wording varies between SDK releases.
     expect(err?.name === 'TimeoutError', `wait() raised ${err?.name}: ${err?.message}, expected a TimeoutError`)
+    // What the SDK says once its health probe found the sandbox gone after the connection was lost (an envd
+    // `unavailable` end message instead reads "likely due to sandbox timeout").
+    expect(
+      String(err?.message).includes('killed or reached its end of life'),
+      `wait() raised ${err?.message}: the connection was not lost, so the SDK was not told the sandbox was killed`
+    )
     return
   }
   throw new Fail(`wait() returned exitCode ${show(result?.exitCode)}: the stream of a killed sandbox ended cleanly`)

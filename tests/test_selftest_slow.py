@@ -1,0 +1,63 @@
+"""`./e2b-bench selftest --slow`: CI's selection plus the slow-marked tests, seen by collecting (nothing runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from run_cli import REPO
+
+# Modules holding tests of each kind: slow, benchmarks, and neither.
+MODULES = ("tests/test_remote_conditions.py", "tests/test_bench.py")
+# A plugin that writes down every collected test with its markers, and whether the selection kept it.
+SEEN_PLUGIN = """
+import json, os
+import pytest
+
+seen = {}
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    seen["all"] = {item.nodeid: sorted(mark.name for mark in item.iter_markers()) for item in items}
+
+def pytest_collection_finish(session):
+    seen["kept"] = [item.nodeid for item in session.items]
+    with open(os.environ["SEEN_TO"], "w") as out:
+        json.dump(seen, out)
+"""
+
+
+def selftest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "seen_plugin.py").write_text(SEEN_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SEEN_TO": str(tmp_path / "seen.json")}
+    return subprocess.run(
+        [str(REPO / "e2b-bench"), "selftest", "--collect-only", "-q", "-p", "seen_plugin", *args, *MODULES],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_slow_selects_cis_tests_and_the_slow_ones_but_no_benchmark(tmp_path: Path) -> None:
+    done = selftest(tmp_path, "--slow")
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    every, kept = seen["all"], set(seen["kept"])
+    slow = {test for test, marks in every.items() if "slow" in marks and "bench" not in marks}
+    benchmarks = {test for test, marks in every.items() if "bench" in marks}
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert slow and benchmarks and set(every) - slow - benchmarks  # each kind is there to be told apart
+    assert kept == set(every) - benchmarks
+
+
+def test_slow_with_a_marker_expression_of_its_own_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    done = selftest(tmp_path, "--slow", "-m", "slow")
+
+    assert done.returncode == 4  # pytest's usage error, before anything is collected
+    assert "ERROR: --slow is a selection of its own (-m 'not bench'): give it or -m, not both" in done.stderr
+    assert not (tmp_path / "seen.json").exists()

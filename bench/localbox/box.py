@@ -271,6 +271,7 @@ class Cgroup:
                 self.paths.append(path)
                 self.controllers[root.parent.name] = path
         self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
+        self._background = False  # made with the usual weight
         self._limit(limits)
 
     def _limit(self, limits: Limits) -> None:
@@ -287,8 +288,11 @@ class Cgroup:
                         (path / name).write_text(str(value))
 
     def background(self, on: bool) -> None:
-        """Whether this sandbox yields the CPU to the others (a relative weight, not a limit): one prepared
-        ahead of demand does, so it never slows a sandbox serving requests; taken, it gets the usual weight."""
+        """Whether this sandbox yields the CPU to the others (a relative weight, not a limit; the same
+        weight again writes nothing)."""
+        if on == self._background:
+            return
+        self._background = on
         for path in self.paths:
             for name, value in (("cpu.shares", 2 if on else 1024), ("cpu.weight", 1 if on else 100)):
                 if (path / name).exists():

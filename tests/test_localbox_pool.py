@@ -1,4 +1,5 @@
-"""Sandboxes prepared ahead of demand yield the CPU to those serving requests until a create takes one (#30)."""
+"""Sandboxes prepared ahead of demand: they yield the CPU while one waits in the pool, get the usual weight
+when a create takes one, and are never handed out again once they ran (#25, #30)."""
 
 from __future__ import annotations
 
@@ -28,21 +29,56 @@ def cpu_weight(box: Box) -> tuple[str, int]:
     return name, int((directory / name).read_text())
 
 
-def test_a_prepared_sandbox_yields_the_cpu_until_a_create_takes_it() -> None:
+def settled(local: LocalServer, pooled: int) -> list[Box]:
+    """The pool once it holds `pooled` sandboxes and nothing is prepared or torn down any more."""
+    deadline = time.monotonic() + scaled(60)
+    while not (len(local.registry._pool) == pooled and local.registry.idle) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(local.registry._pool) == pooled and local.registry.idle
+    return list(local.registry._pool)
+
+
+def test_a_sandbox_prepared_while_another_waits_yields_the_cpu_one_prepared_for_an_empty_pool_does_not() -> None:
+    """Prepared while the pool is empty, a sandbox is what the next create waits for: the usual weight (at
+    the lowest, creates faster than idle CPU prepares would each make their own). Prepared while another
+    waits in the pool, it yields. Taken, it has the usual weight."""
     local = LocalServer(pool_size=2)
     with in_thread(local):
-        deadline = time.monotonic() + scaled(60)
-        while len(local.registry._pool) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        prepared = list(local.registry._pool)
-        assert len(prepared) == 2
-        assert all(value == BACKGROUND[name] for name, value in map(cpu_weight, prepared))
+        first = settled(local, 2)  # both prepared while the pool was empty
+        assert all(value == USUAL[name] for name, value in map(cpu_weight, first))
 
         ep = local.endpoint
         sandbox = Sandbox.create(api_key=ep.api_key, api_url=ep.api_url, sandbox_url=ep.sandbox_url)
         record = local.registry.get(sandbox.sandbox_id)
-        assert record is not None and record.box is prepared[0]  # taken from the pool
+        assert record is not None and record.box is first[0]  # taken from the pool
         name, value = cpu_weight(record.box)
+        assert value == USUAL[name]
+
+        refilled = [box for box in settled(local, 2) if box not in first]
+        assert len(refilled) == 1  # prepared while first[1] waited in the pool
+        name, value = cpu_weight(refilled[0])
+        assert value == BACKGROUND[name]
+        name, value = cpu_weight(first[1])
         assert value == USUAL[name]
         assert sandbox.commands.run("echo served").stdout == "served\n"
         sandbox.kill()
+
+
+def test_a_pooled_sandbox_is_never_handed_out_again_once_it_ran() -> None:
+    local = LocalServer(pool_size=2)
+    with in_thread(local):
+        ep = local.endpoint
+        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
+        settled(local, 2)
+        used = Sandbox.create(**keys)
+        box = local.registry.get(used.sandbox_id).box  # type: ignore[union-attr]
+        used.commands.run("echo ran > /tmp/mark")
+        used.kill()
+        settled(local, 2)
+        assert box not in local.registry._pool and not box.dir.exists()
+        later = [Sandbox.create(**keys) for _ in range(3)]  # the whole pool, then one made on demand
+        for sandbox in later:
+            found = sandbox.commands.run("hostname; test -e /tmp/mark && echo marked || echo clean").stdout
+            assert found == f"{sandbox.sandbox_id}\nclean\n"
+            assert sandbox.sandbox_id != used.sandbox_id
+            sandbox.kill()

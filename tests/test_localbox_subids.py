@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,3 +79,30 @@ def test_a_sandbox_runs_as_ids_of_roots_configured_range(configured_server: Loca
 
     assert uid_map[:2] == ["0", str(ID_BASE + SLOT * ID_COUNT)]
     assert host_uid == int(uid_map[1])
+
+
+def test_a_server_takes_the_lowest_range_it_may_find_free_and_a_released_one_first(tmp_path: Path) -> None:
+    locks, grid = tmp_path / "locks", SubordinateIds()
+    taken = [IdRange.take(locks, grid) for _ in range(3)]
+    other = os.open(locks / "3", os.O_RDWR | os.O_CREAT)  # slot 3 held by another server's sandbox
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        taken[1].release()
+        again, past_other = IdRange.take(locks, grid), IdRange.take(locks, grid)
+    finally:
+        os.close(other)
+
+    slots = [(ids.base - ID_BASE) // ID_COUNT for ids in (*taken, again, past_other)]
+    assert slots == [0, 1, 2, 1, 4]
+
+
+def test_the_subordinate_id_files_are_read_again_when_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = subids(tmp_path, f"root:{slot(SLOT)}\n", f"root:{slot(SLOT)}\n")
+    monkeypatch.setattr(box, "SUBID_FILES", files)
+    before = box._configured_slots()
+    for path in files:
+        path.write_text(f"root:{slot(SLOT + 1, 2)}\n")
+
+    assert (before, box._configured_slots()) == ([SLOT], [SLOT + 1, SLOT + 2])

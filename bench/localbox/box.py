@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import errno
 import fcntl
@@ -211,34 +212,61 @@ class IdRange:
     grid), among those the host's subordinate id configuration allows, n held through a lock file for the
     sandbox's life, so no two sandboxes of any server on this host share an id."""
 
-    def __init__(self, base: int, lock_fd: int) -> None:
-        self.base, self.count, self._lock_fd = base, ID_COUNT, lock_fd
+    # Per lock directory, the lowest slot this server may find free: every slot below it is held by one of
+    # its sandboxes or was free and then taken by another server. A create starts looking there, not at slot
+    # 0 (one lock file tried per running sandbox: a burst of n creates tried n^2/2).
+    _scan_from: dict[Path, int] = {}
+
+    def __init__(self, base: int, lock_fd: int, locks: Path | None = None) -> None:
+        self.base, self.count, self._lock_fd, self._locks = base, ID_COUNT, lock_fd, locks
 
     @classmethod
     def take(cls, locks: Path, subordinate: SubordinateIds | None = None) -> IdRange:
         private_dir(locks)
-        subordinate = subordinate or SubordinateIds.read()
-        allowed = subordinate.slots()
+        allowed = subordinate.slots() if subordinate else _configured_slots()
         if not allowed:
             raise AgentError(
                 f"/etc/subuid and /etc/subgid leave sandboxes no whole range of {ID_COUNT} ids at "
                 f"{ID_BASE} + n * {ID_COUNT} (give the server's user one, e.g. root:{ID_BASE}:{ID_COUNT * 64})",
                 errno.EAGAIN,
             )
-        for n in allowed:
+        start = bisect.bisect_left(allowed, cls._scan_from.get(locks, 0))
+        for n in allowed[start:] + allowed[:start]:
             fd = os.open(locks / str(n), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(fd)
                 continue
-            return cls(ID_BASE + n * ID_COUNT, fd)
+            cls._scan_from[locks] = n + 1
+            return cls(ID_BASE + n * ID_COUNT, fd, locks)
         raise AgentError(f"all {len(allowed)} uid ranges are taken by running sandboxes", errno.EAGAIN)
 
     def release(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+            if self._locks is not None:
+                n = (self.base - ID_BASE) // ID_COUNT
+                self._scan_from[self._locks] = min(n, self._scan_from.get(self._locks, n))
+
+
+_slots_read: tuple[tuple, list[int]] | None = None  # (what the files were, their slots)
+
+
+def _configured_slots() -> list[int]:
+    """SubordinateIds.read().slots() of SUBID_FILES, read again only when one of the files changed."""
+    global _slots_read
+    stamp: list[object] = []
+    for path in SUBID_FILES:
+        try:
+            st = path.stat()
+            stamp.append((str(path), st.st_ino, st.st_size, st.st_mtime_ns))
+        except OSError:
+            stamp.append((str(path), None))
+    if _slots_read is None or _slots_read[0] != tuple(stamp):
+        _slots_read = (tuple(stamp), SubordinateIds.read().slots())
+    return _slots_read[1]
 
 
 V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
@@ -271,6 +299,7 @@ class Cgroup:
                 self.paths.append(path)
                 self.controllers[root.parent.name] = path
         self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
+        self._background = False  # made with the usual weight
         self._limit(limits)
 
     def _limit(self, limits: Limits) -> None:
@@ -287,8 +316,11 @@ class Cgroup:
                         (path / name).write_text(str(value))
 
     def background(self, on: bool) -> None:
-        """Whether this sandbox yields the CPU to the others (a relative weight, not a limit): one prepared
-        ahead of demand does, so it never slows a sandbox serving requests; taken, it gets the usual weight."""
+        """Whether this sandbox yields the CPU to the others (a relative weight, not a limit; the same
+        weight again writes nothing)."""
+        if on == self._background:
+            return
+        self._background = on
         for path in self.paths:
             for name, value in (("cpu.shares", 2 if on else 1024), ("cpu.weight", 1 if on else 100)):
                 if (path / name).exists():

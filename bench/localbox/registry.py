@@ -154,6 +154,7 @@ class Registry:
         self.sandboxes: dict[str, Sandbox] = {}
         self.boxes_dir = config.state_dir / "boxes"
         self._pool: list[Box] = []
+        self._preparing: set[Box] = set()  # being prepared for the pool
         self._pool_task: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
         self._closing = False
@@ -202,14 +203,16 @@ class Registry:
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 
-    async def _new_box(
-        self, internet: bool, sandbox_id: str, layers: str | None = None, background: bool = False
-    ) -> Box:
+    def _box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
         root = Path(layers) if layers else self.config.template_root  # layers: "upper copy:...:template"
-        box = Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote, self.disks)
-        if background:
-            box.cgroup.background(True)
-        await box.start(hostname=sandbox_id)
+        return Box(sandbox_id, root, self.boxes_dir, self._settings(internet), self.zygote, self.disks)
+
+    async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
+        return await self._boot_box(self._box(internet, sandbox_id, layers))
+
+    @staticmethod
+    async def _boot_box(box: Box) -> Box:
+        await box.start(hostname=box.name)
         await box.new_boot_id()
         return box
 
@@ -226,19 +229,37 @@ class Registry:
             prepared = await asyncio.gather(*(self._prepare_box() for _ in range(wanted)), return_exceptions=True)
             failed = [p for p in prepared if isinstance(p, BaseException)]
             self._pool.extend(p for p in prepared if isinstance(p, Box))
+            self._weigh_preparing()
             if failed:
                 log.error("could not prepare a sandbox in advance", exc_info=failed[0])
                 return
 
     async def _prepare_box(self) -> Box:
-        box = await self._new_box(internet=True, sandbox_id=self.new_id(), background=True)
-        await box.warm_up()
+        box = self._box(internet=True, sandbox_id=self.new_id())
+        self._preparing.add(box)
+        self._weigh_preparing()
+        try:
+            await self._boot_box(box)
+            await box.warm_up()
+        finally:
+            self._preparing.discard(box)
         return box
+
+    def _weigh_preparing(self) -> None:
+        """Sandboxes being prepared yield the CPU (the lowest weight) while a prepared one waits in the pool:
+        then the next create does not need them, and they never slow a sandbox serving requests. With the
+        pool empty the next create needs one of them (or makes its own, at the usual weight), so they get
+        the usual weight: at the lowest, demand above what idle CPU prepares would leave every create
+        making its own, and a starved preparation holding a kernel lock (mounts, cgroups, namespaces)
+        would stall the creates that need that lock."""
+        for box in self._preparing:
+            box.cgroup.background(bool(self._pool))
 
     async def _take_box(self, internet: bool, sandbox_id: str | None, layers: str | None = None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""
         while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
+            self._weigh_preparing()
             if box.running:
                 box.cgroup.background(False)
                 self._refill_pool()

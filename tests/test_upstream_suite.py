@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import tempfile
 import time
@@ -47,6 +48,24 @@ except SourceError:
     SDK = None
 needs_tree = pytest.mark.skipif(SDK is None, reason=f"no E2B SDK source tree at {source_root()}")
 
+# The JavaScript half: E2B's js-sdk tests under vitest (sandboxes/upstream/js/).
+JS_RUNNER = "js-upstream"
+# A few files: commands and files against sandboxes, unit tests with a `.for` test and a template-literal title
+# (one case each for every test they name).
+JS_BOUNDED = (
+    "tests/sandbox/commands/run.test.ts",
+    "tests/sandbox/files/write.test.ts",
+    "tests/utils.test.ts",
+    "tests/envd/handleRpcError.test.ts",
+)
+PLACEHOLDER = re.compile(r"\$\{[^}]*\}|%[sdifjoc#$%]|\$[A-Za-z_][\w.]*|\$\d+")
+
+try:
+    JS_SDK: Path | None = js_sdk()
+except SourceError:
+    JS_SDK = None
+needs_js_tree = pytest.mark.skipif(JS_SDK is None, reason=f"no E2B js-sdk source tree at {source_root()}")
+
 
 def table() -> dict:
     return load_manifest()[SUITE][RUNNER]
@@ -64,18 +83,20 @@ def upstream_run(results: Path, *patterns: str, timeout: float = 900) -> subproc
 
 def not_passing_here() -> dict[str, str]:
     """Every upstream test that does not pass against the embedded endpoint, with why: the `needs` declarations
-    of the suite and the local endpoint's declarations of upstream cases."""
+    of the suite and the local endpoint's declarations of upstream cases (Python's tests, then JavaScript's)."""
     assert SDK is not None
-    tests = python_tests(SDK)
-    found = dict(declared(table(), tests))
     with (REPO / "expectations" / "local.toml").open("rb") as handle:
         cases = tomllib.load(handle).get("cases", {})
-    prefix = f"{SUITE}/{RUNNER}/"
-    for pattern, declaration in cases.items():
-        if pattern.startswith(prefix):
-            for test in tests:
-                if re.fullmatch(re.escape(pattern[len(prefix) :]).replace(r"\*", ".*"), test):
-                    found.setdefault(test, f"{declaration['outcome']}: {declaration['reason']}")
+    found: dict[str, str] = {}
+    listings = [(RUNNER, python_tests(SDK))] + ([(JS_RUNNER, js_tests(JS_SDK))] if JS_SDK is not None else [])
+    for runner, tests in listings:
+        found.update(declared(load_manifest()[SUITE][runner], tests))
+        prefix = f"{SUITE}/{runner}/"
+        for pattern, declaration in cases.items():
+            if pattern.startswith(prefix):
+                for test in tests:
+                    if re.fullmatch(re.escape(pattern[len(prefix) :]).replace(r"\*", ".*"), test):
+                        found.setdefault(test, f"{declaration['outcome']}: {declaration['reason']}")
     return found
 
 
@@ -196,25 +217,6 @@ def test_whole_suite_against_the_embedded_endpoint(tmp_path: Path) -> None:
     assert done.returncode == 0
 
 
-# --- the JavaScript half: E2B's js-sdk tests under vitest (sandboxes/upstream/js/) ------------------------------
-JS_RUNNER = "js-upstream"
-# A few files: commands and files against sandboxes, unit tests with a `.for` test and a template-literal title
-# (one case each for every test they name), and a file whose tests a declaration keeps off the endpoint.
-JS_BOUNDED = (
-    "tests/sandbox/commands/run.test.ts",
-    "tests/sandbox/files/write.test.ts",
-    "tests/utils.test.ts",
-    "tests/envd/handleRpcError.test.ts",
-)
-PLACEHOLDER = re.compile(r"\$\{[^}]*\}|%[sdifjoc#$%]|\$[A-Za-z_][\w.]*|\$\d+")
-
-try:
-    JS_SDK: Path | None = js_sdk()
-except SourceError:
-    JS_SDK = None
-needs_js_tree = pytest.mark.skipif(JS_SDK is None, reason=f"no E2B js-sdk source tree at {source_root()}")
-
-
 def js_file_tests(file: str) -> list[str]:
     assert JS_SDK is not None
     return [test for test in js_tests(JS_SDK) if test.split(" > ", 1)[0] == file]
@@ -315,9 +317,7 @@ def test_js_bounded_run_records_each_vitest_test_of_the_files_as_a_case(tmp_path
     assert all(outcome == "pass" for outcome in cases[templated].details["items"].values())
     creates = [line for line in wire if line["method"] == "POST" and line["url"].split("?")[0].endswith("/sandboxes")]
     assert len(creates) >= len(js_file_tests(JS_BOUNDED[0])) // 2  # the sandbox tests reached the endpoint
-    assert rerun_command(run, cases[wanted[0]]).endswith(f"--case '{SUITE}/{JS_RUNNER}/{wanted[0]}'") or (
-        rerun_command(run, cases[wanted[0]]).endswith(f"{SUITE}/{JS_RUNNER}/{wanted[0]}")
-    )
+    assert shlex.split(rerun_command(run, cases[wanted[0]]))[-2:] == ["--case", f"{SUITE}/{JS_RUNNER}/{wanted[0]}"]
     assert sorted(p.relative_to(JS_SDK) for p in JS_SDK.rglob("*")) == before  # nothing written into the tree
 
 

@@ -50,6 +50,7 @@ class Steps {
     this.byFile = new Map() // file -> [{id, name, pattern, plain}]
     this.items = new Map() // step -> [{name, state, errors, ms}]
     this.reported = new Set()
+    this.fileErrors = new Map() // file -> the errors vitest reported for the file itself
     for (const id of wanted) {
       const cut = id.indexOf(SEPARATOR)
       const file = id.slice(0, cut)
@@ -81,15 +82,18 @@ class Steps {
     if (step.plain) this.send(step.id)
   }
 
-  /** A file ended: each of its steps is sent, those that ran no test as errors (with the file's errors). */
-  endFile(file, fileErrors = []) {
+  /** A file ended: each of its steps that has results is sent. A step with none waits for the end of the run
+   * (`final`): vitest may deliver a test's result after its file's end, and its JSON report has them all. */
+  endFile(file, fileErrors = [], final = false) {
+    if (fileErrors.length > 0) this.fileErrors.set(file, fileErrors)
     for (const { id } of this.byFile.get(file) ?? []) {
       if (this.reported.has(id)) continue
       if (this.items.has(id)) this.send(id)
-      else {
-        const why = fileErrors.length > 0 ? `the file failed: ${oneLine(fileErrors[0].message)}` : 'vitest ran no test of this name'
+      else if (final) {
+        const errors = this.fileErrors.get(file) ?? []
+        const why = errors.length > 0 ? `the file failed: ${oneLine(errors[0].message)}` : 'vitest ran no test of this name'
         this.reported.add(id)
-        emit(stepEvent(id, 'error', 0, why, { upstream: id, errors: excerpt(fileErrors.map(text).join('\n\n')) }))
+        emit(stepEvent(id, 'error', 0, why, { upstream: id, errors: excerpt(errors.map(text).join('\n\n')) }))
       }
     }
   }
@@ -197,11 +201,11 @@ async function main() {
 
 /** Whatever the reporter stream did not deliver, from vitest's JSON report (when it was written). */
 function fromJsonReport(plan, sdk, path) {
-  let report
+  let report = {}
   try {
     report = JSON.parse(readFileSync(path, 'utf8'))
-  } catch {
-    return
+  } catch (error) {
+    console.error(`vitest's JSON report ${path} could not be read: ${error.message}`)
   }
   for (const module of report.testResults ?? []) {
     const file = relative(sdk, module.name)
@@ -210,8 +214,9 @@ function fromJsonReport(plan, sdk, path) {
       const errors = (test.failureMessages ?? []).map((message) => ({ message }))
       plan.add(file, [...(test.ancestorTitles ?? []), test.title].join(SEPARATOR), state, errors, test.duration ?? 0)
     }
-    plan.endFile(file, module.message ? [{ message: module.message }] : [])
+    plan.endFile(file, module.message ? [{ message: module.message }] : [], true)
   }
+  for (const file of plan.files()) plan.endFile(file, [], true)
 }
 
 main().catch((error) => {

@@ -229,7 +229,7 @@ def names(step: str) -> re.Pattern[str]:
     for found in PLACEHOLDER.finditer(title):
         parts += [re.escape(title[last : found.start()]), "%" if found[0] == "%%" else ".*?"]
         last = found.end()
-    return re.compile("".join([*parts, re.escape(title[last:])]))
+    return re.compile("".join([*parts, re.escape(title[last:])]), re.DOTALL)
 
 
 def test_js_titles_are_read_from_the_syntax() -> None:

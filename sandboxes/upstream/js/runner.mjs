@@ -27,7 +27,7 @@ function titlePattern(title) {
   let source = ''
   let last = 0
   for (const match of title.matchAll(placeholder)) {
-    source += escape(title.slice(last, match.index)) + (match[0] === '%%' ? '%' : '.*?')
+    source += escape(title.slice(last, match.index)) + (match[0] === '%%' ? '%' : '[\\s\\S]*?')
     last = match.index + match[0].length
   }
   return source + escape(title.slice(last))

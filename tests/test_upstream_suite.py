@@ -50,11 +50,10 @@ needs_tree = pytest.mark.skipif(SDK is None, reason=f"no E2B SDK source tree at 
 
 # The JavaScript half: E2B's js-sdk tests under vitest (sandboxes/upstream/js/).
 JS_RUNNER = "js-upstream"
-# A few files: commands and files against sandboxes, unit tests with a `.for` test and a template-literal title
+# A few files: commands against sandboxes, unit tests with a `.for` test and a template-literal title
 # (one case each for every test they name).
 JS_BOUNDED = (
     "tests/sandbox/commands/run.test.ts",
-    "tests/sandbox/files/write.test.ts",
     "tests/utils.test.ts",
     "tests/envd/handleRpcError.test.ts",
 )
@@ -257,13 +256,13 @@ def test_js_titles_are_read_from_the_syntax() -> None:
 
 @needs_js_tree
 def test_js_listing_is_what_vitest_collects() -> None:
-    """Each test vitest collects from the bounded files (and two with `.for` and template-literal titles) is named
+    """Each test vitest collects from the bounded files (and one with `.for` titles, a newline in one) is named
     by exactly one listed step, and every listed step names one at least (vitest `list` in the runner's own
     environment with the project's configuration)."""
     assert JS_SDK is not None
     spec = available_runners()[JS_RUNNER].spec
     packages = ensure_node_env(project_of(spec)) / "node_modules"
-    files = [*JS_BOUNDED, "tests/sandbox/networkTransform.test.ts", "tests/sandbox/iam.test.ts"]
+    files = [*JS_BOUNDED, "tests/sandbox/networkTransform.test.ts"]
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "NODE_PATH": str(packages)}
     with tempfile.TemporaryDirectory() as scratch:
         listing = Path(scratch) / "list.json"

@@ -30,6 +30,7 @@ def test_every_runner_folder_of_the_checkout_is_discovered_sdk_runners_newest_fi
         "pydantic-ai-harness-0.62.0",
         "smolagents-1.26.0",
         "js-code-interpreter-2.8.0",
+        "js-upstream",
         "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]
@@ -50,6 +51,7 @@ def test_the_default_is_the_newest_sdk_pin_of_each_language_and_every_framework(
         "pydantic-ai-harness-0.62.0",
         "smolagents-1.26.0",
         "js-code-interpreter-2.8.0",
+        "js-upstream",
         "mastra-0.8.0",
         "tanstack-ai-0.58.0",
     ]

@@ -3,7 +3,7 @@
 `sandboxes/e2b/manifest.toml` holds the SDK suites, `frameworks/manifest.toml` the framework suite,
 `sandboxes/code-interpreter/manifest.toml` the code-interpreter suite, `sandboxes/upstream/manifest.toml` E2B's
 own tests; a suite lives in exactly one of them. A table with `steps_from` has no steps of its own: they are
-the tests of a source tree (`upstream-python`: bench/upstream/source.py), listed when asked for.
+the tests of a source tree (`upstream-python`, `upstream-js`: bench/upstream/source.py), listed when asked for.
 """
 
 from __future__ import annotations
@@ -85,12 +85,13 @@ def load_steps(suite: str, language: str, path: Path | None = None) -> list[Step
 
 def source_steps(suite: str, language: str, source: str) -> list[Step]:
     """The steps a source tree gives a `steps_from` table: one per upstream test, none depending on another."""
-    from bench.upstream.source import SourceError, python_sdk, python_tests
+    from bench.upstream.source import SourceError, js_sdk, js_tests, python_sdk, python_tests
 
-    if source != "upstream-python":
-        raise ManifestError(f"[{suite}.{language}]: unknown steps_from {source!r} (upstream-python is the one known)")
+    listings = {"upstream-python": lambda: python_tests(python_sdk()), "upstream-js": lambda: js_tests(js_sdk())}
+    if source not in listings:
+        raise ManifestError(f"[{suite}.{language}]: unknown steps_from {source!r} (known: {', '.join(listings)})")
     try:
-        return [Step(id=test, title=test, depends=()) for test in python_tests(python_sdk())]
+        return [Step(id=test, title=test, depends=()) for test in listings[source]()]
     except SourceError as exc:
         raise ManifestError(str(exc)) from None
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bench.upstream.source import python_sdk
+from bench.upstream.source import js_sdk, python_sdk
 
 NEEDS = {  # need -> (what it says, whether any endpoint the harness runs against can meet it)
     "internet": ("needs the public internet", True),
@@ -22,6 +22,8 @@ NEEDS = {  # need -> (what it says, whether any endpoint the harness runs agains
     "template-build": ("needs E2B's template build service", True),
     "volumes": ("needs E2B's volume service", True),
     "sdk-defaults": ("checks the SDK's default URLs, which E2B_SANDBOX_URL (the run's wire proxy) overrides", False),
+    "browser": ("runs in a browser (vitest's browser mode, Playwright's Chromium): the JS runner is Node only", False),
+    "runtime": ("runs in another JS runtime (Cloudflare workers, Deno, Bun): the JS runner is Node only", False),
 }
 WORKERS = 2  # pytest-xdist workers of the upstream run: its tests wait on the endpoint more than on the CPU
 
@@ -75,12 +77,8 @@ def declared(table: Mapping[str, Any], tests: Iterable[str], embedded: bool = Tr
 
 
 def task_options(table: Mapping[str, Any], steps: Iterable[str], embedded: bool) -> dict[str, Any]:
-    """The runner's `options.upstream`: the source's python-sdk, the tests this endpoint cannot serve, and how
-    many pytest workers run the rest."""
-    return {
-        "upstream": {
-            "python_sdk": str(python_sdk()),
-            "declared": declared(table, steps, embedded),
-            "workers": WORKERS,
-        }
-    }
+    """The runner's `options.upstream`: the source's package its tests are in (`python_sdk` for pytest's
+    runner, `js_sdk` for vitest's), the tests this endpoint cannot serve, and how many workers run the rest."""
+    js = table.get("steps_from") == "upstream-js"
+    package = {"js_sdk": str(js_sdk())} if js else {"python_sdk": str(python_sdk())}
+    return {"upstream": {**package, "declared": declared(table, steps, embedded), "workers": WORKERS}}

@@ -4,6 +4,7 @@ memory stayed flat, and the admission that answers 429 rather than failing; then
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import math
 import os
@@ -368,7 +369,7 @@ def test_a_soak_faster_than_the_endpoint_admits_is_paced_down_and_its_refused_cr
     the refusals cut the pace, every refused create is made after its backoff, and nothing fails."""
     done = e2b_bench(
         "load", "--soak", "--users", "4", "--rate", "3", "--duration", "20", "--idle-seconds", "0",
-        "--pause-share", "0", "--quirk", "rate_limit=1", "--no-report", "--results-dir", str(tmp_path), timeout=400,
+        "--pause-share", "0", "--quirk", "rate_limit=1", "--results-dir", str(tmp_path), timeout=400,
     )  # fmt: skip
     run_dir = only_run_dir(tmp_path)
     document: dict[str, Any] = json.loads((run_dir / "load.json").read_text())
@@ -384,5 +385,9 @@ def test_a_soak_faster_than_the_endpoint_admits_is_paced_down_and_its_refused_cr
     sandboxes = document["sandboxes"]
     assert sandboxes["created"] == sandboxes["killed"] == document["operations"]["create"]["requests"] > 0
     assert sandboxes["count_start"] == sandboxes["count_end"] and sandboxes["leaked"] == []
-    assert f"of the creates refused, {refused['retried']} were made after the backoff, 0 failed" in done.stdout
+    said = f"of the creates refused, {refused['retried']} were made after the backoff, 0 failed"
+    paced = f"pace: 3.00 sessions/s asked, {pace['made_per_s']:.2f} sandboxes/s made; cut {pace['cuts']} times"
+    assert said in done.stdout and paced in done.stdout
+    report = html.unescape((run_dir / "report.html").read_text())
+    assert said in report and paced in report
     assert done.returncode == 0, done.stdout[-3000:]

@@ -39,6 +39,7 @@ from gevent import GreenletExit  # type: ignore[import-untyped]
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
+from locust.user.task import LOCUST_STATE_STOPPING
 
 from bench.soak.pace import FAILED, MADE, STOPPED, Pacer
 
@@ -131,8 +132,9 @@ class Gate:
         self._arrived = gevent.event.Event()
         self._dispatcher: gevent.Greenlet | None = None
 
-    def turn(self, first: bool = False) -> None:
-        """Return when this create may be sent (a stop raises `GreenletExit` here: nothing was sent)."""
+    def turn(self, stopping: Callable[[], bool], first: bool = False) -> None:
+        """Return when this create may be sent; `GreenletExit` when its user is stopped first (Locust's stop, or
+        `stopping()`: a user told to stop while in its task still waits in line): nothing was sent."""
         environment = _environment
         if environment is not None and environment.runner is not None and environment.parsed_options is not None:
             per_user = environment.parsed_options.e2b_rate
@@ -146,7 +148,9 @@ class Gate:
             self._dispatcher = gevent.spawn(self._dispatch)
         self._arrived.set()
         try:
-            mine.wait()
+            while not mine.wait(timeout=1.0):
+                if stopping():
+                    raise GreenletExit
         finally:
             if not mine.is_set():
                 self._line.remove(mine)
@@ -333,8 +337,9 @@ class SandboxUser(User):
         a create, started at its turn (`GATE`) and sent again while the endpoint refuses it 429, once the
         backoff it asks for has passed; the operation's time is then the agent's: the backoffs and every try,
         not the wait for its first turn (the pace)."""
+        stopping = lambda: self._state == LOCUST_STATE_STOPPING  # noqa: E731
         if admitted:
-            GATE.turn()
+            GATE.turn(stopping)
         started = time.perf_counter()
         deadline = time.monotonic() + ADMISSION_BUDGET_S
         refusals, waited = 0, 0.0
@@ -348,7 +353,7 @@ class SandboxUser(User):
             refusals += 1
             GATE.pacer.refused(refused_at, retry_after(error), sent)
             try:
-                GATE.turn(first=True)
+                GATE.turn(stopping, first=True)
             except GreenletExit:
                 waited += time.time() - refused_at
                 TALLY.refused.append([refusals, waited, STOPPED])  # stopped while refused: nothing was made

@@ -42,6 +42,7 @@ from .soak.census import count as count_holdings
 from .soak.memory import MIN_JUDGED_S, MemorySampler, in_cgroup_under, sample_interval
 from .soak.memory import judge as judge_memory
 from .soak.memory import timeline as memory_timeline
+from .soak.pace import pace_figures, pace_line, retries_line, retry_figures
 from .stats import summarize
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -554,7 +555,7 @@ class LoadRun:
         phases = [(phase.raw or {}) for phase in (idle, load) if phase is not None]
         created = [i for gathered in phases for i in gathered.get("created", [])]
         killed = [i for gathered in phases for i in gathered.get("killed", [])]
-        refused = [float(wait) for gathered in phases for wait in gathered.get("refused", [])]
+        refused = [create for gathered in phases for create in gathered.get("refused", [])]
         options = self.options
         failures = dict(sorted(raw.get("kinds", {}).items()))
         hung = [{"operation": str(name), "age_s": float(age)} for name, age in raw.get("hung", [])]
@@ -588,10 +589,8 @@ class LoadRun:
                 "ratio": round(loaded_p95 / idle_p95, 3) if loaded_p95 and idle_p95 else None,
             },
             "failures": failures,
-            "refused": {
-                "creates": len(refused),
-                "waited_s": round(sum(refused), 3),
-            },
+            "refused": retry_figures(refused),
+            "pace": self._pace(load) if options.soak else None,
             "hung": hung,
             "sandboxes": {
                 "created": len(created),
@@ -621,6 +620,12 @@ class LoadRun:
         }
         validate("load", document, where=LOAD_JSON)
         return document
+
+    def _pace(self, load: Phase | None) -> dict[str, Any]:
+        """The soak's pace: asked, as cut by the endpoint's refusals, and made per second of the users' span."""
+        raw = (load.raw if load else None) or {}
+        start, end = _load_span(load, self.options.duration_s or 0)
+        return pace_figures(raw.get("pace", []), len(raw.get("created", [])), end - start)
 
     def records(
         self, document: Mapping[str, Any], load: Phase | None, leaked: Sweep, sweep_error: str | None
@@ -714,11 +719,9 @@ def print_summary(document: Mapping[str, Any], out: Any) -> None:
         f"failures: {document['failures'] or 'none'}",
         file=out,
     )
-    refused = document["refused"]
-    if refused["creates"]:
-        print(
-            f"creates refused 429 and sent again: {refused['creates']} (waited {refused['waited_s']:.1f} s)", file=out
-        )
+    print(retries_line(document["refused"]), file=out)
+    if document["pace"] is not None:
+        print(pace_line(document["pace"]), file=out)
     if "host" in document:
         host = document["host"]
         counts = ", ".join(f"{kind} {host['before'][kind]} -> {host['after'][kind]}" for kind in host["before"])

@@ -28,16 +28,20 @@ import random
 import re
 import resource
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
+import gevent.event  # type: ignore[import-untyped]
 from e2b import RateLimitException, Sandbox
 from gevent import GreenletExit  # type: ignore[import-untyped]
 from locust import User, between, constant, constant_throughput, events, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
+from locust.user.task import LOCUST_STATE_STOPPING
+
+from bench.soak.pace import FAILED, MADE, STOPPED, Pacer
 
 RUN_METADATA_KEY = "e2b-bench-run"  # as bench.housekeeping (this file must not import the harness's gevent-free code)
 REQUEST_TYPE = "e2b"
@@ -50,8 +54,8 @@ STREAM_EXPECTED = "".join(f"line-{i}\n" for i in range(1, STREAM_LINES + 1)) + f
 SETTLE_TIMEOUT_S = 30.0
 STOP_MESSAGE = "e2b_bench_stop"  # master -> workers: stop your users (each finishes its session)
 THREADS = 512  # more than any worker's users: each user has at most one SDK call going
-# A create refused 429 is sent again after the wait the endpoint asks for (as an SDK user backs off), with
-# some jitter so refused users do not all come back at once; past this much waiting it is a failure.
+# A create refused 429 is sent again, first in line, once the wait the endpoint asks for has passed (for all
+# of this process's creates: `bench/soak/pace.py`); past this much waiting it is a failure.
 ADMISSION_BUDGET_S = 300.0
 DEFAULT_RETRY_AFTER_S = 1.0
 RETRY_AFTER = re.compile(r"retry after (\d+(?:\.\d+)?) ?s", re.IGNORECASE)
@@ -107,7 +111,7 @@ class Tally:
         self.stop_requested_at: float | None = None
         self.written = False
         self.in_flight: dict[int, tuple[str, float]] = {}  # SDK calls going: operation, wall time started
-        self.refused: list[float] = []  # the waits asked for by creates refused 429 (then sent again)
+        self.refused: list[list[Any]] = []  # per create refused 429: [refusals, seconds waited, how it ended]
 
     def hung(self) -> list[list[Any]]:
         """The calls still going now: [operation, seconds since they started]."""
@@ -116,6 +120,56 @@ class Tally:
 
 
 TALLY = Tally()
+
+
+class Gate:
+    """This process's creates, started one at a time in the order asked (a create sent again after a refusal
+    first) when its `Pacer` lets them: at the soak's pace and never inside the endpoint's backoff."""
+
+    def __init__(self) -> None:
+        self.pacer = Pacer(asked=0.0)
+        self._line: deque[gevent.event.Event] = deque()
+        self._arrived = gevent.event.Event()
+        self._dispatcher: gevent.Greenlet | None = None
+
+    def turn(self, stopping: Callable[[], bool], first: bool = False) -> None:
+        """Return when this create may be sent; `GreenletExit` when its user is stopped first (Locust's stop, or
+        `stopping()`: a user told to stop while in its task still waits in line): nothing was sent."""
+        environment = _environment
+        if environment is not None and environment.runner is not None and environment.parsed_options is not None:
+            per_user = environment.parsed_options.e2b_rate
+            self.pacer.asked = per_user * environment.runner.target_user_count
+        mine = gevent.event.Event()
+        if first:
+            self._line.appendleft(mine)
+        else:
+            self._line.append(mine)
+        if self._dispatcher is None or self._dispatcher.dead:
+            self._dispatcher = gevent.spawn(self._dispatch)
+        self._arrived.set()
+        try:
+            while not mine.wait(timeout=1.0):
+                if stopping():
+                    raise GreenletExit
+        finally:
+            if not mine.is_set():
+                self._line.remove(mine)
+
+    def _dispatch(self) -> None:
+        while True:
+            if not self._line:
+                self._arrived.clear()
+                self._arrived.wait()
+                continue
+            wait = self.pacer.wait_s(time.time())
+            if wait > 0:
+                gevent.sleep(min(wait, 0.5))  # then again: a refusal may have moved the backoff meanwhile
+                continue
+            self.pacer.started(time.time())
+            self._line.popleft().set()
+
+
+GATE = Gate()
 
 
 @events.init_command_line_parser.add_listener
@@ -173,6 +227,7 @@ def _on_report_to_master(client_id: str, data: dict[str, Any]) -> None:
         "refused": TALLY.refused[TALLY.sent[3] :],
         "cpu_s": _cpu_seconds(),
         "hung": TALLY.hung(),
+        "pace": GATE.pacer.summary(),
         "at": time.time(),
     }
     TALLY.sent = (len(TALLY.samples), len(TALLY.created), len(TALLY.killed), len(TALLY.refused))
@@ -251,6 +306,7 @@ def _write(environment: Environment) -> None:
         "workers": len(TALLY.workers),
         "hung": TALLY.hung() + [call for w in workers for call in w.get("hung", [])],
         "users": TALLY.users,
+        "pace": [w["pace"] for w in workers] if TALLY.workers else [GATE.pacer.summary()],
         "stop_requested_at": TALLY.stop_requested_at,
         "locust": {
             entry.name: {"requests": entry.num_requests, "failures": entry.num_failures}
@@ -278,17 +334,37 @@ class SandboxUser(User):
 
     def call(self, name: str, action: Callable[[], T], admitted: bool = False) -> T | None:
         """Run `action` (SDK calls) in the thread pool as operation `name`; None when it raised. `admitted`:
-        the action is sent again while the endpoint refuses it 429 (after the wait it asks for), and the
-        operation's time is the agent's: the waits and every try."""
+        a create, started at its turn (`GATE`) and sent again while the endpoint refuses it 429, once the
+        backoff it asks for has passed; the operation's time is then the agent's: the backoffs and every try,
+        not the wait for its first turn (the pace)."""
+        stopping = lambda: self._state == LOCUST_STATE_STOPPING  # noqa: E731
+        if admitted:
+            GATE.turn(stopping)
         started = time.perf_counter()
         deadline = time.monotonic() + ADMISSION_BUDGET_S
+        refusals, waited = 0, 0.0
         while True:
+            sent = time.time()
             result, error, stopped = self._in_pool(name, action)
-            if not (admitted and isinstance(error, RateLimitException)) or stopped or time.monotonic() > deadline:
+            refused_now = isinstance(error, RateLimitException)
+            if not (admitted and error is not None and refused_now) or stopped or time.monotonic() > deadline:
                 break
-            wait = retry_after(error) * random.uniform(1.0, 1.5)
-            TALLY.refused.append(wait)
-            gevent.sleep(wait)  # a stop lands here: nothing was made
+            refused_at = time.time()
+            refusals += 1
+            GATE.pacer.refused(refused_at, retry_after(error), sent)
+            try:
+                GATE.turn(stopping, first=True)
+            except GreenletExit:
+                waited += time.time() - refused_at
+                TALLY.refused.append([refusals, waited, STOPPED])  # stopped while refused: nothing was made
+                raise
+            waited += time.time() - refused_at
+        if admitted:
+            if error is None:
+                GATE.pacer.made(time.time(), refusals)
+            if refusals:
+                ended = MADE if error is None else STOPPED if stopped is not None and refused_now else FAILED
+                TALLY.refused.append([refusals, waited, ended])
         if stopped is not None and isinstance(error, RateLimitException):
             raise stopped  # stopped while its create was being refused: nothing was made, nothing failed
         self.environment.events.request.fire(

@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape
 from .charts import PALETTE, WIDTH, LogAxis, _number, _svg
 from .redaction import Redactor
 from .results import Run
+from .soak.pace import pace_line, retries_line
 
 LOAD_JSON = "load.json"
 
@@ -148,7 +149,8 @@ def load_view(runs: Sequence[Run], redactor: Redactor) -> list[dict[str, Any]]:
             "failures": document["failures"],
             "sandboxes": document["sandboxes"],
             "client_cpu": document["client_cpu"],
-            "refused": document["refused"],
+            "retries": retries_line(document["refused"]) if "refusals" in document["refused"] else None,
+            "pace": pace_line(document["pace"]) if document.get("pace") else None,
             "host": document.get("host"),
             "memory": {k: v for k, v in document.get("memory", {}).items() if k != "timeline"} or None,
         }

@@ -156,6 +156,38 @@ def test_admission_makes_at_most_its_slots_at_once_queues_while_the_turn_is_near
     assert f"retry after {refused.retry_after_s} s" in str(refused)
 
 
+def test_a_create_whose_turn_does_not_come_within_the_hold_is_refused_and_its_place_is_not_lost() -> None:
+    """The estimate said the turn was near (the queue took it), but the create ahead never ends: the waiting one is
+    answered 429 after the hold instead of running into its client's request timeout, and nothing is made for it."""
+
+    async def scenario() -> tuple[list[str], Refused, tuple[int, int, int]]:
+        admission = Admission(at_once=1, queue_wait_s=1000.0, queue_hold_s=0.2)
+        release = asyncio.Event()
+        order: list[str] = []
+
+        async def create(name: str) -> None:
+            async with admission.slot():
+                order.append(f"{name} made")
+                await release.wait()
+
+        first = asyncio.create_task(create("first"))
+        while admission.making != 1:
+            await asyncio.sleep(0)
+        with pytest.raises(Refused) as refused:
+            await create("second")
+        held = (admission.making, admission.waiting, admission.refused)
+        release.set()
+        await first
+        await create("third")  # the slot the first held goes to the next create: the refused one took none
+        return order, refused.value, held
+
+    order, refused, held = asyncio.run(scenario())
+
+    assert order == ["first made", "third made"]
+    assert held == (1, 0, 1)
+    assert 1 <= refused.retry_after_s <= 30 and "0 more wait their turn" in str(refused)
+
+
 # --- pace and retries ------------------------------------------------------------------------------
 
 

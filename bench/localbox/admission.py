@@ -6,7 +6,9 @@ sandbox's commands) slower, until clients time out. So at most `CREATES_PER_CPU`
 and the others wait their turn, as long as their turn is expected within `QUEUE_WAIT_S` (from the recent
 creates' own durations); a create beyond that is answered 429 with `Retry-After`, the time the creates
 ahead of it are expected to take, as E2B answers a team past its limit. A client that honours it comes
-back when there is room; nothing was made for it.
+back when there is room; nothing was made for it. The expectation can lag a host that slows down, so a create
+that has waited `QUEUE_HOLD_S` in fact is answered 429 too: its client's request timeout (60 s in E2B's SDKs)
+must still cover the making, and a create the client gave up on would be made for no one.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ CREATES_PER_CPU = 2  # made at once per CPU: beyond, they share the CPUs and eac
 RECENT = 32  # creates whose durations estimate the next ones'
 RETRY_AFTER_MIN_S, RETRY_AFTER_MAX_S = 1, 30
 QUEUE_WAIT_S = 10.0  # a create waits its turn this long at most (expected): well within an SDK's request timeout
+QUEUE_HOLD_S = 20.0  # ... and this long at most in fact, whatever was expected (the making then has the rest)
 
 
 class Refused(Exception):
@@ -39,9 +42,12 @@ class Refused(Exception):
 class Admission:
     """Creates in progress bounded by the host's CPUs, queued while their turn is near; beyond, `Refused`."""
 
-    def __init__(self, at_once: int | None = None, queue_wait_s: float = QUEUE_WAIT_S) -> None:
+    def __init__(
+        self, at_once: int | None = None, queue_wait_s: float = QUEUE_WAIT_S, queue_hold_s: float = QUEUE_HOLD_S
+    ) -> None:
         self.at_once = at_once or CREATES_PER_CPU * (os.cpu_count() or 1)
         self.queue_wait_s = queue_wait_s
+        self.queue_hold_s = queue_hold_s
         self._slots = asyncio.Semaphore(self.at_once)
         self.making = 0
         self.waiting = 0
@@ -58,13 +64,18 @@ class Admission:
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
-        """Hold one of the create slots for the block; `Refused` at once when the queue is full."""
+        """Hold one of the create slots for the block; `Refused` at once when the queue is full, or once its
+        turn has not come within `queue_hold_s`."""
         if self.waiting >= self.at_once and self.ahead_s() > self.queue_wait_s:
             self.refused += 1
             raise Refused(self.making, self.waiting, self.retry_after())
         self.waiting += 1
         try:
-            await self._slots.acquire()
+            async with asyncio.timeout(self.queue_hold_s):
+                await self._slots.acquire()
+        except TimeoutError:
+            self.refused += 1
+            raise Refused(self.making, self.waiting - 1, self.retry_after()) from None
         finally:
             self.waiting -= 1
         self.making += 1

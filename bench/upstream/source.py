@@ -37,16 +37,21 @@ def source_root(environ: Mapping[str, str] = os.environ) -> Path:
     return Path(configured).expanduser().resolve() if configured else UPSTREAM_SOURCE.resolve()
 
 
-def python_sdk(root: Path | None = None) -> Path:
-    """The tree's `packages/python-sdk`, checked to hold `tests/` and a `pyproject.toml`."""
+def _package(root: Path | None, package: Path, manifest: str) -> Path:
+    """The tree's `package` folder, checked to hold `tests/` and its `manifest` file."""
     root = root if root is not None else source_root()
-    sdk = root / PYTHON_SDK
-    if not (sdk / "tests").is_dir() or not (sdk / "pyproject.toml").is_file():
+    sdk = root / package
+    if not (sdk / "tests").is_dir() or not (sdk / manifest).is_file():
         raise SourceError(
-            f"no E2B SDK source tree at {root} (it needs {PYTHON_SDK}/tests and pyproject.toml): give the path of "
+            f"no E2B SDK source tree at {root} (it needs {package}/tests and {manifest}): give the path of "
             f"a checkout of E2B's repository with --upstream-source PATH or {SOURCE_ENV}"
         )
     return sdk
+
+
+def python_sdk(root: Path | None = None) -> Path:
+    """The tree's `packages/python-sdk`, checked to hold `tests/` and a `pyproject.toml`."""
+    return _package(root, PYTHON_SDK, "pyproject.toml")
 
 
 def python_sdk_version(sdk: Path) -> str:
@@ -121,14 +126,7 @@ def _has_init(node: ast.ClassDef) -> bool:
 
 def js_sdk(root: Path | None = None) -> Path:
     """The tree's `packages/js-sdk`, checked to hold `tests/` and a `package.json`."""
-    root = root if root is not None else source_root()
-    sdk = root / JS_SDK
-    if not (sdk / "tests").is_dir() or not (sdk / "package.json").is_file():
-        raise SourceError(
-            f"no E2B SDK source tree at {root} (it needs {JS_SDK}/tests and package.json): give the path of "
-            f"a checkout of E2B's repository with --upstream-source PATH or {SOURCE_ENV}"
-        )
-    return sdk
+    return _package(root, JS_SDK, "package.json")
 
 
 def js_sdk_version(sdk: Path) -> str:

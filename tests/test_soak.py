@@ -125,29 +125,37 @@ def test_the_users_wait_what_a_refusal_asks_for_and_a_second_when_it_does_not_sa
     assert done.stdout.split() == ["7.0", "1.0"]
 
 
+class Creates:
+    """Creates through one admission, each holding its slot until `release` is set; `order` says which were made."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.release = asyncio.Event()
+        self.order: list[str] = []
+
+    async def create(self, name: str) -> None:
+        async with self.admission.slot():
+            self.order.append(f"{name} made")
+            await self.release.wait()
+
+
 def test_admission_makes_at_most_its_slots_at_once_queues_while_the_turn_is_near_and_refuses_the_next() -> None:
     async def scenario() -> tuple[list[str], Refused]:
         # Before any create has ended one is taken to last 1 s: the third's turn would come in 2 s, past 0.5 s.
         admission = Admission(at_once=1, queue_wait_s=0.5)
-        release = asyncio.Event()
-        order: list[str] = []
+        creates = Creates(admission)
 
-        async def create(name: str) -> None:
-            async with admission.slot():
-                order.append(f"{name} made")
-                await release.wait()
-
-        first = asyncio.create_task(create("first"))
-        second = asyncio.create_task(create("second"))
+        first = asyncio.create_task(creates.create("first"))
+        second = asyncio.create_task(creates.create("second"))
         while (admission.making, admission.waiting) != (1, 1):
             await asyncio.sleep(0)
         with pytest.raises(Refused) as refused:
             async with admission.slot():
-                order.append("third made")
-        release.set()
+                creates.order.append("third made")
+        creates.release.set()
         await asyncio.gather(first, second)
         assert (admission.making, admission.waiting, admission.refused) == (0, 0, 1)
-        return order, refused.value
+        return creates.order, refused.value
 
     order, refused = asyncio.run(scenario())
 
@@ -162,24 +170,18 @@ def test_a_create_whose_turn_does_not_come_within_the_hold_is_refused_and_its_pl
 
     async def scenario() -> tuple[list[str], Refused, tuple[int, int, int]]:
         admission = Admission(at_once=1, queue_wait_s=1000.0, queue_hold_s=0.2)
-        release = asyncio.Event()
-        order: list[str] = []
+        creates = Creates(admission)
 
-        async def create(name: str) -> None:
-            async with admission.slot():
-                order.append(f"{name} made")
-                await release.wait()
-
-        first = asyncio.create_task(create("first"))
+        first = asyncio.create_task(creates.create("first"))
         while admission.making != 1:
             await asyncio.sleep(0)
         with pytest.raises(Refused) as refused:
-            await create("second")
+            await creates.create("second")
         held = (admission.making, admission.waiting, admission.refused)
-        release.set()
+        creates.release.set()
         await first
-        await create("third")  # the slot the first held goes to the next create: the refused one took none
-        return order, refused.value, held
+        await creates.create("third")  # the slot the first held goes to the next create: the refused one took none
+        return creates.order, refused.value, held
 
     order, refused, held = asyncio.run(scenario())
 

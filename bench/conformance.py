@@ -36,7 +36,7 @@ from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import INTERRUPTED, Event, RunnerResult, StepResult, make_task, run_runner
 from .shards import Shard
-from .triage.evidence import StepSeen, Window, WireLogs
+from .triage.evidence import StepSeen, Window, WireLogs, stamped
 from .upstream.plan import task_options as upstream_options
 from .wire import WireProxy, last_exchange
 
@@ -94,6 +94,7 @@ class BenchSession:
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
     on_step: Callable[[str, str, dict[str, Any]], None] | None = None  # (suite, runner, step event) as reported
     steps_seen: dict[tuple[str, str], list[StepSeen]] = field(default_factory=dict)  # (suite, runner): in order
+    starts: dict[tuple[str, str, str], datetime] = field(default_factory=dict)  # a step's runner-stamped start
     proxies: dict[tuple[str, str], tuple[WireProxy, dict[str, float]]] = field(
         default_factory=dict
     )  # + step -> read at
@@ -384,14 +385,23 @@ class BenchSession:
         }
 
     def _on_event(self, suite: str, runner: Runner, event: dict[str, Any], proxy: WireProxy) -> None:
-        """A step is told to `on_step` as it is reported, its end is noted (its wire evidence is what its runner
-        sent before) and it takes what the endpoint's conditions did while it ran (retries, transient answers: a
-        runner runs its steps one after another); a runner's transcript goes to `<runner>.json`, with the
-        scripted model's side of it."""
+        """A step is told to `on_step` as it is reported, its start (stamped by its runner) and end are noted
+        (its wire evidence is what its runner sent between them) and it takes what the endpoint's conditions did
+        while it ran (retries, transient answers: a runner runs its steps one after another); a runner's
+        transcript goes to `<runner>.json`, with the scripted model's side of it."""
+        if event.get("type") == "start" and isinstance(event.get("id"), str):
+            began = stamped(event.get("at"))
+            if began is not None:
+                self.starts[(suite, runner.name, event["id"])] = began
         if event.get("type") == "step" and isinstance(event.get("id"), str):
             self.conditions[(suite, runner.name, event["id"])] = proxy.take_conditions()
             duration = event.get("duration_ms")
-            seen = StepSeen(event["id"], datetime.now(UTC), duration if isinstance(duration, int | float) else None)
+            seen = StepSeen(
+                event["id"],
+                datetime.now(UTC),
+                duration if isinstance(duration, int | float) else None,
+                self.starts.pop((suite, runner.name, event["id"]), None),
+            )
             self.steps_seen.setdefault((suite, runner.name), []).append(seen)
             self.proxies[(suite, runner.name)][1][event["id"]] = time.monotonic()
             if self.on_step is not None:

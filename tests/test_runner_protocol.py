@@ -166,3 +166,28 @@ def test_each_runner_kit_refuses_a_task_of_another_protocol_version_and_says_so_
         {"type": "footer", "completed": False, "reason": "task is not protocol 1"}
     ]
     assert "runner: task is not protocol 1" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["py-e2b-2.63.0", "js-e2b-2.51.0"])
+def test_each_runner_kit_stamps_a_steps_start_on_the_hosts_clock(name: str) -> None:
+    runner = available_runners()[name]
+    task = make_task("quickstart", name, "t", steps=["no_such_step"], depends={})
+    before = time.time()
+
+    done = subprocess.run(
+        [str(runner.prepare()), str(runner.spec.entry_path)],
+        input=json.dumps(task),
+        env=runner.environment({}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    after = time.time()
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(event["type"], event.get("id")) for event in events] == [
+        ("hello", None), ("start", "no_such_step"), ("step", "no_such_step"), ("footer", None),
+    ]  # fmt: skip
+    assert all(schema_errors("event", event) == [] for event in events)
+    assert before <= events[1]["at"] <= after

@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import schema_errors
-from bench.triage.evidence import MAX_EXCHANGES, WINDOW_MARGIN_S, StepSeen, Window, WireLogs, lines
+from bench.triage.evidence import (
+    MAX_EXCHANGES,
+    SOURCE_MARGIN_S,
+    WINDOW_MARGIN_S,
+    StepSeen,
+    Window,
+    WireLogs,
+    lines,
+    stamped,
+)
 
 T0 = datetime(2026, 12, 1, 20, 0, 0, tzinfo=UTC)
 
@@ -62,6 +71,40 @@ def test_a_step_gets_the_exchanges_of_its_suite_that_started_while_it_ran(tmp_pa
     assert evidence[0]["frames"] == ['end: {"error": {"code": "invalid_argument"}}']
     assert evidence[1]["response"] == '{"message": "no metrics"}'
     assert schema_errors("case", _case_with(evidence)) == []
+
+
+def test_a_step_its_runner_stamped_keeps_its_first_exchange_however_late_its_event_was_read(tmp_path: Path) -> None:
+    path = write_log(
+        tmp_path,
+        [
+            line(0.99, "/previous-step"),
+            line(1.001, "/process.Process/Start", frames=['data: {"stdout": "/workspace"}']),
+            line(1.5, "/sandboxes/x/metrics", 404),
+            line(1.91, "/next-step"),
+        ],
+    )
+    # the step began at 1.0 s (its runner's stamp) and ran 900 ms; the harness, busy, read its event 2 s late,
+    # after the next step (stamped 1.905 s) had begun
+    seen = [
+        StepSeen("pr01", at(3.0), 900, started=at(1.0)),
+        StepSeen("pr02", at(3.1), 50, started=at(1.905)),
+    ]
+
+    evidence = WireLogs().evidence(path, "probes", Window.of_step(seen, 0))
+
+    assert [e["path"] for e in evidence] == ["/process.Process/Start", "/sandboxes/x/metrics"]
+    assert Window.of_step(seen, 0) == Window(at(1.0), at(1.9 + SOURCE_MARGIN_S))
+
+
+def test_an_unstamped_step_ends_where_the_next_stamped_step_began() -> None:
+    seen = [StepSeen("pr01", at(3.0), 900), StepSeen("pr02", at(3.1), 50, started=at(1.905))]
+
+    assert Window.of_step(seen, 0) == Window(at(1.905 - 0.9 - WINDOW_MARGIN_S), at(1.905))
+
+
+def test_a_start_stamp_that_is_no_moment_is_ignored() -> None:
+    assert [stamped(value) for value in (None, True, "1.0", 1e30, -1e30)] == [None] * 5
+    assert stamped(1796188271.5) == datetime(2026, 12, 2, 5, 11, 11, 500000, tzinfo=UTC)
 
 
 def test_the_last_step_ends_when_its_event_was_read() -> None:

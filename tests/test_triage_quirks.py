@@ -83,13 +83,14 @@ def test_each_quirk_alone_gives_the_causes_a_person_expects(shared: Shared, quir
     found = sorted((sorted(short(c) for c in cause["cases"]) for cause in document["causes"]), key=str)
     assert found == sorted((sorted(cases) for cases in EXPECTED[quirk]), key=str)
     assert document["failing"] == len(DETECTED_BY[quirk])
-    # each cause's match is found in the symptom of every one of its cases, and its example has evidence
+    # each cause's match is found in the symptom of every one of its cases, and each case has its exchanges
     cases = {case.id: case for case in read_run(run_dir).cases}
     for cause in document["causes"]:
         assert cause["match"] is not None
         for case_id in cause["cases"]:
             case = cases[case_id]
             assert re.search(cause["match"], f"{case.error}\n{json.dumps(case.details, sort_keys=True)}")
+            assert case.evidence, case_id
         assert cause["representative"]["evidence"], cause["key"]
 
 

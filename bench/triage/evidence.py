@@ -1,23 +1,26 @@
 """Evidence of a failing case: the HTTP/envd exchanges its runner made while the case ran.
 
 A runner runs its steps one after another through its own wire proxy (bench/wire.py), so the exchanges
-of a step are those its proxy logged for that suite that started while the step ran, on the harness's
-clock. The harness reads each step's event a moment after the step ended (more on a busy host), so the
-end is the earlier of that moment and the next step's start (its event's moment less its duration); the
-start is the end less the step's own duration and WINDOW_MARGIN_S. Entries are bounded (MAX_EXCHANGES,
-each body and frame cut) and were redacted when the wire log was written.
+of a step are those its proxy logged for that suite that started while the step ran. A runner stamps each
+step's `start` event with the moment it began (`at`, on the host's wall clock, which the proxy's log also
+uses): the step ran from then for its own duration (SOURCE_MARGIN_S more, for rounding), whenever the
+harness got to read its events. A step without that stamp (a runner that sends no `start`, a step blocked by
+a prerequisite) is placed on the harness's clock: it ended no later than the moment its event was read and no
+later than the next step began; it began its duration and WINDOW_MARGIN_S before that end. Entries are bounded
+(MAX_EXCHANGES, each body and frame cut) and were redacted when the wire log was written.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 WINDOW_MARGIN_S = 0.1
+SOURCE_MARGIN_S = 0.005
 MAX_EXCHANGES = 12
 BODY_CHARS = 600
 FRAME_CHARS = 300
@@ -26,16 +29,26 @@ MAX_FRAMES = 9
 
 @dataclass(frozen=True)
 class StepSeen:
-    """A step event as the harness read it: which step, when, and the duration the runner measured."""
+    """A step event as the harness read it: which step, when, the duration the runner measured and, when the
+    runner stamped its `start` event, the moment the step began on the runner's side."""
 
     step: str
     read_at: datetime
     duration_ms: float | None
+    started: datetime | None = None
+
+    @property
+    def duration(self) -> timedelta:
+        return timedelta(milliseconds=self.duration_ms or 0)
+
+    def began(self) -> datetime:
+        """When the step began: its runner's stamp, else its event's reading less its duration."""
+        return self.started if self.started is not None else self.read_at - self.duration
 
 
 @dataclass(frozen=True)
 class Window:
-    """When a step ran, on the harness's clock."""
+    """When a step ran."""
 
     start: datetime
     end: datetime
@@ -44,12 +57,22 @@ class Window:
     def of_step(cls, seen: list[StepSeen], index: int) -> Window:
         """The window of `seen[index]`, `seen` being one runner's step events of one suite in order."""
         step = seen[index]
+        if step.started is not None:
+            return cls(step.started, step.started + step.duration + timedelta(seconds=SOURCE_MARGIN_S))
         end = step.read_at
         if index + 1 < len(seen):
-            following = seen[index + 1]
-            end = min(end, following.read_at - timedelta(milliseconds=following.duration_ms or 0))
-        start = end - timedelta(milliseconds=step.duration_ms or 0) - timedelta(seconds=WINDOW_MARGIN_S)
-        return cls(start, end)
+            end = min(end, seen[index + 1].began())
+        return cls(end - step.duration - timedelta(seconds=WINDOW_MARGIN_S), end)
+
+
+def stamped(at: object) -> datetime | None:
+    """A runner's `at` (seconds since the epoch) as a moment, None when it is absent or not a plausible one."""
+    if not isinstance(at, int | float) or isinstance(at, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(at, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 @dataclass

@@ -116,8 +116,9 @@ class StepPlan:
             if blocked is not None:
                 self._send(step_id, "error", 0.0, f"depends on {blocked}", {}, None)
                 continue
-            self.protocol.emit({"type": "start", "id": step_id})  # the harness times the step from here
+            # the harness times the step's deadline from here; `at` places its exchanges on the wire log's clock
             self._started = time.perf_counter()
+            self.protocol.emit({"type": "start", "id": step_id, "at": time.time()})
             yield step_id
 
     def report(

@@ -85,7 +85,8 @@ export async function runSteps(task, run, { after = () => {}, stopped = () => fa
     if (blocked !== undefined) {
       event = stepEvent(id, 'error', 0, `depends on ${blocked}`, {})
     } else {
-      emit({ type: 'start', id }) // the harness times the step from here
+      // the harness times the step's deadline from here; `at` places its exchanges on the wire log's clock
+      emit({ type: 'start', id, at: Date.now() / 1000 })
       try {
         const { outcome, error, details } = await run(id)
         event = stepEvent(id, outcome, Math.round((performance.now() - started) * 1000) / 1000, error, details)

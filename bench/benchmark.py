@@ -297,8 +297,9 @@ class Benchmark:
         timer.daemon = True
         try:
             floor_url = floor_server.url  # up before the baselines and the wall clock: its start is timed by neither
-            if self.lifecycle.server is not None and not self.lifecycle.server.wait_prepared(scaled(POOL_READY_S)):
-                self.notes.append(f"the embedded endpoint's pool was not full after {POOL_READY_S:g}s")
+            limit = scaled(POOL_READY_S)
+            if self.lifecycle.server is not None and not self.lifecycle.server.wait_prepared(limit):
+                self.notes.append(f"the embedded endpoint's pool was not full after {limit:.0f}s: measured as it was")
             self.baselines = base.measure_in_subprocess(min(self.count, BASELINE_COUNT), self.options.transfer_bytes)
             started = time.monotonic()
             deadline = started + self.options.max_seconds

@@ -32,6 +32,8 @@ ENVIRONMENT = """environment variables read:
 """
 SUITE_MARK = re.compile(r"""@pytest\.mark\.suite\(["'](?P<suite>[\w-]+)["']\)\s*\ndef (?P<function>\w+)""")
 
+POOL_HELP = "sandboxes the embedded endpoint keeps prepared ahead of creates (default 4; past them, made on demand)"
+
 
 class UsageError(Exception):
     """A command line or environment that cannot work; the message says what to change (exit 2)."""
@@ -147,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--profile", default="e2b", help="quirk profile (e2b = faithful)")
     serve.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE], repeatable")
     serve.add_argument("--debug-ports", action="store_true", help="also answer on 3000 (API) and 49983 (envd)")
+    serve.add_argument("--pool", type=int, default=None, metavar="N", help=POOL_HELP)
     serve.add_argument("--bench", action="store_true", help="run a short `bench` against this server and exit")
     serve.set_defaults(handler=cmd_serve)
 
@@ -215,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
     bench.add_argument("--no-report", action="store_true", help="do not render the report")
     bench.add_argument("--gate", action="store_true", help="a missed performance target fails its measure (exit 1)")
+    bench.add_argument("--pool", type=int, default=None, metavar="N", help=POOL_HELP + "; measured once they are")
     bench.set_defaults(handler=cmd_bench)
 
     detect = _command(
@@ -378,6 +382,15 @@ def writable_dir(path: Path) -> Path:
     return path
 
 
+def pool_size(value: int | None) -> int | None:
+    """`--pool N` as given (None: the endpoint's default), or a UsageError naming what it takes."""
+    from .localbox.registry import POOL_MAX
+
+    if value is not None and not 0 <= value <= POOL_MAX:
+        raise UsageError(f"--pool takes a number of sandboxes from 0 to {POOL_MAX}, not {value}")
+    return value
+
+
 def positive(value: float, flag: str) -> float:
     if not value > 0:
         raise UsageError(f"{flag} must be positive, not {value:g}")
@@ -386,9 +399,11 @@ def positive(value: float, flag: str) -> float:
 
 def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
     from .localbox.quirks import QuirkError, build
+    from .localbox.registry import POOL_SIZE
     from .localbox.server import HostError, LocalServer
     from .localbox.template import TemplateError
 
+    pool = pool_size(args.pool)
     try:
         quirks = build(args.profile, args.quirk)
         server = LocalServer(
@@ -398,6 +413,7 @@ def cmd_serve(args: argparse.Namespace, extra: list[str]) -> int:
             state_dir=args.state_dir,
             quirks=quirks,
             debug_ports=args.debug_ports,
+            pool_size=POOL_SIZE if pool is None else pool,
         )
     except (HostError, TemplateError, QuirkError, OSError) as exc:
         print(f"e2b-bench serve: {exc}", file=sys.stderr)
@@ -447,6 +463,7 @@ def cmd_bench(args: argparse.Namespace, extra: list[str]) -> int:
         report=not args.no_report,
         argv=tuple(sys.argv),
         gate=args.gate,
+        pool=pool_size(args.pool),
     )
     return run_bench(options)  # Ctrl-C and SIGTERM end in the benchmark's clean-up (interrupted, exit 130 or 143)
 

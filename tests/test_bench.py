@@ -18,6 +18,7 @@ from run_cli import e2b_bench, only_run_dir
 from bench.benchdoc import ms
 from bench.benchmark import BenchOptions, _floor_target, _verdict, comparison_text, read_bench, run_bench, target_text
 from bench.housekeeping import tagged_sandboxes
+from bench.localbox.registry import POOL_MAX
 from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
 from bench.report import render
@@ -227,6 +228,23 @@ def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:
     done = e2b_bench("bench", "--endpoint", "env", "--results-dir", str(tmp_path), env=env, timeout=180)
     assert done.returncode == 2
     assert "give the number of samples per measure with -n N" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--pool", "-1"], f"--pool takes a number of sandboxes from 0 to {POOL_MAX}, not -1"),
+        (["--pool", "4", "--endpoint", "env", "-n", "3"], "--pool sizes the embedded endpoint's pool, and 'env' is"),
+    ],
+)
+def test_a_pool_the_embedded_endpoint_cannot_have_is_refused_in_one_sentence(
+    tmp_path: Path, args: list[str], error: str
+) -> None:
+    env = {"E2B_API_KEY": "e2b_x", "E2B_API_URL": "http://127.0.0.1:9", "E2B_SANDBOX_URL": "http://127.0.0.1:9"}
+    done = e2b_bench("bench", *args, "--results-dir", str(tmp_path), env=env, timeout=180)
+    assert done.returncode == 2
+    assert error in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 

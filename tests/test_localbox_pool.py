@@ -3,12 +3,14 @@ when a create takes one, and are never handed out again once they ran (#25, #30)
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
 from e2b import Sandbox
 
-from bench.localbox.box import Box
+from bench.localbox.box import Box, Cgroup
 from bench.localbox.server import LocalServer, in_thread
 from bench.remote.slowness import scaled
 
@@ -82,3 +84,86 @@ def test_a_pooled_sandbox_is_never_handed_out_again_once_it_ran() -> None:
             assert found == f"{sandbox.sandbox_id}\nclean\n"
             assert sandbox.sandbox_id != used.sandbox_id
             sandbox.kill()
+
+
+BURST = 12  # creates at once against a pool of POOLED: the pool serves the first, the rest are made on demand
+POOLED = 4
+
+
+def in_cgroups(pid: int, cgroup: Cgroup) -> bool:
+    """Whether `pid` is in every directory of `cgroup`, read from the process's side (/proc/PID/cgroup)."""
+    entries = [line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+    joined = {path for _, _, path in entries if path != "/"}
+    return bool(cgroup.paths) and all(any(str(d).endswith(path) for path in joined) for d in cgroup.paths)
+
+
+def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_nothing_behind() -> None:
+    """Twelve creates at once: the four prepared sandboxes serve the first, the others are made on demand (their
+    cgroups made off the event loop); each runs its first command in its own cgroups, and once all are killed and
+    the pool is full again the server holds what it held before: processes, netns, mounts, loop devices, cgroups."""
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    from bench.soak.census import Holdings, count
+    from bench.soak.census import settled as census_settled
+
+    local = LocalServer(pool_size=POOLED)
+    with in_thread(local):
+        assert local.wait_prepared(scaled(60))
+        prepared = list(local.registry._pool)
+        state_dir = local.registry.config.state_dir
+
+        ours = f"/e2b-bench/{state_dir.name}/"
+        zygote = local.registry.zygote.process.pid if local.registry.zygote else None
+
+        def others(pid: int) -> bool:  # what else this test process runs: e.g. other embedded endpoints
+            with contextlib.suppress(OSError):
+                return pid != zygote and ours not in Path(f"/proc/{pid}/cgroup").read_text()  # our uplinks: in ours
+            return True
+
+        def holdings() -> Holdings:
+            return count(os.getpid(), state_dir, prune=others)
+
+        before = holdings()
+        assert before.netns == POOLED and before.loop_devices == POOLED
+        ep = local.endpoint
+        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
+
+        async def burst() -> list[tuple[AsyncSandbox, str]]:
+            async def one() -> tuple[AsyncSandbox, str]:
+                sandbox = await AsyncSandbox.create(**keys)
+                return sandbox, (await sandbox.commands.run("hostname")).stdout
+
+            return await asyncio.gather(*(one() for _ in range(BURST)))
+
+        created = asyncio.run(burst())
+        boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox, _ in created]  # type: ignore[union-attr]
+        assert [hostname for _, hostname in created] == [f"{sandbox.sandbox_id}\n" for sandbox, _ in created]
+        assert set(prepared) <= set(boxes)  # every prepared one served the burst
+        assert len({box.ids.base for box in boxes if box.ids}) == BURST  # each its own uid range
+        for box in boxes:
+            pid1 = box._root_pid()
+            assert pid1 is not None and in_cgroups(pid1, box.cgroup), box.name
+            assert box.uplink is not None and in_cgroups(box.uplink.process.pid, box.uplink.cgroup), box.name
+
+        async def kill_all() -> None:
+            await asyncio.gather(*(sandbox.kill() for sandbox, _ in created))
+
+        asyncio.run(kill_all())
+        after = census_settled(holdings, lambda: local.registry.idle, before)
+        assert after == before
+        assert not any(path.exists() for box in boxes for path in box.cgroup.paths)
+        assert not any(box.dir.exists() for box in boxes) and not set(boxes) & set(local.registry._pool)
+
+
+def test_wait_prepared_returns_once_the_pool_is_full_and_a_create_empties_it_until_the_refill() -> None:
+    local = LocalServer(pool_size=2)
+    with in_thread(local):
+        assert local.wait_prepared(scaled(60))
+        assert len(local.registry._pool) == 2 and all(box.running for box in local.registry._pool)
+        ep = local.endpoint
+        sandbox = Sandbox.create(api_key=ep.api_key, api_url=ep.api_url, sandbox_url=ep.sandbox_url)
+        assert local.wait_prepared(scaled(60))  # refilled: two prepared again, besides the one taken
+        assert len(local.registry._pool) == 2 and local.registry.get(sandbox.sandbox_id) is not None
+        sandbox.kill()

@@ -261,3 +261,14 @@ def test_stream_input_feeds_stdin_in_order(sandbox: Sandbox) -> None:
     sandbox.commands.close_stdin(handle.pid)
 
     assert handle.wait().stdout == "one two three"
+
+
+def test_serve_refuses_a_pool_it_cannot_have_in_one_sentence(tmp_path: Path) -> None:
+    from bench.localbox.registry import POOL_MAX
+
+    command = [sys.executable, "-m", "bench.cli", "serve", "--state-dir", str(tmp_path / "state"), "--pool"]
+    done = subprocess.run([*command, str(POOL_MAX + 1)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    refusal = f"--pool takes a number of sandboxes from 0 to {POOL_MAX}, not {POOL_MAX + 1}"
+    assert done.stderr == f"e2b-bench serve: {refusal}\n"
+    assert not (tmp_path / "state").exists()  # refused before anything was made

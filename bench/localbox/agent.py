@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import gc
 import json
 import os
 import platform
@@ -1065,6 +1066,9 @@ def zygote(control_fd: int) -> None:
     """Fork-server: sandboxes are forked from this already-started interpreter (a fresh one costs ~60 ms)."""
     sock = socket.socket(fileno=control_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Every object made so far is left out of garbage collection: a collection in a forked sandbox would write
+    # to each of them, copying every page of the interpreter the fork shares with this process.
+    gc.freeze()
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)

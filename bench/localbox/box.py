@@ -282,34 +282,52 @@ def cgroup_roots() -> list[Path]:
 
 
 class Cgroup:
-    """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer)."""
+    """The sandbox's cgroups: its limits, its processes, freezing (SIGSTOP when there is no freezer).
+
+    Made in two steps: the object on the event loop (no I/O), the directories by `create`, a setup thread's
+    work (a cgroup's mkdir and limits take the kernel's cgroup lock, which a busy host holds for milliseconds)."""
 
     def __init__(self, name: str, limits: Limits, v1_controllers: tuple[str, ...] = V1_CONTROLLERS) -> None:
+        self.name, self.limits, self._v1_controllers = name, limits, v1_controllers
         self.paths: list[Path] = []
         self.controllers: dict[str, Path] = {}  # v1: hierarchy name -> this sandbox's directory in it
+        self.v2 = False
+        self._freezer: Path | None = None
+        self._background = False  # made with the usual weight
+        self._weight_lock = threading.Lock()  # `background` (event loop) and `create` (a thread) agree on it
+
+    def create(self) -> Cgroup:
+        """Make the directories (one per v1 hierarchy, or one v2 directory) with the limits and the weight
+        asked for so far."""
         self.v2 = (Path("/sys/fs/cgroup") / "cgroup.controllers").exists()
+        paths, controllers = [], {}
         for root in cgroup_roots():
-            if not self.v2 and root.parent.name not in v1_controllers:
+            if not self.v2 and root.parent.name not in self._v1_controllers:
                 continue
             with contextlib.suppress(OSError):
-                path = root / name
+                path = root / self.name
                 if self.v2:
                     _enable_v2_controllers(path)
                 path.mkdir(parents=True, exist_ok=True)
-                self.paths.append(path)
-                self.controllers[root.parent.name] = path
-        self._freezer = next((p for p in self.paths if self.v2 or "freezer" in p.parts), None)
-        self._background = False  # made with the usual weight
-        self._limit(limits)
+                paths.append(path)
+                controllers[root.parent.name] = path
+        self._limit(paths, self.limits)
+        with self._weight_lock:
+            self.paths, self.controllers = paths, controllers
+            self._freezer = next((p for p in paths if self.v2 or "freezer" in p.parts), None)
+            if self._background:
+                self._weigh(True)
+        return self
 
-    def _limit(self, limits: Limits) -> None:
+    @staticmethod
+    def _limit(paths: list[Path], limits: Limits) -> None:
         memory, period = limits.memory_mb * 1024 * 1024, 100_000
         values = {
             "memory.max": memory, "pids.max": limits.pids, "cpu.max": f"{limits.cpu_count * period} {period}",
             "memory.swap.max": 0, "memory.limit_in_bytes": memory, "cpu.cfs_period_us": period,
             "cpu.cfs_quota_us": limits.cpu_count * period,
         }  # fmt: skip
-        for path in self.paths:
+        for path in paths:
             for name, value in values.items():
                 if (path / name).exists():
                     with contextlib.suppress(OSError):
@@ -317,10 +335,13 @@ class Cgroup:
 
     def background(self, on: bool) -> None:
         """Whether this sandbox yields the CPU to the others (a relative weight, not a limit; the same
-        weight again writes nothing)."""
-        if on == self._background:
-            return
-        self._background = on
+        weight again writes nothing; before `create`, it is what `create` sets)."""
+        with self._weight_lock:
+            if on != self._background:
+                self._background = on
+                self._weigh(on)
+
+    def _weigh(self, on: bool) -> None:
         for path in self.paths:
             for name, value in (("cpu.shares", 2 if on else 1024), ("cpu.weight", 1 if on else 100)):
                 if (path / name).exists():
@@ -507,37 +528,22 @@ class Uplink:
     async def start(cls, holder_pid: int, gid: int, cgroup_name: str, cpu_count: int, timeout: float) -> Uplink:
         assert SLIRP4NETNS is not None
         loop = asyncio.get_running_loop()
-        limits = replace(UPLINK_LIMITS, cpu_count=cpu_count)
-        cgroup = await loop.run_in_executor(SETUP, Cgroup, cgroup_name, limits, UPLINK_CONTROLLERS)
-        # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
-        # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
-        as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []
+        cgroup = Cgroup(cgroup_name, replace(UPLINK_LIMITS, cpu_count=cpu_count), UPLINK_CONTROLLERS)
         ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
         exit_r, exit_w = os.pipe2(os.O_CLOEXEC)
         try:
-            # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
-            # no listening socket, pipe or file of the server or of another sandbox.
-            process = subprocess.Popen(
-                [
-                    *as_gid, SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
-                    "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
-                ],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(ready_w, exit_r), start_new_session=True,
-                group=None if SETPRIV else gid, extra_groups=None if SETPRIV else [],
-            )  # fmt: skip
+            # Its cgroup, its spawn (the server's vfork and exec) and moving it in: a setup thread's work.
+            process = await loop.run_in_executor(SETUP, cls._spawn, holder_pid, gid, cgroup, ready_w, exit_r)
         except BaseException:
             os.close(exit_w)
             os.close(ready_r)
-            cgroup.remove()
+            await loop.run_in_executor(TEARDOWN, cgroup.remove)
             raise
         finally:
             os.close(ready_w)
             os.close(exit_r)
         uplink = cls(process, exit_w, gid, cgroup)
         try:
-            # Its start-up (ms) runs in the server's cgroups; its traffic in its own.
-            await loop.run_in_executor(SETUP, cgroup.join, process.pid)
             if await asyncio.wait_for(_read_byte(ready_r), timeout) != b"1":
                 raise AgentError("the sandbox's network could not be set up (slirp4netns exited)")
         except BaseException:
@@ -546,6 +552,33 @@ class Uplink:
         finally:
             os.close(ready_r)
         return uplink
+
+    @staticmethod
+    def _spawn(holder_pid: int, gid: int, cgroup: Cgroup, ready_w: int, exit_r: int) -> subprocess.Popen:
+        """slirp4netns for `holder_pid`'s namespace, in `cgroup` (made here) once it started."""
+        assert SLIRP4NETNS is not None
+        cgroup.create()
+        # The sandbox's gid, which its sockets carry, with host root's uid (to join the namespace): set by
+        # setpriv, since Popen would fork (not vfork) the whole server to change groups itself.
+        as_gid = [SETPRIV, f"--regid={gid}", "--clear-groups", "--"] if SETPRIV else []
+        # Popen closes every other descriptor in the child (uvloop's spawn does not): it must hold
+        # no listening socket, pipe or file of the server or of another sandbox.
+        process = subprocess.Popen(
+            [
+                *as_gid, SLIRP4NETNS, "--configure", "--mtu=65520", "--disable-host-loopback", "--enable-sandbox",
+                "--enable-seccomp", f"--ready-fd={ready_w}", f"--exit-fd={exit_r}", str(holder_pid), "tap0",
+            ],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            pass_fds=(ready_w, exit_r), start_new_session=True,
+            group=None if SETPRIV else gid, extra_groups=None if SETPRIV else [],
+        )  # fmt: skip
+        try:
+            cgroup.join(process.pid)  # its start-up (ms) runs in the server's cgroups; its traffic in its own
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        return process
 
     async def apply(self, rules: EgressRules, timeout: float) -> None:
         """Give this uplink's sockets `rules` in the host's table (where `guard_uplinks` made one)."""
@@ -719,7 +752,7 @@ class Box:
         try:
             # Mounting its disk takes milliseconds: not on the event loop.
             await asyncio.get_running_loop().run_in_executor(SETUP, self._make_dirs, self.ids.base)
-            self._phase("disk")
+            self._phase("disk")  # and cgroups
             config = {
                 "box": str(self.dir),
                 "lower": str(self.template_root),
@@ -776,8 +809,9 @@ class Box:
         self._phase_start = now
 
     def _make_dirs(self, root_uid: int) -> None:
-        """The box directory and its upper layer belong to the sandbox's root: its holder enters the
-        directory as host root, then works inside it with the sandbox's ids only."""
+        """The sandbox's cgroups; the box directory and its upper layer, which belong to the sandbox's root: its
+        holder enters the directory as host root, then works inside it with the sandbox's ids only."""
+        self.cgroup.create()
         self.dir.mkdir(mode=0o700)
         if self.disks is not None:
             if self.kept_upper is None:

@@ -11,6 +11,7 @@ import os
 import secrets
 import signal
 import string
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .box import (
     ID_BASE,
+    ID_RANGES,
     SLIRP4NETNS,
     Box,
     BoxSettings,
@@ -132,13 +134,17 @@ class Sandbox:
         }
 
 
+POOL_SIZE = 4  # sandboxes kept prepared by default (`serve --pool N`, `bench --pool N` keep N)
+POOL_MAX = ID_RANGES // 4  # a pool takes a uid range per sandbox: room is left for the sandboxes it serves
+
+
 @dataclass(frozen=True)
 class LocalboxConfig:
     state_dir: Path
     template_root: Path
     api_key: str
     quirks: Quirks = field(default_factory=Quirks)
-    pool_size: int = 4
+    pool_size: int = POOL_SIZE
     cache_dir: Path | None = None  # where templates other than base are built when first asked for
     disk_size_mb: int = DISK_SIZE_MB  # every sandbox's disk, as advertised and enforced
 
@@ -155,6 +161,7 @@ class Registry:
         self.boxes_dir = config.state_dir / "boxes"
         self._pool: list[Box] = []
         self._preparing: set[Box] = set()  # being prepared for the pool
+        self.pool_full = threading.Event()  # the pool holds pool_size prepared sandboxes (waited on from any thread)
         self._pool_task: asyncio.Task | None = None
         self._reaper: asyncio.Task | None = None
         self._closing = False
@@ -218,6 +225,7 @@ class Registry:
 
     def _refill_pool(self) -> None:
         if self._closing or self.config.pool_size <= 0:
+            self.pool_full.set()
             return
         if self._pool_task is None or self._pool_task.done():
             self._pool_task = asyncio.create_task(self._fill_pool())
@@ -233,6 +241,8 @@ class Registry:
             if failed:
                 log.error("could not prepare a sandbox in advance", exc_info=failed[0])
                 return
+        if len(self._pool) >= self.config.pool_size:
+            self.pool_full.set()
 
     async def _prepare_box(self) -> Box:
         box = self._box(internet=True, sandbox_id=self.new_id())
@@ -259,6 +269,7 @@ class Registry:
         """A prepared box (its id already its hostname) when one fits, else a new one."""
         while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
+            self.pool_full.clear()
             self._weigh_preparing()
             if box.running:
                 box.cgroup.background(False)

@@ -31,7 +31,7 @@ from .conditions import with_conditions
 from .disk import unmount_under
 from .mutations import mutate, stall
 from .quirks import Quirks
-from .registry import DISK_SIZE_MB, LocalboxConfig, Registry, cleanup_stale
+from .registry import DISK_SIZE_MB, POOL_SIZE, LocalboxConfig, Registry, cleanup_stale
 from .template import default_cache_dir, ensure_template
 
 DEBUG_API_PORT = 3000
@@ -230,11 +230,12 @@ class LocalServer:
         cache_dir: Path | None = None,
         quirks: Quirks | None = None,
         debug_ports: bool = False,
-        pool_size: int = 4,
+        pool_size: int = POOL_SIZE,
         templates: Sequence[str] = (),
         disk_size_mb: int = DISK_SIZE_MB,
     ) -> None:
-        """`templates`: built-in templates besides base to build now (a cold build takes minutes, longer
+        """`pool_size`: sandboxes kept prepared ahead of creates (a burst of up to that many is served from
+        them). `templates`: built-in templates besides base to build now (a cold build takes minutes, longer
         than an SDK waits for a create), instead of at their first create. `disk_size_mb`: every sandbox's disk."""
         check_host()
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)
@@ -272,6 +273,11 @@ class LocalServer:
                 http=GuardedHttp,
             )
         )
+
+    def wait_prepared(self, timeout: float) -> bool:
+        """Wait (from another thread than the server's) until its pool holds every sandbox it keeps prepared;
+        False if `timeout` passed first."""
+        return self.registry.pool_full.wait(timeout)
 
     def key_file(self) -> Path:
         """The API key in a file only host root can read (the state directory is 0700, the file 0600, both gone

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import struct
 import threading
@@ -14,6 +15,12 @@ from collections.abc import Iterator
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .remote.slowness import scaled
+
+STOP_S = 30.0  # a server in a thread has this long (on a quiet host) to shut down once told to
+
+log = logging.getLogger("e2b-bench.asgi")
 
 # The ASGI extension of a request served by `ResettableHttp`: calling it resets the request's connection.
 RESET_EXTENSION = "e2b-bench.reset"
@@ -77,4 +84,6 @@ def in_thread(server: uvicorn.Server, sockets: list[socket.socket], name: str) -
         yield
     finally:
         server.should_exit = True
-        thread.join(30)
+        thread.join(scaled(STOP_S))
+        if thread.is_alive():  # its clean-up is stuck: said, not waited for (the thread is a daemon)
+            log.warning("e2b-bench: %s did not stop within %.0f s", name, scaled(STOP_S))

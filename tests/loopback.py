@@ -12,6 +12,8 @@ from typing import Any
 
 import uvicorn
 
+from bench.remote.slowness import scaled
+
 
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
@@ -31,7 +33,7 @@ def serving(app: Any) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not server.started:
         assert time.monotonic() < deadline, "test server did not start"
         time.sleep(0.005)

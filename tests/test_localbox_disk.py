@@ -19,6 +19,7 @@ from e2b import NotEnoughSpaceException, Sandbox
 from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, start_serve
 
 from bench.localbox.server import LocalEndpoint, serving
+from bench.remote.slowness import scaled
 
 DISK_MB = 64  # small, so a test fills it in a fraction of a second
 FILL = (  # dd's first line and its exit status; nothing else is written to the (maybe full) disk
@@ -179,7 +180,7 @@ def test_a_killed_sandbox_leaves_no_mount_no_loop_device_and_no_image(small_disk
     image = next(p for p in loop_backing_files() if p.endswith(f"/{name}.disk"))
 
     sandbox.kill()  # its files are removed in the background: wait (bounded) for the image to go
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while Path(image).exists() and time.monotonic() < deadline:
         time.sleep(0.05)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import gzip
 import json
+import logging
 import os
 import resource
 import struct
@@ -33,17 +35,20 @@ from js_sdk import run_js
 
 from bench.localbox.files import download_encoding
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
+from bench.remote.slowness import scaled
 
 
 def envd(endpoint: LocalEndpoint, sandbox: Sandbox) -> httpx.Client:
     """A plain client of the sandbox's envd, authenticated as the SDK is."""
     headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": sandbox._envd_access_token or ""}
-    return httpx.Client(base_url=endpoint.sandbox_url, headers=headers, timeout=30)
+    # On a quiet host a 512 MiB gzip bomb is inflated and written in seconds; a busy one takes its slowness longer.
+    return httpx.Client(base_url=endpoint.sandbox_url, headers=headers, timeout=scaled(30))
 
 
 def wait_for(predicate: Callable[[], bool], what: str, limit_s: float = 10.0) -> None:
-    """Wait for a condition the server reaches on its own (after a client left); fail with `what` if it never does."""
-    deadline = time.monotonic() + limit_s
+    """Wait for a condition the server reaches on its own (after a client left); fail with `what` if it never does
+    (`limit_s` on a quiet host, scaled by this one's slowness)."""
+    deadline = time.monotonic() + scaled(limit_s)
     while not predicate():
         assert time.monotonic() < deadline, what
         time.sleep(0.05)
@@ -171,7 +176,7 @@ def test_killing_the_sandbox_ends_a_watch_stream_as_the_sandbox_gone(endpoint: L
         ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
         await sbx.files.watch_dir("/home/user", on_event=lambda e: None, on_exit=ended.set_result, timeout=0)
         await sbx.kill()
-        return await asyncio.wait_for(ended, 30)
+        return await asyncio.wait_for(ended, scaled(30))
 
     assert isinstance(asyncio.run(scenario()), SandboxNotRunningException)
 
@@ -203,7 +208,7 @@ def stop(server: LocalServer, sandbox_id: str, how: str) -> None:
 
 def read_until_stopped(server: LocalServer, sandbox_id: str, how: str, request: httpx.Request) -> tuple[int, str]:
     """Send `request`, stop the sandbox at its first bytes, read on: (bytes after them, how the answer ended)."""
-    with httpx.Client(timeout=httpx.Timeout(60)) as client:
+    with httpx.Client(timeout=httpx.Timeout(scaled(60))) as client:
         answer = client.send(request, stream=True)
         chunks = answer.iter_raw()
         next(chunks)
@@ -262,7 +267,7 @@ def test_a_port_connection_of_a_paused_sandbox_is_cut(own_server: LocalServer) -
     )
     try:
         with (
-            httpx.Client(base_url=own_server.endpoint.sandbox_url, headers=headers, timeout=60) as envd,
+            httpx.Client(base_url=own_server.endpoint.sandbox_url, headers=headers, timeout=scaled(60)) as envd,
             envd.stream("POST", "/process.Process/Start", content=run) as server,
         ):
             frames = server.iter_raw()
@@ -341,7 +346,7 @@ def test_a_command_stream_whose_client_went_away_is_cancelled(own_server: LocalS
     headers = {"Content-Type": "application/connect+json", "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
     start = envelope({"process": {"cmd": "/bin/sleep", "args": ["60"]}})
     with (
-        httpx.Client(base_url=url, headers=headers, timeout=10) as client,
+        httpx.Client(base_url=url, headers=headers, timeout=scaled(10)) as client,
         client.stream("POST", "/process.Process/Start", content=start) as answer,
     ):
         chunks = answer.iter_raw()  # held: a dropped iterator closes the connection
@@ -353,6 +358,46 @@ def test_a_command_stream_whose_client_went_away_is_cancelled(own_server: LocalS
     wait_for(lambda: not record.subscribers, "the stream outlived its client")
     assert listening == 1 and not record.done.is_set()  # the stream is gone, the process is not
     httpx.delete(f"{url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": own_server.api_key})
+
+
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def test_a_server_stops_at_once_after_a_client_dropped_the_stream_of_a_process_still_running(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The dropped stream's handler ended with its client: the shutdown waits for no connection (nor for its
+    thread's bound), the process ends with its sandbox, and how the cancel ended the handler is not reported
+    as a failure nobody heard."""
+    server = LocalServer(pool_size=0)
+    others = set(threading.enumerate())  # other tests' servers may be running
+    with in_thread(server):
+        sandbox_id, headers = own_sandbox(server)
+        headers["Content-Type"] = "application/connect+json"
+        with (
+            httpx.Client(base_url=server.endpoint.sandbox_url, headers=headers, timeout=scaled(60)) as client,
+            client.stream(
+                "POST", "/process.Process/Start", content=envelope({"process": {"cmd": "/bin/sleep", "args": ["600"]}})
+            ) as answer,
+        ):
+            pid = json.loads(next(answer.iter_raw())[5:])["event"]["start"]["pid"]
+            box = server.registry.sandboxes[sandbox_id].box
+            record = box.processes[pid]
+        wait_for(lambda: not record.subscribers, "the stream outlived its client")
+        holder = box.holder.pid  # type: ignore[union-attr]
+        running = not record.done.is_set()
+    gc.collect()  # a task whose failure nobody heard is reported as it is collected
+
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert running  # the process outlived its stream, up to the shutdown
+    assert [t.name for t in threading.enumerate() if t not in others and t.name == "embedded endpoint"] == []
+    assert record.done.is_set() and gone(holder)
+    assert [m for m in said if "did not stop" in m or "never retrieved" in m] == []
 
 
 # --- 8. signed-URL refusals carry envd's messages ---------------------------------------------------------

@@ -318,7 +318,7 @@ def test_a_sandbox_with_a_deep_tree_answers_metrics_and_is_cleaned_up(server: Lo
 
     metrics = sandbox.get_metrics()
     sandbox.kill()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while box_dir.exists() and time.monotonic() < deadline:  # files are removed in the background
         time.sleep(0.05)
 

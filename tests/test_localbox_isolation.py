@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from run_cli import e2b_bench, only_run_dir
 
 from bench.localbox.server import LocalEndpoint
+from bench.remote.slowness import scaled
 from bench.results import read_run
 
 
@@ -102,7 +103,7 @@ def test_kill_leaves_no_process_behind(endpoint: LocalEndpoint) -> None:
     sbx.commands.run("setsid bash -c 'sleep 300 & sleep 300' >/dev/null 2>&1 &", envs=sbx_env)
     sbx.commands.run("sleep 300 >/dev/null 2>&1 &", envs=sbx_env, user="root")
     before = host_pids_of(sbx)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(5)
     while len(before) < 4 and time.monotonic() < deadline:  # the backgrounded ones start on their own time
         time.sleep(0.05)
         before = host_pids_of(sbx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
@@ -345,14 +346,15 @@ def test_watch_dir_polling_reports_creates_and_writes(sandbox: Sandbox) -> None:
 
     sandbox.files.write("/home/user/watched/new.txt", "1")
     sandbox.commands.run("mkdir /home/user/watched/sub && sleep 0.2 && echo x > /home/user/watched/sub/inner.txt")
-    time.sleep(0.3)
-    events = watcher.get_new_events()
+    expected = {("new.txt", "CREATE"), ("sub", "CREATE"), ("sub/inner.txt", "CREATE")}
+    seen: set[tuple[str, str]] = set()
+    deadline = time.monotonic() + scaled(10)  # polled until they are all there; the bound only if one never is
+    while not expected <= seen and time.monotonic() < deadline:
+        seen |= {(e.name, e.type.name) for e in watcher.get_new_events()}
+        time.sleep(0.05)
     watcher.stop()
 
-    seen = {(e.name, e.type.name) for e in events}
-    assert ("new.txt", "CREATE") in seen
-    assert ("sub", "CREATE") in seen
-    assert ("sub/inner.txt", "CREATE") in seen
+    assert expected <= seen
 
 
 # --- lifecycle --------------------------------------------------------------------------------
@@ -436,12 +438,13 @@ def test_async_sdk_runs_commands_and_files(endpoint: LocalEndpoint) -> None:
             result = await sbx.commands.run("echo async")
             await sbx.files.write("/home/user/a.txt", "async file")
             text = await sbx.files.read("/home/user/a.txt")
-            events = []
-            handle = await sbx.files.watch_dir("/home/user", on_event=events.append)
+            seen = asyncio.Event()
+            handle = await sbx.files.watch_dir("/home/user", on_event=lambda e: e.name == "watched.txt" and seen.set())
             await sbx.files.write("/home/user/watched.txt", "w")
-            await asyncio.sleep(0.3)
+            with contextlib.suppress(TimeoutError):  # waited for; the bound only if it never comes
+                await asyncio.wait_for(seen.wait(), scaled(10))
             await handle.stop()
-            return result.stdout, text, any(e.name == "watched.txt" for e in events)
+            return result.stdout, text, seen.is_set()
         finally:
             await sbx.kill()
 

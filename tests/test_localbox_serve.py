@@ -20,6 +20,7 @@ import pytest
 from e2b import Sandbox
 
 from bench.localbox.server import LocalEndpoint
+from bench.remote.slowness import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,13 +74,13 @@ def crash_then_serve_again(process: subprocess.Popen[str], running: set[int]) ->
     """SIGKILL a serve, give its sandboxes' processes a bounded while to end, then start and stop a second serve
     (which finds the first one's leftovers)."""
     process.send_signal(signal.SIGKILL)
-    process.wait(timeout=10)
-    deadline = time.monotonic() + 10
+    process.wait(timeout=scaled(10))
+    deadline = time.monotonic() + scaled(10)
     while any(alive(pid) for pid in running) and time.monotonic() < deadline:
         time.sleep(0.05)
     second, _ = start_serve()
     second.send_signal(signal.SIGTERM)
-    second.wait(timeout=30)
+    second.wait(timeout=scaled(30))
 
 
 def sandbox_via(exports: dict[str, str]) -> Sandbox:
@@ -99,7 +100,7 @@ def test_serve_prints_exports_and_sigterm_kills_every_sandbox_and_removes_its_fi
         running = sandbox_pids(state_dir)
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=scaled(30))  # the shutdown: its sandboxes killed, their files removed
 
     assert exports["E2B_API_URL"] == exports["E2B_SANDBOX_URL"]
     assert exports["E2B_API_URL"].startswith("http://127.0.0.1:")
@@ -127,7 +128,7 @@ def test_serve_names_the_file_holding_its_api_key_and_never_prints_the_key(state
         mode = stat.S_IMODE((state_dir / "api-key").stat().st_mode)
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=scaled(30))
 
     assert key not in "".join(banner)
     assert export.strip() == f'export E2B_API_KEY="$(cat {state_dir / "api-key"})"'
@@ -211,7 +212,7 @@ def test_debug_ports_serve_clients_that_never_call_the_api_if_they_run_as_the_se
         }
     finally:
         process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=scaled(30))
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["debug_sandbox_id", "debug_sandbox_id", "/home/user/d.txt"]

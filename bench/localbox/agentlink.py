@@ -38,6 +38,8 @@ class AgentLink:
         self._pending: dict[int, asyncio.Future[tuple[Any, list[int]]]] = {}
         self._on_exit = on_exit
         self._ready: asyncio.Future[dict] = self._loop.create_future()
+        # A start that gave up waiting (its timeout, a shutdown) leaves nobody to hear how the agent's start ended.
+        self._ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
         self.closed = False
         self._loop.add_reader(self._sock.fileno(), self._readable)
 
@@ -51,19 +53,22 @@ class AgentLink:
         future = self._loop.create_future()
         self._pending[ident] = future
         data = json.dumps({"op": op, "id": ident, **fields}).encode()
-        while True:
-            try:
-                if fds:
-                    socket.send_fds(self._sock, [data], list(fds))
-                else:
-                    self._sock.send(data)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.001)
-            except OSError as exc:
-                self._pending.pop(ident, None)
-                raise AgentGone(f"sandbox is not running ({exc.strerror})") from exc
-        return await future
+        try:
+            while True:
+                try:
+                    if fds:
+                        socket.send_fds(self._sock, [data], list(fds))
+                    else:
+                        self._sock.send(data)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.001)
+                except OSError as exc:
+                    raise AgentGone(f"sandbox is not running ({exc.strerror})") from exc
+            return await future
+        finally:  # answered, failed or cancelled: nobody waits for this reply any more
+            self._pending.pop(ident, None)
+            future.cancel()
 
     async def result(self, op: str, fds: Sequence[int] = (), **fields: Any) -> Any:
         value, received = await self.call(op, fds, **fields)

@@ -419,5 +419,9 @@ async def _cancelled_on_disconnect(app: ASGIApp, scope: Scope, receive: Receive,
             handler.add_done_callback(lambda done: done.cancelled() or done.exception())
             handler.cancel()
     client_left = watcher.done() and not watcher.cancelled() and watcher.result()
-    if not handler.cancelled() and not client_left:
-        handler.result()  # the handler's own failure; after a cancel there is nobody left to tell
+    if handler.cancelled():
+        return
+    if client_left:
+        handler.exception()  # how the cancel ended it (e.g. connect's CANCELED): there is nobody left to tell
+        return
+    handler.result()  # the handler's own failure

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..remote.slowness import scaled
 from .agentlink import AgentError, AgentGone, AgentLink
@@ -52,12 +52,27 @@ WARM_S = 10.0  # one login shell
 EXIT_S = 5.0  # a killed process (a sandbox's holder, its uplink) has exited and been seen to
 CONNECT_S = 10.0  # a TCP connect inside the sandbox
 EGRESS_S = 10.0  # one nftables transaction
+T = TypeVar("T")
 IDLE_STATES = frozenset("STtZXI")  # /proc states of a thread that waits (or is gone), not one that runs
 # A create's blocking steps (its disk, cgroups, the fork-server's answer) and a teardown's (cgroups, unmount,
 # files) have threads of their own, apart from each other and from the default executor: a create never
 # queues behind a teardown, which waits on the kernel, nor behind a snapshot's copy or a template's build.
 SETUP = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-setup")
 TEARDOWN = ThreadPoolExecutor(max_workers=4, thread_name_prefix="e2b-bench-teardown")
+
+
+async def setup_step(function: Callable[..., T], *args: Any) -> T:
+    """`function(*args)` on a SETUP thread, awaited to its end even by a caller cancelled meanwhile (the
+    cancellation then goes on): a thread cannot be stopped, and what it makes after its caller gave up (a
+    mounted disk, a fork-server's answer) would be made after the caller's clean-up, and stay."""
+    work = asyncio.get_running_loop().run_in_executor(SETUP, function, *args)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait([work])
+        if not work.cancelled():
+            work.exception()  # the cancellation is what the caller hears of
+        raise
 
 
 @dataclass(frozen=True)
@@ -689,8 +704,8 @@ class Zygote:
                 raise AgentError("the sandbox fork-server exited")
             return int(json.loads(reply)["pid"])
 
-        async with self.lock:
-            return await asyncio.get_running_loop().run_in_executor(SETUP, exchange)
+        async with self.lock:  # held until the answer is read, or the next launch would read this one's
+            return await setup_step(exchange)
 
     def close(self) -> None:
         self.sock.close()
@@ -751,7 +766,7 @@ class Box:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             # Mounting its disk takes milliseconds: not on the event loop.
-            await asyncio.get_running_loop().run_in_executor(SETUP, self._make_dirs, self.ids.base)
+            await setup_step(self._make_dirs, self.ids.base)
             self._phase("disk")  # and cgroups
             config = {
                 "box": str(self.dir),

@@ -218,9 +218,15 @@ class Registry:
         return await self._boot_box(self._box(internet, sandbox_id, layers))
 
     @staticmethod
-    async def _boot_box(box: Box) -> Box:
-        await box.start(hostname=box.name)
-        await box.new_boot_id()
+    async def _boot_box(box: Box, warm_up: bool = False) -> Box:
+        await box.start(hostname=box.name)  # which, failed or cancelled, leaves nothing behind
+        try:
+            await box.new_boot_id()
+            if warm_up:
+                await box.warm_up()
+        except BaseException:  # failed, or cancelled by a server shutting down: no sandbox is left running
+            await box.kill()
+            raise
         return box
 
     def _refill_pool(self) -> None:
@@ -234,10 +240,14 @@ class Registry:
         """Prepare sandboxes, POOL_PARALLEL at a time: one at a time falls behind creates in a tight loop."""
         while not self._closing and len(self._pool) < self.config.pool_size:
             wanted = min(POOL_PARALLEL, self.config.pool_size - len(self._pool))
-            prepared = await asyncio.gather(*(self._prepare_box() for _ in range(wanted)), return_exceptions=True)
-            failed = [p for p in prepared if isinstance(p, BaseException)]
-            self._pool.extend(p for p in prepared if isinstance(p, Box))
-            self._weigh_preparing()
+            preparing = [asyncio.ensure_future(self._prepare_box()) for _ in range(wanted)]
+            try:
+                await asyncio.gather(*preparing, return_exceptions=True)
+            finally:  # cancelled (a shutdown) too, once all have ended: what is pooled, the shutdown ends
+                ended = [p for p in preparing if p.done() and not p.cancelled()]
+                self._pool.extend(p.result() for p in ended if p.exception() is None)
+                self._weigh_preparing()
+            failed = [p.exception() for p in ended if p.exception() is not None]
             if failed:
                 log.error("could not prepare a sandbox in advance", exc_info=failed[0])
                 return
@@ -249,8 +259,7 @@ class Registry:
         self._preparing.add(box)
         self._weigh_preparing()
         try:
-            await self._boot_box(box)
-            await box.warm_up()
+            await self._boot_box(box, warm_up=True)
         finally:
             self._preparing.discard(box)
         return box

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.housekeeping import run_metadata
+from bench.remote.slowness import scaled
 from bench.results import Outcome, schema_errors
 from bench.runners.envs import REPO_ROOT, RunnerSpec
 
 PROTOCOL = 1
 STDERR_TAIL_BYTES = 4096
+PIPES_END_S = 2.0  # on a quiet host, for the readers of a killed runner's output to reach its end (the stderr tail)
 INTERRUPTED = "not run: the run was interrupted"  # a step the harness stopped its runner before
 
 Event = dict[str, Any]
@@ -212,8 +214,8 @@ def run_runner(
     finally:
         _signal_group(process, signal.SIGKILL)
         result.exit_code = process.wait()
-        for thread in threads:
-            thread.join(timeout=2)
+        for thread in threads:  # the group is killed: its pipes end, unless a process outside it holds one
+            thread.join(timeout=scaled(PIPES_END_S))
         result.stderr_tail = stderr.text()
         result.duration_ms = round((time.monotonic() - started) * 1000, 1)
     if interrupted:

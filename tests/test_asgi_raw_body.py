@@ -93,18 +93,18 @@ class Client:
 
     def response(self) -> tuple[int, dict]:
         while b"\r\n\r\n" not in self.buffer:
-            self.buffer += self._recv()
+            self.buffer += self.recv()
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         status = int(head.split()[1])
         length = int(
             next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
         )
         while len(self.buffer) < length:
-            self.buffer += self._recv()
+            self.buffer += self.recv()
         content, self.buffer = self.buffer[:length], self.buffer[length:]
         return status, json.loads(content)
 
-    def _recv(self) -> bytes:
+    def recv(self) -> bytes:
         data = self.sock.recv(65536)
         assert data, "the server closed the connection"
         return data
@@ -179,7 +179,9 @@ def test_a_client_waiting_for_100_continue_is_told_to_send_its_body(client: Clie
     client.sock.sendall(
         f"POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n".encode()
     )
-    interim = client.sock.recv(64)
+    interim = b""
+    while not interim.endswith(b"\r\n\r\n"):
+        interim += client.recv()
     client.sock.sendall(body)
     document = client.response()[1]
 

@@ -6,15 +6,19 @@ Shared by the embedded endpoint (`bench.localbox.server`) and the scripted model
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
 import struct
+import sys
 import threading
+import weakref
 from collections.abc import Iterator
 
+import httptools
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from .remote.slowness import scaled
 
@@ -22,18 +26,63 @@ STOP_S = 30.0  # a server in a thread has this long (on a quiet host) to shut do
 
 log = logging.getLogger("e2b-bench.asgi")
 
-# The ASGI extension of a request served by `ResettableHttp`: calling it resets the request's connection.
+# The ASGI extensions of a request served by `ResettableHttp`. Calling the first resets the request's
+# connection; calling the second gives the rest of the request body as `RawBody` (None where it cannot).
 RESET_EXTENSION = "e2b-bench.reset"
+BODY_EXTENSION = "e2b-bench.body"
+BODY_PIECE = 1 << 20  # bytes of a raw body handed on at once
+BODY_READ_AHEAD = 4  # pieces read ahead of the app at most
+SPARE_PIECES = 8  # body buffers kept per event loop for the next bodies
+
+
+class ClientGone(Exception):
+    """The client closed its connection before the whole request body arrived."""
 
 
 class ResettableHttp(HttpToolsProtocol):
     """uvicorn's HTTP protocol whose requests can reset their connection (a TCP RST) under an answer already
     begun, as a proxy that lost its upstream resets its client's stream: the client sees neither the answer's
-    end nor an orderly close, a transport failure (E2B's SDKs then probe the sandbox)."""
+    end nor an orderly close, a transport failure (E2B's SDKs then probe the sandbox). A request's body can
+    also be taken raw (`BODY_EXTENSION`, `RawBody`), read off the socket without uvicorn's copies."""
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {RESET_EXTENSION: self.reset}  # type: ignore[dict-item]
+        self._body_parsed = 0
+        cycle_scope = self.scope
+        extensions: dict[str, object] = {
+            RESET_EXTENSION: self.reset,
+            BODY_EXTENSION: lambda: self._raw_body(cycle_scope),
+        }
+        self.scope["extensions"] = extensions  # type: ignore[typeddict-item]  # ASGI extensions hold callables here
+
+    def on_body(self, body: bytes) -> None:
+        self._body_parsed += len(body)
+        super().on_body(body)
+
+    def _raw_body(self, scope: object) -> RawBody | None:
+        """The rest of the body of the request whose scope is `scope`, if it has a Content-Length and no part
+        of it was received yet; None otherwise (the app then reads it through `receive` as usual)."""
+        cycle = self.cycle
+        if cycle is None or cycle.scope is not scope or cycle.disconnected or cycle.response_started:
+            return None
+        if not cycle.more_body:  # all of it is parsed already (a small body): `receive` has it
+            return None
+        if self._body_parsed != len(cycle.body):  # some of it was received already, e.g. by a middleware
+            return None
+        lengths = [value for name, value in self.headers if name == b"content-length"]
+        chunked = any(name == b"transfer-encoding" for name, _ in self.headers)
+        if len(lengths) != 1 or chunked or not lengths[0].isdigit():
+            return None
+        if cycle.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            cycle.waiting_for_100_continue = False
+        return RawBody(self, cycle, int(lengths[0]) - self._body_parsed)
+
+    def restart_parser(self) -> None:
+        """A parser for the next request on this connection, after a body read past uvicorn's."""
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # as uvicorn sets it, where httptools has it
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
 
     def reset(self) -> None:
         cycle = self.cycle
@@ -44,6 +93,128 @@ class ResettableHttp(HttpToolsProtocol):
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+
+class RawBody(asyncio.BufferedProtocol):
+    """The rest of one request's body, read off the socket straight into buffers of its own.
+
+    uvicorn copies a body four times on its way to the app (the event loop's read into `bytes`, the parser's
+    slice, the request's buffer, the message); for a file upload those copies cost more CPU than the disk.
+    While a RawBody is read it is the connection's protocol: the socket is read into `BODY_PIECE` buffers,
+    never past the body's end, each handed to the app whole (a `bytearray` it owns from then on:
+    `async for piece in body`). With the last byte the connection goes back to the HTTP protocol, with a
+    fresh parser for the next request. At most `BODY_READ_AHEAD` pieces wait for the app before reading
+    pauses. What the app does not take (it called `drop()`, or its answer is complete) is read and dropped,
+    as uvicorn drops the body of a request already answered, so the connection stays usable.
+    """
+
+    def __init__(self, http: ResettableHttp, cycle: RequestResponseCycle, remaining: int) -> None:
+        self._http = http
+        self._cycle = cycle
+        self._remaining = remaining
+        self._pieces: collections.deque[bytearray] = collections.deque()
+        if cycle.body:
+            self._pieces.append(cycle.body)  # what uvicorn's parser took before the switch
+            cycle.body = bytearray()
+        self._buffer = bytearray()
+        self._filled = 0
+        self._dropping = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._failure: Exception | None = None
+        http.transport.set_protocol(self)
+        http.flow.resume_reading()  # uvicorn pauses reading past 64 KiB of body the app did not take
+
+    def __aiter__(self) -> RawBody:
+        return self
+
+    async def __anext__(self) -> bytearray:
+        while not self._pieces:
+            if self._failure is not None:
+                raise self._failure
+            if not self._remaining or self._dropping:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        piece = self._pieces.popleft()
+        if len(self._pieces) < BODY_READ_AHEAD:
+            self._http.flow.resume_reading()
+        return piece
+
+    def drop(self) -> None:
+        """The app takes no more of the body: the rest is read and dropped."""
+        self._dropping = True
+        self._pieces.clear()
+        self._http.flow.resume_reading()
+
+    # --- the connection's protocol while the body is read -------------------------------------------
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._filled == len(self._buffer):  # each buffer is min(BODY_PIECE, remaining): the last one ends the body
+            if not (self._dropping and self._buffer):
+                self._buffer = spare_buffer(min(BODY_PIECE, self._remaining))
+            self._filled = 0
+        return memoryview(self._buffer)[self._filled : self._filled + self._remaining]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._filled += nbytes
+        self._remaining -= nbytes
+        self._dropping = self._dropping or self._cycle.response_complete or self._cycle.disconnected
+        if self._filled == len(self._buffer) and not self._dropping:
+            self._pieces.append(self._buffer)
+            self._buffer, self._filled = bytearray(), 0
+            if len(self._pieces) >= BODY_READ_AHEAD:
+                self._http.flow.pause_reading()
+            self._wake()
+        if not self._remaining:
+            self._done()
+
+    def _done(self) -> None:
+        """The whole body is read: the HTTP protocol takes the connection back, its request complete."""
+        self._http.restart_parser()
+        self._cycle.more_body = False
+        self._cycle.message_event.set()
+        self._http.transport.set_protocol(self._http)
+        self._http.flow.resume_reading()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def eof_received(self) -> None:
+        self._http.eof_received()  # the connection closes; `connection_lost` follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._failure = ClientGone(f"the connection closed with {self._remaining} bytes of the body still to come")
+        self._wake()
+        self._http.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._http.resume_writing()
+
+
+# Body buffers of BODY_PIECE bytes, per event loop, given again once nothing holds them: a new bytearray is
+# zeroed first, which costs as much as the copy into it.
+_spare_buffers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[bytearray]] = weakref.WeakKeyDictionary()
+
+
+def spare_buffer(size: int) -> bytearray:
+    """A buffer of `size` bytes for a body (a request's or an answer's): a spare one of the running event loop
+    that nothing holds any more (its contents are old), else a new one."""
+    try:
+        spares = _spare_buffers.setdefault(asyncio.get_running_loop(), [])
+    except RuntimeError:  # no event loop runs here: nothing to share with
+        return bytearray(size)
+    for spare in spares:
+        # held by the list, `spare` and getrefcount's argument only: the app and its writers are done with it
+        if len(spare) == size and sys.getrefcount(spare) == 3:
+            return spare
+    piece = bytearray(size)
+    if size == BODY_PIECE and len(spares) < SPARE_PIECES:
+        spares.append(piece)
+    return piece
 
 
 def bind(host: str, port: int) -> socket.socket:

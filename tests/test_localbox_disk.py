@@ -3,6 +3,7 @@ fails with ENOSPC as on E2B, in that sandbox only, and the disk goes (mount and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -92,6 +93,32 @@ def test_an_upload_into_a_full_disk_is_refused_with_envds_507(sbx: Sandbox, smal
     assert raw.status_code == 507
     assert raw.json() == {"code": 507, "message": "not enough disk space available"}  # envd.yaml's example of a 507
     assert all(int(size) < 2**20 for size in sizes)
+
+
+def written_bytes(sandbox: Sandbox) -> int:
+    """What the sandbox's loop device has written to its image so far (the kernel's count, in sectors)."""
+    backing = next(
+        p
+        for p in Path("/sys/block").glob("loop*/loop/backing_file")
+        if p.read_text().strip().endswith(f"/{sandbox.sandbox_id}.disk")
+    )
+    return int((backing.parent.parent / "stat").read_text().split()[6]) * 512
+
+
+def test_uploads_over_one_file_leave_its_old_contents_in_memory_not_written_to_the_disk(sbx: Sandbox) -> None:
+    # ext4's default (auto_da_alloc) starts writing a file truncated and written again to the disk as it is
+    # closed, and the next truncation waits for that write: an upload over a file paid for the last one's I/O
+    data = os.urandom(8 << 20)
+    sbx.files.write("/home/user/again.bin", data)
+    before = written_bytes(sbx)
+
+    for _ in range(3):
+        sbx.files.write("/home/user/again.bin", data)
+    after = written_bytes(sbx)
+    found = sbx.commands.run("sha256sum /home/user/again.bin").stdout.split()[0]
+
+    assert found == hashlib.sha256(data).hexdigest()
+    assert after - before < 2 << 20  # none of the 8 MiB versions: each was dropped by the next truncation
 
 
 def test_a_full_sandbox_leaves_another_sandbox_and_the_host_unaffected(sbx: Sandbox) -> None:

@@ -52,7 +52,11 @@ MKFS = shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/
 # No journal (a sandbox's disk does not outlive a host crash), no reserved blocks (the sandbox's root and
 # users share the whole size), inode tables left unwritten (a sparse image reads zeros there anyway).
 MKFS_OPTIONS = ("-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_init=1,nodiscard,root_owner=0:0")
-MOUNT_OPTIONS = b"noinit_itable,discard"  # what a sandbox deletes is given back to the host
+# What a sandbox deletes is given back to the host (discard). No write-back forced by a close after a truncation
+# (ext4's auto_da_alloc, a guard for programs that replace files without fsync against a crash this disk does
+# not outlive): with it an upload over a file sent the file to the disk as it closed, and the next upload's
+# truncation waited for that write; without it the old contents are dropped from memory unwritten.
+MOUNT_OPTIONS = b"noinit_itable,discard,noauto_da_alloc"
 
 
 class DiskError(OSError):

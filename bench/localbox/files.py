@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import zlib
@@ -15,6 +16,8 @@ from urllib.parse import quote
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from bench.asgi import BODY_EXTENSION, spare_buffer
 
 from .agentlink import AgentError, AgentGone
 from .api import ApiError
@@ -163,7 +166,8 @@ class Files:
             if encoding == "gzip" and sandbox.quirks.refuse_gzip_upload:
                 raise ApiError(400, "gzip uploads are not supported: send the body uncompressed")
             path = sandbox.box.resolve(raw_path, home)
-            await _write_stream(FileSink(self._open(sandbox, path, user, metadata)), request.stream(), encoding)
+            async with _body(request) as body:
+                await _write_stream(FileSink(self._open(sandbox, path, user, metadata)), body, encoding)
             written = [path]
         else:
             raise ApiError(400, f"unsupported Content-Type '{content_type.decode(errors='replace')}'")
@@ -218,28 +222,34 @@ class Files:
         written: list[str] = []
         sink: FileSink | None = None
         headers: dict[str, str] = {}
+
+        async def handle(event: PartEvent) -> None:
+            nonlocal sink, headers
+            if event[0] == "begin":
+                headers = {}
+            elif event[0] == "header":
+                name, text = event[1]
+                headers[name.lower()] = text
+                if name.lower() == "content-disposition":
+                    target = _part_filename(text)
+                    if not raw_path and not target:
+                        raise ApiError(400, "multipart part without a filename and no 'path'")
+                    path = sandbox.box.resolve(checked_path(raw_path or target), home)
+                    sink = FileSink(self._open(sandbox, path, user, metadata))
+                    written.append(path)
+            elif event[0] == "data" and sink is not None:
+                await sink.write(event[1])
+            elif event[0] == "end" and sink is not None:
+                current, sink = sink, None
+                await current.close()
+
         try:
-            async for chunk in request.stream():
-                parser.write(chunk)
-                batch, events[:] = list(events), []
-                for event in batch:
-                    if event[0] == "begin":
-                        headers = {}
-                    elif event[0] == "header":
-                        name, text = event[1]
-                        headers[name.lower()] = text
-                        if name.lower() == "content-disposition":
-                            target = _part_filename(text)
-                            if not raw_path and not target:
-                                raise ApiError(400, "multipart part without a filename and no 'path'")
-                            path = sandbox.box.resolve(checked_path(raw_path or target), home)
-                            sink = FileSink(self._open(sandbox, path, user, metadata))
-                            written.append(path)
-                    elif event[0] == "data" and sink is not None:
-                        await sink.write(event[1])
-                    elif event[0] == "end" and sink is not None:
-                        current, sink = sink, None
-                        await current.close()
+            async with _body(request) as body:
+                async for chunk in body:
+                    parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                    batch, events[:] = list(events), []
+                    for event in batch:
+                        await handle(event)
             parser.finalize()
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -262,9 +272,26 @@ PartEvent = (
 )
 
 
-def _slice(data: bytes | bytearray, start: int, end: int) -> bytes | memoryview:
-    """Part data as the writer thread may keep it: a view of an immutable chunk, a copy of anything else."""
-    return memoryview(data)[start:end] if isinstance(data, bytes) else bytes(data[start:end])
+def _slice(data: bytes | bytearray, start: int, end: int) -> memoryview:
+    """Part data as the writer thread may keep it: a view. The parser hands over either a piece of the body
+    (never reused once read: `_body`) or its own look-behind, which is `bytes`."""
+    return memoryview(data)[start:end]
+
+
+@contextlib.asynccontextmanager
+async def _body(request: Request) -> AsyncIterator[AsyncIterator[bytes | bytearray]]:
+    """The request body in pieces the handler may keep: read off the socket straight into buffers where the
+    server can (`bench.asgi.RawBody`: a body with a Content-Length no one has begun to receive), else as
+    Starlette streams it. Whatever the handler leaves unread is dropped as it arrives."""
+    take = request.scope.get("extensions", {}).get(BODY_EXTENSION)
+    raw = take() if take is not None else None
+    if raw is None:
+        yield request.stream()
+        return
+    try:
+        yield raw
+    finally:
+        raw.drop()
 
 
 def _part_filename(disposition: str) -> str | None:
@@ -286,11 +313,11 @@ class FileSink:
 
     def __init__(self, opening: Awaitable[int]) -> None:
         self._opening: asyncio.Future[int] = asyncio.ensure_future(opening)
-        self._pending: list[bytes | memoryview] = []
+        self._pending: list[bytes | bytearray | memoryview] = []
         self._pending_size = 0
         self._writing: asyncio.Future[None] | None = None
 
-    async def write(self, data: bytes | memoryview) -> None:
+    async def write(self, data: bytes | bytearray | memoryview) -> None:
         self._pending.append(data)
         self._pending_size += len(data)
         while self._pending_size >= MAX_READ_AHEAD:  # the open or the disk is behind: wait for it
@@ -332,7 +359,7 @@ class FileSink:
         self._writing = asyncio.get_running_loop().run_in_executor(_writers, _write_all, fd, batch)
 
 
-def _write_all(fd: int, buffers: list[bytes | memoryview]) -> None:
+def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
     """writev, in groups of at most IOV_MAX buffers, until every byte is written."""
     views = [memoryview(b).cast("B") for b in buffers if len(b)]
     while views:
@@ -343,7 +370,7 @@ def _write_all(fd: int, buffers: list[bytes | memoryview]) -> None:
             views[0] = views[0][written:]
 
 
-async def _inflated(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[bytes]:
     """A gzip body inflated a piece at a time: the next piece waits until the file has taken this one."""
     inflater = zlib.decompressobj(wbits=31)
     async for chunk in stream:
@@ -355,7 +382,7 @@ async def _inflated(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         raise ApiError(400, "gzip body is truncated")
 
 
-async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes], encoding: str) -> None:
+async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes | bytearray], encoding: str) -> None:
     try:
         try:
             async for chunk in _inflated(stream) if encoding == "gzip" else stream:
@@ -396,7 +423,7 @@ async def _read_regular(fd: int, size: int) -> AsyncIterator[bytes | memoryview]
 def _read_cached(fd: int, size: int, offset: int) -> memoryview | None:
     """Up to `size` bytes at `offset` as far as the page cache holds them (none at the end of the file), in a
     buffer of their own; None when none are cached or the file system cannot tell without waiting."""
-    buffer = bytearray(size)
+    buffer = spare_buffer(size)
     try:
         got = os.preadv(fd, [buffer], offset, os.RWF_NOWAIT)
     except OSError as exc:

@@ -172,7 +172,8 @@ class BenchSession:
         """Start the endpoint; a cold embedded one first builds its base template (tens of seconds)."""
         if self.endpoint.provider.embedded and self.lifecycle.server is None:
             self._build_template("base")
-        self.lifecycle.serve()
+        # A case makes about one sandbox: a run of a few cases has no more made ahead than it will take.
+        self.lifecycle.serve(sandboxes=sum(len(steps) for steps in self.selected.values()))
 
     def _build_template(self, name: str) -> None:
         """Build an embedded endpoint's template unless cached, naming the build on the terminal (it takes

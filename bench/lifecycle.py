@@ -69,7 +69,7 @@ class Lifecycle:
         self.results_dir = results_dir
         self.redactor = redactor or Redactor()
         self.quirks = quirks
-        self.server = server  # an embedded server already listening (`serve --bench`)
+        self.server = server  # the embedded server: given already listening (`serve --bench`), or started by serve()
         self.report = report
         self.argv = list(argv) if argv is not None else list(sys.argv)
         self.run_dir: RunDir | None = None
@@ -92,16 +92,17 @@ class Lifecycle:
         return self.run_dir.path.name if self.run_dir else "unstarted"
 
     # --- before the work ---------------------------------------------------------------------------
-    def serve(self) -> None:
-        """Make the endpoint reachable: the embedded one is started (or the given server used)."""
+    def serve(self, sandboxes: int | None = None) -> None:
+        """Make the endpoint reachable: the embedded one is started (or the given server used). `sandboxes`: how
+        many the work is expected to create, when it knows; the embedded one prepares no more than that ahead."""
         if not self.endpoint.provider.embedded:
             self.key = self.endpoint.api_key()
         else:
-            from .localbox.server import in_thread, serving
+            from .localbox.server import LocalServer, in_thread
 
-            local = self.stack.enter_context(
-                in_thread(self.server) if self.server is not None else serving(quirks=self.quirks)
-            )
+            if self.server is None:
+                self.server = LocalServer(quirks=self.quirks, pool_total=sandboxes)
+            local = self.stack.enter_context(in_thread(self.server))
             self.key = local.api_key
             self.endpoint = self.endpoint.bound(local.api_url)
         self.redactor.add(self.key)

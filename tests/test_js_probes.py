@@ -97,7 +97,8 @@ OBSERVED: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
 
 
 def run_probes(results: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str], list[CaseRecord]]:
-    done = e2b_bench("run", SUITE, "--runner", RUNNER, "--results-dir", str(results), *extra, timeout=600)
+    args = ("--runner", RUNNER, "--results-dir", str(results), "--no-report", *extra)
+    done = e2b_bench("run", SUITE, *args, timeout=600)
     return done, [c for c in read_run(only_run_dir(results)).cases if c.suite == "probes"]
 
 

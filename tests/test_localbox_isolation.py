@@ -282,6 +282,7 @@ def test_the_isolation_suites_server_probes_pass_on_the_embedded_endpoint_and_sa
         " or ".join(SERVER_PROBES),
         "--results-dir",
         str(tmp_path),
+        "--no-report",
     )
 
     assert done.returncode == 0, done.stdout + done.stderr

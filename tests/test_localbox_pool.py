@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from e2b import Sandbox
 
+from bench.endpoints import resolve
+from bench.lifecycle import Lifecycle
 from bench.localbox.box import Box, Cgroup
 from bench.localbox.server import LocalServer, in_thread
 from bench.remote.slowness import scaled
@@ -217,3 +219,26 @@ def test_a_server_stopped_while_it_prepares_sandboxes_ends_them_and_stops(caplog
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert [m for m in said if "still holds" in m] == []  # no disk kept busy by a sandbox left running
     assert [m for m in said if "never retrieved" in m] == []  # e.g. the AgentGone of a start given up
+
+
+def test_a_run_expecting_one_sandbox_has_one_prepared_and_makes_any_further_on_demand(tmp_path: Path) -> None:
+    """A run of one case used to boot a pool of four and refill it after each create: five sandboxes set up
+    and torn down for the one it took (#30)."""
+    with Lifecycle(resolve("local"), results_dir=tmp_path) as life:
+        life.serve(sandboxes=1)
+        local = life.server
+        assert local is not None
+        (prepared,) = settled(local, 1)
+        ep = local.endpoint
+        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
+
+        taken, extra = Sandbox.create(**keys), Sandbox.create(**keys)
+
+        assert settled(local, 0) == []  # nothing prepared after the one expected
+        boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox in (taken, extra)]  # type: ignore[union-attr]
+        assert [box is prepared for box in boxes] == [True, False]
+        for sandbox in (taken, extra):
+            assert sandbox.commands.run("hostname").stdout == f"{sandbox.sandbox_id}\n"
+            sandbox.kill()
+        settled(local, 0)
+        assert list(local.registry.boxes_dir.iterdir()) == []  # and none set up that nobody took

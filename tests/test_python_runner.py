@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from bench.localbox.server import LocalEndpoint
 from bench.redaction import Redactor
 from bench.runners import RUNNERS, RunnerEnvError, RunnerSpec, ensure_python_env, run_runner
 from bench.runners.catalog import Runner, prepare_all
-from bench.runners.envs import env_dir
+from bench.runners.envs import env_dir, installed_versions
 from bench.runners.manifest import load_steps, task_steps, with_dependencies
 from bench.runners.protocol import make_task
 from bench.wire import WireProxy
@@ -134,3 +135,24 @@ def test_environments_not_built_yet_are_announced_and_each_again_when_done(
     assert str(prepared["broken"]).startswith("runner environment broken could not be built: building the broken")
     again: list[str] = []
     assert prepare_all([Runner(SPEC)], again.append) == {SPEC.name: prepared[SPEC.name]} and again == []
+
+
+def test_what_an_environment_holds_is_read_once_per_state_of_its_packages(tmp_path: Path) -> None:
+    """Every run's header names every package of each runner's environment: a Python process walked them all
+    at every run (#30). Now once per state of site-packages; a package installed since is seen."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")], check=True)
+    python = tmp_path / "env" / "bin" / "python"
+    (site,) = (tmp_path / "env" / "lib").glob("*/site-packages")
+
+    assert installed_versions(python) == {}
+    kept = json.loads((tmp_path / "env" / ".e2b-bench-installed.json").read_text())
+    (tmp_path / "env" / ".e2b-bench-installed.json").write_text(json.dumps({**kept, "versions": {"kept": "1"}}))
+    assert installed_versions(python) == {"kept": "1"}  # the same state: not asked again
+
+    dist = site / "demo-2.5.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 2.5\n")
+    assert installed_versions(python) == {"demo": "2.5"}  # installed since: asked again, and seen
+    asked = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('demo'))"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    assert asked.stdout == "2.5\n"

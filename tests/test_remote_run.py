@@ -35,7 +35,7 @@ def test_a_case_whose_command_stream_never_ends_is_one_error_and_every_other_cas
     # slowness is set, so the deadline is known (measured under load it could outgrow the SDK's timeout).
     done = e2b_bench(
         "run", "quickstart", "--runner", RUNNER, "--quirk", "stream_stall=1", "--step-timeout", str(DEADLINE_S),
-        "--results-dir", str(tmp_path), env={SLOWNESS_ENV: "1"}, timeout=900,
+        "--results-dir", str(tmp_path), "--no-report", env={SLOWNESS_ENV: "1"}, timeout=900,
     )  # fmt: skip
 
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]

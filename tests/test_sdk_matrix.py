@@ -15,7 +15,8 @@ V1_ROUTES = {"py-e2b-2.45.1", "py-e2b-2.31.0", "js-e2b-2.50.0"}
 
 
 def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) -> None:
-    done = e2b_bench("run", "--matrix", "sandboxes/e2b/test_quickstart.py", "--results-dir", str(tmp_path), timeout=600)
+    args = ("--matrix", "sandboxes/e2b/test_quickstart.py", "--results-dir", str(tmp_path), "--no-report")
+    done = e2b_bench("run", *args, timeout=600)
 
     assert done.returncode == 0, done.stdout[-3000:]
     run = read_run(only_run_dir(tmp_path))

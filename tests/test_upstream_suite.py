@@ -77,7 +77,7 @@ def module_tests(module: str) -> list[str]:
 
 def upstream_run(results: Path, *patterns: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
     cases = [arg for pattern in patterns for arg in ("--case", f"{SUITE}/{RUNNER}/{pattern}")]
-    return e2b_bench("run", SUITE, "--results-dir", str(results), *cases, timeout=timeout)
+    return e2b_bench("run", SUITE, "--results-dir", str(results), "--no-report", *cases, timeout=timeout)
 
 
 def not_passing_here() -> dict[str, str]:
@@ -300,7 +300,8 @@ def test_js_bounded_run_records_each_vitest_test_of_the_files_as_a_case(tmp_path
     assert JS_SDK is not None
     before = sorted(p.relative_to(JS_SDK) for p in JS_SDK.rglob("*"))
     cases_args = [arg for file in JS_BOUNDED for arg in ("--case", f"{SUITE}/{JS_RUNNER}/{file} > *")]
-    done = e2b_bench("run", SUITE, "--runner", JS_RUNNER, "--results-dir", str(tmp_path), *cases_args, timeout=1800)
+    args = ("--runner", JS_RUNNER, "--results-dir", str(tmp_path), "--no-report", *cases_args)
+    done = e2b_bench("run", SUITE, *args, timeout=1800)
     run = read_run(only_run_dir(tmp_path))
     cases = {case.case: case for case in run.cases if case.suite == SUITE}
     wanted = [test for file in JS_BOUNDED for test in js_file_tests(file)]

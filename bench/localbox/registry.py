@@ -145,6 +145,9 @@ class LocalboxConfig:
     api_key: str
     quirks: Quirks = field(default_factory=Quirks)
     pool_size: int = POOL_SIZE
+    # At most this many sandboxes prepared ahead over the server's life (None: no limit): a run that will make
+    # only a few does not pay for a pool it never takes from; beyond it, creates make their own.
+    pool_total: int | None = None
     cache_dir: Path | None = None  # where templates other than base are built when first asked for
     disk_size_mb: int = DISK_SIZE_MB  # every sandbox's disk, as advertised and enforced
 
@@ -163,6 +166,7 @@ class Registry:
         self._preparing: set[Box] = set()  # being prepared for the pool
         self.pool_full = threading.Event()  # the pool holds pool_size prepared sandboxes (waited on from any thread)
         self._pool_task: asyncio.Task | None = None
+        self._pool_made = 0  # sandboxes prepared for the pool so far (counted against `pool_total`)
         self._reaper: asyncio.Task | None = None
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
@@ -229,17 +233,26 @@ class Registry:
             raise
         return box
 
+    def _pool_wanted(self) -> int:
+        """How many more sandboxes the pool should prepare now."""
+        wanted = self.config.pool_size - len(self._pool)
+        if self.config.pool_total is not None:
+            wanted = min(wanted, self.config.pool_total - self._pool_made)
+        return max(wanted, 0)
+
     def _refill_pool(self) -> None:
-        if self._closing or self.config.pool_size <= 0:
-            self.pool_full.set()
+        if self._closing or self._pool_wanted() <= 0:
+            if self.config.pool_size <= 0:
+                self.pool_full.set()
             return
         if self._pool_task is None or self._pool_task.done():
             self._pool_task = asyncio.create_task(self._fill_pool())
 
     async def _fill_pool(self) -> None:
         """Prepare sandboxes, POOL_PARALLEL at a time: one at a time falls behind creates in a tight loop."""
-        while not self._closing and len(self._pool) < self.config.pool_size:
-            wanted = min(POOL_PARALLEL, self.config.pool_size - len(self._pool))
+        while not self._closing and self._pool_wanted() > 0:
+            wanted = min(POOL_PARALLEL, self._pool_wanted())
+            self._pool_made += wanted
             preparing = [asyncio.ensure_future(self._prepare_box()) for _ in range(wanted)]
             try:
                 await asyncio.gather(*preparing, return_exceptions=True)

@@ -231,12 +231,14 @@ class LocalServer:
         quirks: Quirks | None = None,
         debug_ports: bool = False,
         pool_size: int = POOL_SIZE,
+        pool_total: int | None = None,
         templates: Sequence[str] = (),
         disk_size_mb: int = DISK_SIZE_MB,
     ) -> None:
         """`pool_size`: sandboxes kept prepared ahead of creates (a burst of up to that many is served from
-        them). `templates`: built-in templates besides base to build now (a cold build takes minutes, longer
-        than an SDK waits for a create), instead of at their first create. `disk_size_mb`: every sandbox's disk."""
+        them), `pool_total` at most in all. `templates`: built-in templates besides base to build now (a cold
+        build takes minutes, longer than an SDK waits for a create), instead of at their first create.
+        `disk_size_mb`: every sandbox's disk."""
         check_host()
         self.api_key = api_key or "e2b_" + secrets.token_hex(20)
         template_root = ensure_template(cache_dir or default_cache_dir())
@@ -247,6 +249,7 @@ class LocalServer:
             api_key=self.api_key,
             quirks=quirks or Quirks(),
             pool_size=pool_size,
+            pool_total=pool_total,
             cache_dir=cache_dir,
             disk_size_mb=disk_size_mb,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .discovery import discover
-from .envs import RunnerEnvError, RunnerSpec, ensure_python_env, python_env_ready
+from .envs import RunnerEnvError, RunnerSpec, ensure_python_env, installed_versions, python_env_ready
 from .manifest import load_manifest
 
 # Which manifest table a language's steps live in.
@@ -76,15 +76,10 @@ class Runner:
     def resolved_versions(self, executable: Path) -> dict[str, str]:
         """Every package the prepared environment really holds (for the run header), not only the pins."""
         if self.language == "python":
-            probe = (
-                "import importlib.metadata as m, json; "
-                "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
-            )
-            try:  # an interpreter that cannot run here is the runner's start to report, not the header's
-                done = subprocess.run([str(executable), "-I", "-c", probe], capture_output=True, text=True, check=False)
-            except OSError:
+            installed = installed_versions(executable)
+            if installed is None:  # an interpreter that cannot run here is the runner's start to report
                 return dict(self.pins)
-            found = json.loads(done.stdout) if done.returncode == 0 else {}
+            found = installed
         else:
             from .node import env_dir as node_env_dir
             from .node import project_of

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -18,6 +19,11 @@ from bench.paths import DATA_ROOT
 
 REPO_ROOT = DATA_ROOT  # entry scripts and projects are named relative to it
 _READY_MARKER = ".e2b-bench-ready"
+_INSTALLED = ".e2b-bench-installed.json"  # what the environment holds, with the state it was read in
+_INSTALLED_PROBE = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
 
 
 class RunnerEnvError(Exception):
@@ -159,3 +165,32 @@ def _uv(spec: RunnerSpec, argv: list[str]) -> None:
             f"building the {spec.name} environment failed: `{' '.join(argv[1:3])}` exited with "
             f"{completed.returncode}: {tail}"
         )
+
+
+def installed_versions(python: Path) -> dict[str, str] | None:
+    """Every distribution the environment of `python` holds (name -> version); None when its interpreter cannot
+    say. Asked once per state of the environment and kept beside it: installing, removing or upgrading a
+    package adds or removes an entry of its site-packages directory, which changes the key."""
+    directory = python.parent.parent
+    key = [f"{p.relative_to(directory)}:{p.stat().st_mtime_ns}" for p in sorted(directory.glob("lib/*/site-packages"))]
+    kept = directory / _INSTALLED
+    if key:
+        try:
+            known = json.loads(kept.read_text())
+            if known["key"] == key:
+                return dict(known["versions"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    try:
+        done = subprocess.run([str(python), "-I", "-c", _INSTALLED_PROBE], capture_output=True, text=True, check=False)
+    except OSError:
+        return None
+    if done.returncode != 0:
+        return None
+    versions: dict[str, str] = json.loads(done.stdout)
+    if key:
+        with contextlib.suppress(OSError):  # a read-only cache is asked again next time
+            partial = kept.with_name(f"{kept.name}.{os.getpid()}")
+            partial.write_text(json.dumps({"key": key, "versions": versions}, sort_keys=True) + "\n")
+            partial.replace(kept)
+    return versions

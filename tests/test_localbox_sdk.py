@@ -37,11 +37,18 @@ from bench.remote.slowness import scaled
 def test_run_streams_stdout_and_reports_exit_codes(sandbox: Sandbox) -> None:
     chunks: list[str] = []
 
-    ok = sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.05; done", on_stdout=chunks.append)
+    def heard(chunk: str) -> None:  # the command prints 2 and 3 only once its first line has reached us
+        chunks.append(chunk)
+        if len(chunks) == 1:
+            sandbox.files.write("/tmp/go", "")
+
+    ok = sandbox.commands.run(
+        "echo 1; until [ -e /tmp/go ]; do sleep 0.01; done; echo 2; echo 3", on_stdout=heard, timeout=scaled(60)
+    )
     with pytest.raises(CommandExitException) as failed:
         sandbox.commands.run("echo out; echo oops >&2; exit 3")
 
-    assert (ok.exit_code, ok.stdout, chunks) == (0, "1\n2\n3\n", ["1\n", "2\n", "3\n"])
+    assert (ok.exit_code, ok.stdout, chunks[0], "".join(chunks)) == (0, "1\n2\n3\n", "1\n", "1\n2\n3\n")
     assert (failed.value.exit_code, failed.value.stdout, failed.value.stderr) == (3, "out\n", "oops\n")
     assert failed.value.error == "exit status 3"
 

@@ -162,10 +162,12 @@ def test_stdin_send_and_close(sandbox: Sandbox) -> None:
 
 
 def test_disconnect_does_not_kill_and_connect_reattaches(sandbox: Sandbox) -> None:
-    handle = sandbox.commands.run("sleep 0.5; echo later; exit 4", background=True)
+    # it outlives the disconnect whatever the host's speed: it ends only once reattached
+    handle = sandbox.commands.run("until [ -e /tmp/on ]; do sleep 0.01; done; echo later; exit 4", background=True)
     handle.disconnect()
 
     again = sandbox.commands.connect(handle.pid)
+    sandbox.files.write("/tmp/on", "")
     with pytest.raises(CommandExitException) as ended:
         again.wait()
 

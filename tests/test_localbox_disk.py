@@ -19,6 +19,7 @@ import pytest
 from e2b import NotEnoughSpaceException, Sandbox
 from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, start_serve
 
+from bench.localbox.disk import drop_unwritten
 from bench.localbox.server import LocalEndpoint, serving
 from bench.remote.slowness import scaled
 
@@ -95,14 +96,19 @@ def test_an_upload_into_a_full_disk_is_refused_with_envds_507(sbx: Sandbox, smal
     assert all(int(size) < 2**20 for size in sizes)
 
 
-def written_bytes(sandbox: Sandbox) -> int:
-    """What the sandbox's loop device has written to its image so far (the kernel's count, in sectors)."""
+def loop_stat(sandbox: Sandbox) -> Path:
+    """The kernel's counters of the sandbox's loop device (they outlive the device's release)."""
     backing = next(
         p
         for p in Path("/sys/block").glob("loop*/loop/backing_file")
         if p.read_text().strip().endswith(f"/{sandbox.sandbox_id}.disk")
     )
-    return int((backing.parent.parent / "stat").read_text().split()[6]) * 512
+    return backing.parent.parent / "stat"
+
+
+def written_bytes(sandbox: Sandbox, stat: Path | None = None) -> int:
+    """What the sandbox's loop device has written to its image so far (the kernel's count, in sectors)."""
+    return int((stat or loop_stat(sandbox)).read_text().split()[6]) * 512
 
 
 def test_uploads_over_one_file_leave_its_old_contents_in_memory_not_written_to_the_disk(sbx: Sandbox) -> None:
@@ -214,6 +220,34 @@ def test_a_killed_sandbox_leaves_no_mount_no_loop_device_and_no_image(small_disk
     assert f"/{name} " not in Path("/proc/self/mountinfo").read_text()
     assert image not in loop_backing_files() and f"{image} (deleted)" not in loop_backing_files()
     assert not Path(image).exists() and not Path(image).with_suffix("").exists()
+
+
+def test_a_killed_sandbox_writes_none_of_its_unwritten_files_to_its_disk(small_disks: LocalEndpoint) -> None:
+    # What is deleted next is not written first: neither the sandbox's exit nor its unmount writes back the
+    # pages it dirtied (nor flushes the host's disk), so a create's own flush never waits behind them
+    sandbox = Sandbox.create(timeout=60)
+    sandbox.commands.run("head -c 24M /dev/urandom > ~/unwritten.bin")  # in memory: nothing forces it out
+    stat = loop_stat(sandbox)
+    before = written_bytes(sandbox, stat)
+
+    sandbox.kill()
+    deadline = time.monotonic() + scaled(30)
+    while f"/{sandbox.sandbox_id}.disk" in "".join(loop_backing_files()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    written = written_bytes(sandbox, stat) - before
+
+    assert f"/{sandbox.sandbox_id}.disk" not in "".join(loop_backing_files())
+    assert written < 4 << 20  # not the 24 MiB file (a new sandbox on the same device writes its few blocks)
+
+
+def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tmp_path: Path) -> None:
+    probe = tmp_path / "still-writable"
+
+    assert drop_unwritten(tmp_path, "/dev/loop0") is False  # the host's file system is no loop device's
+    assert drop_unwritten(tmp_path, "/dev/null") is False
+    assert drop_unwritten(tmp_path / "missing", "/dev/loop0") is False
+    probe.write_text("ok")
+    assert probe.read_text() == "ok"
 
 
 def test_a_server_that_stops_leaves_no_mount_and_no_loop_device() -> None:

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from ..remote.slowness import scaled
 from .agentlink import AgentError, AgentGone, AgentLink
-from .disk import Disks, released, unmount
+from .disk import Disks, drop_unwritten, released, unmount
 from .network import EgressRules, resolvers, uplink_release, uplinks_table
 
 log = logging.getLogger("e2b-bench.localbox")
@@ -737,6 +737,7 @@ class Box:
         self.disks = disks
         self.image = state_dir / f"{name}.disk"
         self.mounted = False
+        self.device = ""  # the loop device of its mounted disk
         self.keep_image = False
         self.settings = settings
         # Cgroups are host-wide: the server's own directory name keeps two servers' boxes apart.
@@ -832,7 +833,7 @@ class Box:
             if self.kept_upper is None:
                 self.disks.create(self.image)
             self.keep_image = self.kept_upper is not None  # a kept image that cannot be mounted stays
-            self.disks.mount(self.image, self.dir)  # a cold boot mounts the image `power_off` kept
+            self.device = self.disks.mount(self.image, self.dir)  # a cold boot mounts the image `power_off` kept
             self.mounted, self.kept_upper, self.keep_image = True, None, False
             self.dir.chmod(0o700)
             remove_tree(self.dir / "lower")  # a kept disk's mount points of the previous boot
@@ -885,6 +886,10 @@ class Box:
         With `wait_for_files=False` the files are removed in the background; the returned future ends then.
         """
         self.ending = True  # from now on a process that ends was cut by the sandbox's end, not by itself
+        if self.mounted and not self.keep_image:
+            # Its disk is deleted next: what the sandbox wrote and its file system has not yet written stays
+            # unwritten (neither its processes' exit nor the unmount writes it back and flushes the host's disk)
+            drop_unwritten(self.dir, self.device)
         if self.holder and self.holder.alive:
             with contextlib.suppress(OSError):
                 await self.cgroup.freeze(False, self._root_pid())

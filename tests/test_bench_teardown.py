@@ -12,6 +12,7 @@ from pathlib import Path
 from run_cli import REPO
 
 from bench.localbox.box import cgroup_roots, default_state_root
+from bench.localbox.registry import remove_orphan_cgroups
 from bench.remote.slowness import scaled
 
 KINDS = ("loop devices", "mounts", "cgroups", "processes", "network namespaces")
@@ -66,3 +67,37 @@ def test_a_bench_leaves_no_loop_device_mount_netns_cgroup_or_process(tmp_path: P
     assert bench.returncode == 0, output
     assert all(seen.values()), f"the count missed what sandboxes hold while they run: {seen}"
     assert traces(server) == before == dict.fromkeys(KINDS, 0)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    done = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
+    return int(done.stdout)
+
+
+def test_a_gone_servers_empty_cgroups_are_removed_and_nothing_else() -> None:
+    dead, alive = f"server-{dead_pid()}-1", f"server-{os.getpid()}-99"
+    made = [root / server / name for root in cgroup_roots() for server in (dead, alive) for name in ("a", "a.uplink")]
+    for group in made:
+        group.mkdir(parents=True)
+    servers = [root / server for root in cgroup_roots() for server in (dead, alive)]
+    busy = subprocess.Popen(["sleep", "60"])
+    try:
+        occupied = cgroup_roots()[0] / dead / "a"
+        (occupied / "cgroup.procs").write_text(str(busy.pid))
+        young = remove_orphan_cgroups()  # made just now: kept (another pid namespace's server may be making it)
+        removed = remove_orphan_cgroups(min_age_s=0)
+        left = [g for g in made + servers if g.exists()]
+
+        assert not set(made + servers) & set(young)
+        assert busy.poll() is None  # a process in a cgroup is never killed: its cgroup stays, and its server's
+        assert set(removed) & set(made + servers) == {
+            g for g in made + servers if dead in g.parts and g not in (occupied, occupied.parent)
+        }
+        assert set(left) == {occupied, occupied.parent} | {g for g in made + servers if alive in g.parts}
+    finally:
+        busy.kill()
+        busy.wait()
+        for group in made + servers:  # children before their server's directory
+            if group.exists():
+                group.rmdir()

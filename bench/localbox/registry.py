@@ -513,6 +513,32 @@ def cleanup_stale(boxes_dir: Path) -> list[str]:
     return left
 
 
+ORPHAN_AGE_S = 600.0  # a dead server's empty cgroup this old is nobody's (never one a server just made)
+
+
+def remove_orphan_cgroups(min_age_s: float = ORPHAN_AGE_S) -> list[Path]:
+    """Remove the empty cgroups of servers that are gone (their pid is not running), made `min_age_s` ago or
+    more: `cleanup_stale` finds a dead server's cgroups through its state directory, and a server killed
+    outright with its state in a temporary directory left them to no one. Only empty ones, and no process
+    is ever killed (a server in another pid namespace of this host may share these hierarchies). Returns
+    those removed."""
+    removed, now = [], time.time()
+    for root in cgroup_roots():
+        for server in root.glob("server-*") if root.is_dir() else []:
+            pid = server.name.split("-")[1]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            with contextlib.suppress(OSError):
+                if now - server.stat().st_mtime < min_age_s:
+                    continue
+                for group in [*server.iterdir(), server]:
+                    if group.is_dir():
+                        with contextlib.suppress(OSError):
+                            group.rmdir()  # refused (EBUSY) while a process is in it
+                            removed.append(group)
+    return removed
+
+
 def _remove_cgroup(path: Path) -> None:
     if not path.exists():
         return

@@ -31,7 +31,7 @@ from .conditions import with_conditions
 from .disk import unmount_under
 from .mutations import mutate, stall
 from .quirks import Quirks
-from .registry import DISK_SIZE_MB, POOL_SIZE, LocalboxConfig, Registry, cleanup_stale
+from .registry import DISK_SIZE_MB, POOL_SIZE, LocalboxConfig, Registry, cleanup_stale, remove_orphan_cgroups
 from .template import default_cache_dir, ensure_template
 
 DEBUG_API_PORT = 3000
@@ -72,6 +72,7 @@ def new_state_dir(root: Path) -> Path:
             left += unmount_under(stale)  # e.g. a snapshot's disk being read when the server died
             if not remove_tree(stale) and not left:
                 left.append(str(stale))
+    remove_orphan_cgroups()
     if left:
         log.warning(
             "e2b-bench: %d leftover(s) of a previous server could not be removed (%s); starting anyway",

@@ -168,9 +168,9 @@ UNEXPECTED_KEYWORD = re.compile(r"^(\w+)\.(\w+)\(\) got an unexpected keyword ar
 
 def sdk_gap(exc: BaseException) -> str | None:
     """What the pinned SDK lacks, when `exc` says a step used an API this release does not have: a public
-    attribute of an SDK object, a name `e2b` does not export, or a keyword an SDK method does not take."""
-    import e2b
-
+    attribute of an SDK object, a name `e2b` does not export, or a keyword an SDK method does not take. An SDK
+    never loaded (a step of plain HTTP calls) raised none of them: it is not loaded to find that out."""
+    e2b = sys.modules.get("e2b")
     if isinstance(exc, AttributeError) and exc.name and not exc.name.startswith("_"):
         owner = exc.obj if isinstance(exc.obj, type) else type(exc.obj)
         if getattr(exc.obj, "__name__", "") == "e2b":
@@ -180,7 +180,8 @@ def sdk_gap(exc: BaseException) -> str | None:
             return f"{owner.__name__}.{exc.name}"
     if isinstance(exc, ImportError) and exc.name and exc.name.split(".")[0] == "e2b":
         return str(exc.msg)
-    if isinstance(exc, TypeError) and (found := UNEXPECTED_KEYWORD.match(str(exc))) and hasattr(e2b, found[1]):
+    found = UNEXPECTED_KEYWORD.match(str(exc)) if isinstance(exc, TypeError) and e2b is not None else None
+    if found and hasattr(e2b, found[1]):
         return f"{found[1]}.{found[2]}({found[3]}=...)"
     return None
 
@@ -227,9 +228,11 @@ def kill_twice(ctx: Context, obs: Observed) -> None:
 
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
     """Kill every sandbox created and not seen killed; what happened to each goes in the footer."""
+    report: dict[str, str] = {}
+    if all(sandbox_id in killed for sandbox_id in created):
+        return report  # nothing left: the SDK is not loaded for it (a suite of plain HTTP steps never loads it)
     from e2b import Sandbox
 
-    report: dict[str, str] = {}
     for sandbox_id in created:
         if sandbox_id in killed:
             continue

@@ -226,16 +226,37 @@ def kill_twice(ctx: Context, obs: Observed) -> None:
     expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
 
 
+def plain_kill(client: Any, url: str, headers: Mapping[str, str] | None = None) -> str:
+    """`DELETE url` (a sandbox's, the request the SDK's kill sends) with an httpx client; what happened, in the
+    footer's words: `killed`, `already gone` or the error."""
+    import httpx
+
+    try:
+        answer = client.delete(url, headers=headers)
+    except httpx.HTTPError as exc:
+        return one_line(f"{type(exc).__name__}: {exc}")
+    if answer.status_code == 404:
+        return "already gone"
+    return "killed" if answer.is_success else one_line(f"HTTP {answer.status_code}: {answer.text}")
+
+
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
-    """Kill every sandbox created and not seen killed; what happened to each goes in the footer."""
+    """Kill every sandbox created and not seen killed; what happened to each goes in the footer. With the SDK
+    when a step loaded it; when none did, every sandbox was made over plain HTTP and is killed the same way
+    (loading the SDK would be most of such a runner's CPU)."""
     report: dict[str, str] = {}
-    if all(sandbox_id in killed for sandbox_id in created):
-        return report  # nothing left: the SDK is not loaded for it (a suite of plain HTTP steps never loads it)
+    left = [sandbox_id for sandbox_id in dict.fromkeys(created) if sandbox_id not in killed]
+    if not left:
+        return report
+    if "e2b" not in sys.modules:
+        with rest() as client:
+            for sandbox_id in left:
+                report[sandbox_id] = plain_kill(client, f"/sandboxes/{sandbox_id}")
+                killed.add(sandbox_id)
+        return report
     from e2b import Sandbox
 
-    for sandbox_id in created:
-        if sandbox_id in killed:
-            continue
+    for sandbox_id in left:
         try:
             report[sandbox_id] = "killed" if Sandbox.kill(sandbox_id) else "already gone"
         except Exception as exc:  # reported in the footer, never fatal

@@ -288,6 +288,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         "-p", "no:cacheprovider",
         # no suite is async: anyio's plugin would only cost each run a rewrite of anyio's asyncio backend
         "-p", "no:anyio",
+        *_plugin_autoload(extra),
         "--rootdir", str(DATA_ROOT),
         "-c", str(PYTEST_INI),
         "-q", "-rfE",
@@ -327,6 +328,14 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         return ExitCode.USAGE
     # pytest says 2 for an interruption; the plugin's `pytest.exit` says 2 (ExitCode.USAGE) for a failed preflight
     return interrupted_code() if code == pytest.ExitCode.INTERRUPTED and signal_received() else code
+
+
+def _plugin_autoload(extra: list[str]) -> list[str]:
+    """A run needs only its own pytest plugin. The environment's others (loaded from their entry points) cost
+    every run their imports and the rewriting of their packages' modules (anyio's, which the endpoint and every
+    HTTP client import, among them): they are loaded only when the command line, or PYTEST_ADDOPTS, carries
+    pytest options one of them may be asked for."""
+    return [] if extra or os.environ.get("PYTEST_ADDOPTS") else ["--disable-plugin-autoload"]
 
 
 def suite_target(name: str) -> str:

@@ -17,14 +17,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .endpoints import Endpoint
 from .exits import ExitCode
 from .expectations import Expectations, judge
 from .housekeeping import KILLED, kill_left
 from .lifecycle import Lifecycle
-from .model.server import ModelServer
 from .redaction import Redactor
 from .remote.budget import Budget, cost_line, retries_figure
 from .remote.ledger import SandboxLedger
@@ -39,6 +38,9 @@ from .shards import Shard
 from .triage.evidence import StepSeen, Window, WireLogs, stamped
 from .upstream.plan import task_options as upstream_options
 from .wire import WireProxy, last_exchange
+
+if TYPE_CHECKING:  # the scripted model is imported only by a run that serves it
+    from .model.server import ModelServer
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class BenchSession:
     _pool: ThreadPoolExecutor | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     exit_code: int | None = None
-    model: ModelChoice | None = None  # set when a framework runner is selected
+    model: ModelChoice | None = None  # set when a framework case is selected
     created: set[str] = field(default_factory=set)  # sandbox ids the runners' footers say they created
     records: dict[tuple[str, str, str], tuple[CaseRecord, str]] = field(default_factory=dict)  # recorded cases
     observed: dict[tuple[str, str, str], StepResult] = field(default_factory=dict)  # what each recorded case saw
@@ -133,7 +135,8 @@ class BenchSession:
             self._serve()
         except Exception as exc:  # the embedded endpoint cannot start here (host, template): unusable
             self.lifecycle.preflight_error = f"the embedded endpoint could not start: {exc}"
-        if self.lifecycle.preflight_error is None and any(runner.has_suite(FRAMEWORKS) for runner in self.runners):
+        # only for framework cases selected: every default selection has framework runners, most no framework case
+        if self.lifecycle.preflight_error is None and any(suite == FRAMEWORKS for suite, _ in self.selected):
             self.model = self._start_model()
         used = {name for _, name in self.selected}
         python_sdks = {

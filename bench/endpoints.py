@@ -26,6 +26,7 @@ import httpx
 from .paths import CONFIG_PATH, EXPECTATIONS_DIR
 from .remote.budget import E2B_CLOUD_DOMAIN, E2B_FREE_TIER_SANDBOXES, Budget, BudgetError
 from .remote.slowness import scaled
+from .remote.tls import verifying
 
 DEFAULT_KEY_ENV = "E2B_API_KEY"
 # The embedded server accepts the key the harness generates and exports under this name.
@@ -253,7 +254,7 @@ def preflight(
             "or leave those runners out with --runner."
         )
     timeout = scaled(PREFLIGHT_TIMEOUT_S) if timeout_s is None else timeout_s  # a busy host answers late
-    with httpx.Client(timeout=timeout, trust_env=False, follow_redirects=False) as client:
+    with httpx.Client(timeout=timeout, trust_env=False, verify=verifying(), follow_redirects=False) as client:
         response = _list_one(client, f"{endpoint.api_url}/v2/sandboxes", key)
         if response.status_code == 404:
             response = _list_one(client, f"{endpoint.api_url}/sandboxes", key)

@@ -16,6 +16,7 @@ import httpx
 
 from .remote.retry import RetryingTransport
 from .remote.slowness import scaled
+from .remote.tls import verifying
 from .results import CaseRecord, case_id
 
 RUN_METADATA_KEY = "e2b-bench-run"
@@ -70,7 +71,7 @@ def sweep(
     """
     result = Sweep()
     timeout = scaled(REQUEST_S) if timeout_s is None else timeout_s
-    with httpx.Client(base_url=api_url, headers=_auth(key), timeout=timeout, transport=RetryingTransport()) as client:
+    with _api_client(api_url, key, timeout) as client:
         for sandbox_id in dict.fromkeys(tagged_sandboxes(client, run_id)):
             if sandbox_id not in own and not is_this_runs(client, sandbox_id, run_id):
                 result.foreign.append(sandbox_id)
@@ -83,8 +84,10 @@ def sweep(
 KILLED = {200: "killed", 204: "killed", 404: "already gone"}
 
 
-def _auth(key: str | None) -> dict[str, str]:
-    return {"X-API-KEY": key or ""}
+def _api_client(api_url: str, key: str | None, timeout: float) -> httpx.Client:
+    """The harness's own API client: the key, and a 429/502/503 sent again."""
+    transport = RetryingTransport(verify=verifying())
+    return httpx.Client(base_url=api_url, headers={"X-API-KEY": key or ""}, timeout=timeout, transport=transport)
 
 
 def kill_left(api_url: str, key: str | None, sandbox_ids: Collection[str]) -> dict[str, str]:
@@ -94,7 +97,7 @@ def kill_left(api_url: str, key: str | None, sandbox_ids: Collection[str]) -> di
     if not sandbox_ids:
         return done
     timeout = scaled(REQUEST_S)
-    with httpx.Client(base_url=api_url, headers=_auth(key), timeout=timeout, transport=RetryingTransport()) as client:
+    with _api_client(api_url, key, timeout) as client:
         for sandbox_id in sandbox_ids:
             try:
                 status = client.delete(f"/sandboxes/{quote(sandbox_id, safe='')}").status_code

@@ -41,6 +41,7 @@ from bench.asgi import RESET_EXTENSION, ResettableHttp
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
+from bench.remote.tls import verifying
 
 REDACTED = "[REDACTED]"
 SECRET_HEADERS = frozenset(
@@ -344,6 +345,7 @@ class WireProxy:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
             follow_redirects=False,
             trust_env=False,
+            verify=verifying(),
         )
         try:
             await self._server.serve(sockets=[listener])

@@ -11,16 +11,19 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from loopback import closed_port
+from run_cli import REPO
 
 from bench.localbox.server import LocalEndpoint
 from bench.redaction import Redactor
 from bench.runners import RUNNERS, RunnerEnvError, RunnerSpec, ensure_python_env, run_runner
 from bench.runners.catalog import Runner, prepare_all
 from bench.runners.envs import env_dir, installed_versions
-from bench.runners.manifest import load_steps, task_steps, with_dependencies
+from bench.runners.manifest import load_manifest, load_steps, task_steps, with_dependencies
 from bench.runners.protocol import make_task
 from bench.wire import WireProxy
 
@@ -95,6 +98,46 @@ def test_runner_against_a_refusing_endpoint_fails_create_and_blocks_its_dependen
     ]
     assert result.footer is not None and result.footer["completed"] is True
     assert (result.exit_code, result.protocol_errors) == (0, [])
+
+
+def run_importing(task: dict[str, Any], env: dict[str, str]) -> tuple[list[dict[str, Any]], set[str]]:
+    """The task's runner run as the harness runs it, with `-X importtime`: its events and every module it loaded."""
+    entry = REPO / str(load_manifest()[task["suite"]]["python"]["entry"])
+    done = subprocess.run(
+        [str(ensure_python_env(SPEC)), "-X", "importtime", str(entry)], input=json.dumps(task), cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return [json.loads(line) for line in done.stdout.splitlines()], imported
+
+
+def test_a_runner_whose_steps_made_no_sandbox_ends_without_loading_the_sdk() -> None:
+    # Creates with an option, sent as plain HTTP: against a refusing endpoint none makes a sandbox to kill.
+    url = f"http://127.0.0.1:{closed_port()}"
+    steps = ["rf01_create_mcp", "rf03_create_volume_mounts", "rf04_create_iam"]
+    env = {"E2B_API_KEY": "e2b_test", "E2B_API_URL": url, "E2B_SANDBOX_URL": url}
+    task = make_task("refusals", SPEC.name, "t1", steps=steps, depends={}, env={}, options={})
+
+    events, imported = run_importing(task, env)
+
+    assert sorted(e["id"] for e in events if e["type"] == "step") == sorted(steps)
+    assert events[-1] == {"type": "footer", "completed": True, "duration_ms": events[-1]["duration_ms"], "cleanup": {}}
+    assert "httpx" in imported and "e2b" not in imported
+
+
+def test_a_sandbox_made_over_plain_http_is_killed_the_same_way_without_loading_the_sdk(
+    endpoint: LocalEndpoint,
+) -> None:
+    task = make_task("refusals", SPEC.name, "t2", steps=["rf11_envd_pty"], depends={}, env={}, options={})
+
+    events, imported = run_importing(task, endpoint.env())
+
+    assert [(e["id"], e["outcome"]) for e in events if e["type"] == "step"] == [("rf11_envd_pty", "pass")]
+    (made,) = cleanup = events[-1]["cleanup"]
+    assert cleanup == {made: "killed"} and "e2b" not in imported
+    gone = httpx.get(f"{endpoint.api_url}/sandboxes/{made}", headers={"X-API-KEY": endpoint.api_key}, timeout=30)
+    assert gone.status_code == 404
 
 
 def test_quickstart_passes_on_the_embedded_endpoint_through_the_wire_proxy(

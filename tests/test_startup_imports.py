@@ -35,9 +35,27 @@ def test_the_write_up_modules_load_no_heavy_library(module: str) -> None:
     assert loaded_after(f"import {module}", HEAVY) == []
 
 
-def test_a_run_loads_neither_pandas_nor_anyios_pytest_plugin(tmp_path: Path) -> None:
+# Installed pytest plugins (entry points) of this environment a run has no use for.
+OTHER_PLUGINS = ("anyio.pytest_plugin", "xdist.plugin", "pytest_timeout", "_hypothesis_pytestplugin")
+
+
+def test_a_run_loads_neither_pandas_nor_the_environments_pytest_plugins(tmp_path: Path) -> None:
     # A selection that matches no case: pytest starts with the run's plugins, collects the suite, exits 5.
     run = ["run", "quickstart", "-k", "no_case_has_this_name", "--results-dir", str(tmp_path)]
     code = f"import bench.cli\nassert bench.cli.main({run!r}) == 5"
-    watched = ("pandas", "anyio.pytest_plugin", "bench.plugin")
+    watched = ("pandas", *OTHER_PLUGINS, "bench.plugin")
     assert loaded_after(code, watched) == ["bench.plugin"]  # the run's own plugin: pytest did start
+
+
+def test_a_run_given_another_plugins_option_loads_the_environments_plugins(tmp_path: Path) -> None:
+    # `--timeout` is pytest-timeout's: passed on to pytest, it is understood (not a usage error, exit 4)
+    run = ["run", "quickstart", "-k", "no_case_has_this_name", "--timeout=600", "--results-dir", str(tmp_path)]
+    code = f"import bench.cli\nassert bench.cli.main({run!r}) == 5"
+    assert loaded_after(code, ("pytest_timeout", "xdist.plugin")) == ["pytest_timeout", "xdist.plugin"]
+
+
+def test_a_run_with_no_framework_case_imports_no_model(tmp_path: Path) -> None:
+    # the default runners include every framework: the scripted model is served only for a framework case
+    run = ["run", "quickstart", "--case", "quickstart/py-e2b-2.63.0/py02_run_echo", "--no-report", "-q"]
+    code = f"import bench.cli\nassert bench.cli.main({[*run, '--results-dir', str(tmp_path)]!r}) == 0"
+    assert loaded_after(code, ("bench.model", "bench.conformance")) == ["bench.conformance"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import itertools
 import logging
 import os
@@ -201,9 +200,8 @@ def keep_freed_heap() -> bool:
     back for the next pieces, every page faulted in and zeroed again: with that, a 20 MiB upload cost the
     server 78 ms of CPU, 49 ms without. Up to HEAP_KEPT of freed heap is kept; blocks under HEAP_BLOCK_MAX
     come from it. False where the C library has no mallopt (it keeps its own policy)."""
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
+    try:  # the C library this process already has loaded (finding it by name runs `ldconfig -p`)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         mallopt = None
     if mallopt is None:

@@ -21,7 +21,8 @@ MANIFEST_TABLES = {"python": "python", "js": "ts"}
 # Environment a runner always gets (besides the endpoint variables): nothing of the host's secrets.
 # E2B_VALIDATE_API_KEY: the older Python SDKs' switch for their key format check (see bench/endpoints.py).
 PASSED_THROUGH = (
-    "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "E2B_BENCH_CACHE", "E2B_VALIDATE_API_KEY",
+    "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "E2B_BENCH_CACHE",
+    "E2B_VALIDATE_API_KEY",
 )  # fmt: skip
 
 

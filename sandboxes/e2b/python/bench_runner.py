@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from driver import Protocol, kill_sandboxes, one_line
+from driver import Protocol, kill_sandboxes, one_line, plain_kill
 from runkit import exit_on_sigterm, read_task
 
 LANGUAGE = "python"
@@ -439,13 +439,7 @@ class PlainHttp:
 
     def kill(self, sandbox_id: str) -> str:
         """What happened, in the footer's words: `killed`, `already gone` or the error."""
-        try:
-            answer = self.client.delete(f"{self.api_url}/sandboxes/{sandbox_id}", headers=self.api_headers)
-        except httpx.HTTPError as exc:
-            return describe(exc)
-        if answer.status_code == 404:
-            return "already gone"
-        return "killed" if answer.is_success else one_line(f"HTTP {answer.status_code}: {answer.text}")
+        return plain_kill(self.client, f"{self.api_url}/sandboxes/{sandbox_id}", self.api_headers)
 
     def start(self, sandbox: HttpSandbox, command: str) -> str:
         """`commands.run(command)` as the SDK sends it: a Connect server stream, read to its end; its stdout."""

@@ -168,9 +168,9 @@ UNEXPECTED_KEYWORD = re.compile(r"^(\w+)\.(\w+)\(\) got an unexpected keyword ar
 
 def sdk_gap(exc: BaseException) -> str | None:
     """What the pinned SDK lacks, when `exc` says a step used an API this release does not have: a public
-    attribute of an SDK object, a name `e2b` does not export, or a keyword an SDK method does not take."""
-    import e2b
-
+    attribute of an SDK object, a name `e2b` does not export, or a keyword an SDK method does not take. An SDK
+    never loaded (a step of plain HTTP calls) raised none of them: it is not loaded to find that out."""
+    e2b = sys.modules.get("e2b")
     if isinstance(exc, AttributeError) and exc.name and not exc.name.startswith("_"):
         owner = exc.obj if isinstance(exc.obj, type) else type(exc.obj)
         if getattr(exc.obj, "__name__", "") == "e2b":
@@ -180,7 +180,8 @@ def sdk_gap(exc: BaseException) -> str | None:
             return f"{owner.__name__}.{exc.name}"
     if isinstance(exc, ImportError) and exc.name and exc.name.split(".")[0] == "e2b":
         return str(exc.msg)
-    if isinstance(exc, TypeError) and (found := UNEXPECTED_KEYWORD.match(str(exc))) and hasattr(e2b, found[1]):
+    found = UNEXPECTED_KEYWORD.match(str(exc)) if isinstance(exc, TypeError) and e2b is not None else None
+    if found and hasattr(e2b, found[1]):
         return f"{found[1]}.{found[2]}({found[3]}=...)"
     return None
 
@@ -225,14 +226,37 @@ def kill_twice(ctx: Context, obs: Observed) -> None:
     expect(second is False, f"Sandbox.kill(killed id) returned {second!r}, expected False")
 
 
+def plain_kill(client: Any, url: str, headers: Mapping[str, str] | None = None) -> str:
+    """`DELETE url` (a sandbox's, the request the SDK's kill sends) with an httpx client; what happened, in the
+    footer's words: `killed`, `already gone` or the error."""
+    import httpx
+
+    try:
+        answer = client.delete(url, headers=headers)
+    except httpx.HTTPError as exc:
+        return one_line(f"{type(exc).__name__}: {exc}")
+    if answer.status_code == 404:
+        return "already gone"
+    return "killed" if answer.is_success else one_line(f"HTTP {answer.status_code}: {answer.text}")
+
+
 def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
-    """Kill every sandbox created and not seen killed; what happened to each goes in the footer."""
+    """Kill every sandbox created and not seen killed; what happened to each goes in the footer. With the SDK
+    when a step loaded it; when none did, every sandbox was made over plain HTTP and is killed the same way
+    (loading the SDK would be most of such a runner's CPU)."""
+    report: dict[str, str] = {}
+    left = [sandbox_id for sandbox_id in dict.fromkeys(created) if sandbox_id not in killed]
+    if not left:
+        return report
+    if "e2b" not in sys.modules:
+        with rest() as client:
+            for sandbox_id in left:
+                report[sandbox_id] = plain_kill(client, f"/sandboxes/{sandbox_id}")
+                killed.add(sandbox_id)
+        return report
     from e2b import Sandbox
 
-    report: dict[str, str] = {}
-    for sandbox_id in created:
-        if sandbox_id in killed:
-            continue
+    for sandbox_id in left:
         try:
             report[sandbox_id] = "killed" if Sandbox.kill(sandbox_id) else "already gone"
         except Exception as exc:  # reported in the footer, never fatal

@@ -33,7 +33,7 @@ BODY_EXTENSION = "e2b-bench.body"
 BODY_PIECE = 1 << 20  # bytes of a raw body handed on at once
 BODY_HEAD = 64 << 10  # bytes of a raw body's first piece: its start (a multipart part's headers) is not held back
 BODY_READ_AHEAD = 4  # pieces read ahead of the app at most
-SPARE_PIECES = 8  # body buffers kept per event loop for the next bodies
+SPARE_PIECES = 16  # body buffers kept per event loop: an upload holds about as many while its file opens
 
 
 class ClientGone(Exception):

@@ -337,16 +337,17 @@ class FileSink:
             self._kick()
 
     async def close(self) -> None:
-        """Write what is left, cut and close the file; raises what the open or a write raised."""
+        """Write what is left, cut and close the file, all in one hop to a writer thread; raises what the open
+        or a write raised."""
         fd, written_over = await self._opening
-        try:
-            if self._writing is not None:
+        last, self._pending, self._pending_size = self._pending, [], 0
+        if self._writing is not None:
+            try:
                 await self._writing
-            self._kick()
-            if self._writing is not None:
-                await self._writing
-        finally:
-            await _finished(fd, written_over)
+            except BaseException:
+                await _finished(fd, written_over)
+                raise
+        await _finished(fd, written_over, last)
 
     async def abort(self) -> None:
         """Drop what is pending; cut and close the file once it is open and no write is running."""
@@ -380,22 +381,26 @@ def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
             views[0] = views[0][written:]
 
 
-async def _finished(fd: int, written_over: bool) -> None:
-    """Close an upload's file, cut first where the upload's writes ended if it held older contents; in a writer
-    thread (cutting frees blocks, which can wait on the disk), which closes the file even if the wait is
-    called off."""
-    await asyncio.shield(asyncio.get_running_loop().run_in_executor(_writers, _cut_and_close, fd, written_over))
+async def _finished(fd: int, written_over: bool, last: list[bytes | bytearray | memoryview] | None = None) -> None:
+    """Write the last buffers and close an upload's file, cut first where the upload's writes ended if it held
+    older contents; in a writer thread (cutting frees blocks, which can wait on the disk), which closes the file
+    even if the wait is called off."""
+    finish = asyncio.get_running_loop().run_in_executor(_writers, _write_cut_close, fd, last or [], written_over)
+    await asyncio.shield(finish)
 
 
-def _cut_and_close(fd: int, written_over: bool) -> None:
+def _write_cut_close(fd: int, last: list[bytes | bytearray | memoryview], written_over: bool) -> None:
     try:
-        if written_over:
-            end = os.lseek(fd, 0, os.SEEK_CUR)  # the writes' end: every write went on from the last
-            # O_TRUNC's WRITE event comes even for a file that was empty: so does this one, where nothing was written
-            if end == 0 or os.fstat(fd).st_size > end:
-                os.ftruncate(fd, end)
+        _write_all(fd, last)
     finally:
-        os.close(fd)
+        try:
+            if written_over:  # cut where the writes ended, failed or not: none of the old contents stays after
+                end = os.lseek(fd, 0, os.SEEK_CUR)  # every write went on from the last
+                # O_TRUNC's WRITE event comes even for a file that was empty: so does this cut's, if nothing was written
+                if end == 0 or os.fstat(fd).st_size > end:
+                    os.ftruncate(fd, end)
+        finally:
+            os.close(fd)
 
 
 async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[bytes]:

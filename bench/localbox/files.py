@@ -321,6 +321,7 @@ class FileSink:
         self._pending: list[bytes | bytearray | memoryview] = []
         self._pending_size = 0
         self._writing: asyncio.Future[None] | None = None
+        self._opening.add_done_callback(self._ended)
 
     async def opening_sent(self) -> None:
         """Let the open take its first step, which sends the agent its request: otherwise it waits until the
@@ -368,6 +369,13 @@ class FileSink:
         fd, _ = self._opening.result()  # so does a failed open
         batch, self._pending, self._pending_size = self._pending, [], 0
         self._writing = asyncio.get_running_loop().run_in_executor(_writers, _write_all, fd, batch)
+        self._writing.add_done_callback(self._ended)
+
+    def _ended(self, step: asyncio.Future) -> None:
+        """The open or a write ended: a batch waiting goes to the writer now, not when the next piece arrives
+        (a client that pauses would leave it in memory); a failure is raised by the next write or close."""
+        if not step.cancelled() and step.exception() is None and self._pending_size >= WRITE_BATCH:
+            self._kick()
 
 
 def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:

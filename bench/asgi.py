@@ -31,8 +31,9 @@ log = logging.getLogger("e2b-bench.asgi")
 RESET_EXTENSION = "e2b-bench.reset"
 BODY_EXTENSION = "e2b-bench.body"
 BODY_PIECE = 1 << 20  # bytes of a raw body handed on at once
+BODY_HEAD = 64 << 10  # bytes of a raw body's first piece: its start (a multipart part's headers) is not held back
 BODY_READ_AHEAD = 4  # pieces read ahead of the app at most
-SPARE_PIECES = 8  # body buffers kept per event loop for the next bodies
+SPARE_PIECES = 16  # body buffers kept per event loop: an upload holds about as many while its file opens
 
 
 class ClientGone(Exception):
@@ -102,10 +103,12 @@ class RawBody(asyncio.BufferedProtocol):
     slice, the request's buffer, the message); for a file upload those copies cost more CPU than the disk.
     While a RawBody is read it is the connection's protocol: the socket is read into `BODY_PIECE` buffers,
     never past the body's end, each handed to the app whole (a `bytearray` it owns from then on:
-    `async for piece in body`). With the last byte the connection goes back to the HTTP protocol, with a
-    fresh parser for the next request. At most `BODY_READ_AHEAD` pieces wait for the app before reading
-    pauses. What the app does not take (it called `drop()`, or its answer is complete) is read and dropped,
-    as uvicorn drops the body of a request already answered, so the connection stays usable.
+    `async for piece in body`); the first is `BODY_HEAD` bytes, so the app sees the body's start (where a
+    multipart body names its file) as soon as it arrives, not a mebibyte later. With the last byte the
+    connection goes back to the HTTP protocol, with a fresh parser for the next request. At most
+    `BODY_READ_AHEAD` pieces wait for the app before reading pauses. What the app does not take (it called
+    `drop()`, or its answer is complete) is read and dropped, as uvicorn drops the body of a request already
+    answered, so the connection stays usable.
     """
 
     def __init__(self, http: ResettableHttp, cycle: RequestResponseCycle, remaining: int) -> None:
@@ -118,6 +121,7 @@ class RawBody(asyncio.BufferedProtocol):
             cycle.body = bytearray()
         self._buffer = bytearray()
         self._filled = 0
+        self._next_size = BODY_HEAD
         self._dropping = False
         self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
@@ -148,9 +152,10 @@ class RawBody(asyncio.BufferedProtocol):
 
     # --- the connection's protocol while the body is read -------------------------------------------
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._filled == len(self._buffer):  # each buffer is min(BODY_PIECE, remaining): the last one ends the body
+        if self._filled == len(self._buffer):  # each buffer is min(its size, remaining): the last one ends the body
             if not (self._dropping and self._buffer):
-                self._buffer = spare_buffer(min(BODY_PIECE, self._remaining))
+                self._buffer = spare_buffer(min(self._next_size, self._remaining))
+                self._next_size = BODY_PIECE
             self._filled = 0
         return memoryview(self._buffer)[self._filled : self._filled + self._remaining]
 

@@ -20,6 +20,7 @@ import pytest
 import uvicorn
 
 from bench import asgi
+from bench.remote.slowness import scaled
 
 MIB = 1 << 20
 SEEN: list[dict[str, Any]] = []  # what the app saw of each POST, in order
@@ -27,7 +28,7 @@ SEEN: list[dict[str, Any]] = []  # what the app saw of each POST, in order
 
 async def app(scope: dict, receive: Any, send: Any) -> None:
     """POST: the body's digest and how it was read (`?early` answers before reading, `?one` reads one piece
-    and drops the rest); GET /seen: what the last POST saw."""
+    and drops the rest, `?first` answers the first piece's size at once); GET /seen: what the last POST saw."""
     if scope["type"] != "http":
         return
     if scope["method"] == "GET":
@@ -53,6 +54,9 @@ async def app(scope: dict, receive: Any, send: Any) -> None:
                 assert isinstance(piece, bytearray)
                 digest.update(piece)
                 size, pieces = size + len(piece), pieces + 1
+                if query == "first":
+                    await answer(send, {"first": len(piece)})
+                    return
                 if query == "one":
                     body.drop()
                     break
@@ -135,8 +139,26 @@ def test_a_body_taken_raw_arrives_whole_in_order_in_pieces_of_a_mebibyte(client:
     assert status == 200
     assert document["raw"] is True
     assert (document["size"], document["sha256"]) == (size, hashlib.sha256(body).hexdigest())
-    # what uvicorn parsed before the switch is one piece (under 1 MiB), then whole pieces of at most 1 MiB
-    assert document["pieces"] <= size // MIB + 2
+    # what uvicorn parsed before the switch is one piece (under 1 MiB), then the head, then pieces of at most 1 MiB
+    assert document["pieces"] <= size // MIB + 3
+
+
+def test_the_start_of_a_body_reaches_the_app_before_a_mebibyte_of_it_has_arrived(client: Client) -> None:
+    # a multipart body names its file in its first bytes: the app can open the file while the rest arrives.
+    # The body is sent once the server asks for it (100 Continue), so none of it came with the head.
+    client.sock.sendall(
+        b"POST /up?first HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n" % (8 * MIB)
+    )
+    client.sock.settimeout(scaled(10))  # the old 1 MiB first piece never filled: the answer never came
+    interim = b""
+    while not interim.endswith(b"\r\n\r\n"):
+        interim += client.recv()
+    client.sock.sendall(os.urandom(100_000))  # and no more until the answer
+
+    status, document = client.response()
+
+    assert status == 200
+    assert 0 < document["first"] <= 100_000  # a piece of what was sent: no mebibyte waited for
 
 
 def test_the_connection_serves_the_next_requests_after_a_raw_body(client: Client) -> None:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -248,6 +249,35 @@ def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tm
     assert drop_unwritten(tmp_path / "missing", "/dev/loop0") is False
     probe.write_text("ok")
     assert probe.read_text() == "ok"
+
+
+def test_a_sandbox_killed_mid_upload_answers_502_and_leaves_no_loop_device(small_disks: LocalEndpoint) -> None:
+    sandbox = Sandbox.create(timeout=600)
+    image = next(p for p in loop_backing_files() if p.endswith(f"/{sandbox.sandbox_id}.disk"))
+    host, port = small_disks.sandbox_url.removeprefix("http://").split(":")
+    head = (
+        f"POST /files?path=/home/user/held.bin&username=user HTTP/1.1\r\nHost: {host}\r\n"
+        f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nX-Access-Token: {sandbox._envd_access_token}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {32 << 20}\r\n\r\n"
+    )
+    uploading = socket.create_connection((host, int(port)))
+    # and the rest never: the upload stays open, its first mebibytes written as they came, not at the body's end
+    uploading.sendall(head.encode() + os.urandom(2 << 20))
+    deadline = time.monotonic() + scaled(30)
+    while sandbox.commands.run("stat -c %s /home/user/held.bin 2>/dev/null || echo 0").stdout.strip() == "0":
+        assert time.monotonic() < deadline, "the upload's file was never written"
+        time.sleep(0.05)
+
+    sandbox.kill()  # the upload's file is open in the server: it must be closed for the disk to go
+    uploading.settimeout(scaled(30))
+    answer = uploading.recv(65536)
+    uploading.close()
+    while Path(image).exists() and time.monotonic() < deadline + scaled(30):
+        time.sleep(0.05)
+
+    assert answer.split(b"\r\n")[0] == b"HTTP/1.1 502 Bad Gateway"  # E2B's proxy's, to a request not yet answered
+    assert image not in loop_backing_files() and f"{image} (deleted)" not in loop_backing_files()
+    assert not Path(image).exists()
 
 
 def test_a_server_that_stops_leaves_no_mount_and_no_loop_device() -> None:

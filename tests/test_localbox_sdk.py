@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
+import socket
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -254,6 +256,51 @@ def test_bodies_larger_than_the_read_ahead_arrive_whole_in_every_upload_form(san
     found = sandbox.commands.run("cd /tmp && sha256sum multipart.bin octet.bin gzip.bin").stdout.split()
 
     assert found[0::2] == [digest] * 3
+
+
+# what a file held and what is uploaded over it (sizes): an existing file is written over in place and cut
+# where the upload ends, so it must hold the upload's bytes and nothing else, as envd's O_TRUNC leaves it
+OVERWRITES = {"a longer file": (3 << 20, 1000), "a shorter one": (1000, 3 << 20), "one as long": (2 << 20, 2 << 20)}
+
+
+@pytest.mark.parametrize("form", [{}, {"use_octet_stream": True}, {"gzip": True}], ids=["multipart", "octet", "gzip"])
+def test_an_upload_over_a_file_leaves_exactly_the_uploads_bytes(sandbox: Sandbox, form: dict) -> None:
+    cases = {**OVERWRITES, "emptied": (5000, 0)}
+    for index, (old, _) in enumerate(cases.values()):
+        sandbox.commands.run(f"head -c {old} /dev/urandom > /home/user/over{index}")
+    uploads = [os.urandom(new) for _, new in cases.values()]
+
+    for index, data in enumerate(uploads):
+        sandbox.files.write(f"/home/user/over{index}", data, **form)
+    found = sandbox.commands.run(f"cd /home/user && for i in $(seq 0 {len(cases) - 1}); do stat -c %s over$i; done")
+    digests = sandbox.commands.run("cd /home/user && sha256sum over*").stdout.split()[0::2]
+
+    assert found.stdout.split() == [str(len(data)) for data in uploads]
+    assert digests == [hashlib.sha256(data).hexdigest() for data in uploads]
+
+
+def test_a_client_leaving_mid_upload_over_a_file_leaves_only_what_it_sent(
+    sandbox: Sandbox, endpoint: LocalEndpoint, caplog: pytest.LogCaptureFixture
+) -> None:
+    # as envd's O_TRUNC and copy would: the old contents are gone, the bytes that arrived may be there
+    sandbox.commands.run("head -c 8M /dev/zero | tr '\\0' o > /home/user/left.bin")
+    host, port = endpoint.sandbox_url.removeprefix("http://").split(":")
+    head = (
+        f"POST /files?path=/home/user/left.bin&username=user HTTP/1.1\r\nHost: {host}\r\n"
+        f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nX-Access-Token: {sandbox._envd_access_token}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {8 << 20}\r\n\r\n"
+    )
+
+    with socket.create_connection((host, int(port))) as leaving:
+        leaving.sendall(head.encode() + b"n" * (3 << 20))
+    deadline = time.monotonic() + scaled(30)  # the server sees the close once it reads on, then cuts the file
+    while int(sandbox.commands.run("stat -c %s /home/user/left.bin").stdout) > 3 << 20:
+        assert time.monotonic() < deadline, "the file still holds its old contents past the upload's bytes"
+        time.sleep(0.05)
+    others = sandbox.commands.run("tr -d n < /home/user/left.bin | wc -c").stdout
+
+    assert others.strip() == "0"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []  # a client's leaving: no error
 
 
 def test_a_refused_upload_reports_the_refusal_and_writes_nothing(sandbox: Sandbox) -> None:

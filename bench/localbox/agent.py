@@ -894,7 +894,9 @@ class Agent:
         """envd's upload: parents made for the user, the file opened by root and given to the user.
 
         The upload's metadata replaces the file's (none clears it). Only regular files are written:
-        opening a FIFO would wait for a reader.
+        opening a FIFO would wait for a reader. An existing file keeps its contents: the server writes over
+        them and cuts the file where its data ends (`created` says whether there is anything to cut), which
+        spares freeing its pages here and allocating them again for the same bytes.
         """
         uid, gid, _, _ = user_ids(message["user"])
         path = message["path"]
@@ -911,10 +913,9 @@ class Agent:
             if message.get("truncate_first"):  # the extra_write_event quirk: a WRITE before the chown's CHMOD
                 os.ftruncate(fd, 0)
             # envd's order, as a watcher sees it: a new file CREATE, CHMOD (the chown), then the data's WRITE; an
-            # existing one CHMOD, then WRITE for the truncation (envd chowns, then opens with O_TRUNC) and the data.
+            # existing one CHMOD, then WRITE (envd chowns, then opens with O_TRUNC; here the data's writes and the
+            # server's cut at its end).
             os.fchown(fd, uid, gid)
-            if not created:
-                os.ftruncate(fd, 0)
             for name in os.listxattr(fd):
                 if name.startswith(METADATA_PREFIX):
                     os.removexattr(fd, name)
@@ -923,7 +924,7 @@ class Agent:
         except BaseException:
             os.close(fd)
             raise
-        return {}, [fd]
+        return {"created": created}, [fd]
 
 
 def open_upload(path: str) -> tuple[int, bool]:

@@ -19,10 +19,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
+
+from bench.asgi import ClientGone
 
 from .api import Api, ApiError, error_response, unimplemented
 from .box import default_state_root
@@ -148,6 +150,8 @@ class LocalboxApp:
             exception_handlers={
                 ApiError: self._api_error,
                 HTTPException: self._http_error,
+                ClientGone: self._client_gone,
+                ClientDisconnect: self._client_gone,
                 Exception: self._crash,
             },
         )
@@ -361,6 +365,11 @@ class LocalboxApp:
             return error_response(error.status, error.message, error.error_code)
         message = {404: f"route {request.method} {request.url.path} not found"}.get(exc.status_code, exc.detail)
         return error_response(exc.status_code, str(message))
+
+    @staticmethod
+    async def _client_gone(request: Request, exc: Exception) -> Response:
+        """A client that left mid-body is no fault of the server's: nothing is logged, the answer goes nowhere."""
+        return error_response(400, "the client closed the connection before the request body ended")
 
     async def _crash(self, request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s %s", request.method, request.url.path)

@@ -1288,11 +1288,14 @@ class Box:
         result, fds = await self._call("read_open", path=path, user=user)
         return fds[0], result
 
-    async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> int:
-        """A file opened for an upload as envd opens it: by root, then owned by the user."""
+    async def open_write(self, path: str, user: str, metadata: dict[str, str]) -> tuple[int, bool]:
+        """A file opened for an upload as envd opens it: by root, then owned by the user; and whether it existed.
+        An existing file keeps its contents: the writer cuts it where the upload's data ends (`files.FileSink`)."""
         truncate_first = self.settings.upload_truncates_first
-        _, fds = await self._call("write_open", path=path, user=user, metadata=metadata, truncate_first=truncate_first)
-        return fds[0]
+        result, fds = await self._call(
+            "write_open", path=path, user=user, metadata=metadata, truncate_first=truncate_first
+        )
+        return fds[0], not result["created"]
 
     async def fs(self, op: str, **fields: object) -> dict[str, Any]:
         """A filesystem operation answered with one object (an entry, added watch paths or nothing)."""

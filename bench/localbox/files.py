@@ -167,18 +167,21 @@ class Files:
                 raise ApiError(400, "gzip uploads are not supported: send the body uncompressed")
             path = sandbox.box.resolve(raw_path, home)
             async with _body(request) as body:
-                await _write_stream(FileSink(self._open(sandbox, path, user, metadata)), body, encoding)
+                sink = FileSink(self._open(sandbox, path, user, metadata))
+                await sink.opening_sent()
+                await _write_stream(sink, body, encoding)
             written = [path]
         else:
             raise ApiError(400, f"unsupported Content-Type '{content_type.decode(errors='replace')}'")
         shown = {} if sandbox.quirks.upload_no_metadata else ({"metadata": metadata} if metadata else {})
         return JSONResponse([{"name": os.path.basename(p), "type": "file", "path": p, **shown} for p in written])
 
-    async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> int:
+    async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> tuple[int, bool]:
+        """The upload's file and whether its old contents are still there to be written over and cut."""
         try:
             if sandbox.quirks.files_write_as_user or sandbox.quirks.upload_no_metadata:
                 fd, _ = await sandbox.box.open(path, "w", user, metadata)
-                return fd
+                return fd, False
             return await sandbox.box.open_write(path, user, metadata)
         except AgentError as exc:
             raise file_error(exc, path) from exc
@@ -237,6 +240,7 @@ class Files:
                     path = sandbox.box.resolve(checked_path(raw_path or target), home)
                     sink = FileSink(self._open(sandbox, path, user, metadata))
                     written.append(path)
+                    await sink.opening_sent()
             elif event[0] == "data" and sink is not None:
                 await sink.write(event[1])
             elif event[0] == "end" and sink is not None:
@@ -303,19 +307,26 @@ def _part_filename(disposition: str) -> str | None:
 class FileSink:
     """A file in a sandbox written while the request body is still arriving.
 
-    Opening over an existing file truncates it, which waits for the writeback of its old pages (~10 ms
-    for 20 MiB on ext4 here), and writes can wait on the disk too: done inline, both stop the reading of
-    the body. So the agent opens the file while the body is read, and a writer thread (the GIL is let go
-    in write) takes the body in batches, one at a time, while the event loop reads on; at most
-    MAX_READ_AHEAD bytes wait in memory. The response still comes only after every byte is written
-    and the file closed.
+    The agent opens the file while the body is read, and a writer thread (the GIL is let go in write) takes
+    the body in batches, one at a time, while the event loop reads on; at most MAX_READ_AHEAD bytes wait in
+    memory, so neither the open nor the disk stops the reading of the socket. A file that existed is written
+    over from its start and cut where the upload ends (as O_TRUNC would have left it, and a watcher sees the
+    same CHMOD then WRITE): its pages are overwritten in place, about half the CPU of freeing them at the open
+    and allocating them again. The response still comes only after every byte is written, the file cut and
+    closed; an upload that fails leaves what was written, as envd's does.
     """
 
-    def __init__(self, opening: Awaitable[int]) -> None:
-        self._opening: asyncio.Future[int] = asyncio.ensure_future(opening)
+    def __init__(self, opening: Awaitable[tuple[int, bool]]) -> None:
+        self._opening: asyncio.Future[tuple[int, bool]] = asyncio.ensure_future(opening)
         self._pending: list[bytes | bytearray | memoryview] = []
         self._pending_size = 0
         self._writing: asyncio.Future[None] | None = None
+        self._opening.add_done_callback(self._ended)
+
+    async def opening_sent(self) -> None:
+        """Let the open take its first step, which sends the agent its request: otherwise it waits until the
+        handler next waits for the body, after the pieces already read (milliseconds of a busy event loop)."""
+        await asyncio.sleep(0)
 
     async def write(self, data: bytes | bytearray | memoryview) -> None:
         self._pending.append(data)
@@ -327,26 +338,27 @@ class FileSink:
             self._kick()
 
     async def close(self) -> None:
-        """Write what is left and close the file; raises what the open or a write raised."""
-        fd = await self._opening
-        try:
-            if self._writing is not None:
+        """Write what is left, cut and close the file, all in one hop to a writer thread; raises what the open
+        or a write raised."""
+        fd, written_over = await self._opening
+        last, self._pending, self._pending_size = self._pending, [], 0
+        if self._writing is not None:
+            try:
                 await self._writing
-            self._kick()
-            if self._writing is not None:
-                await self._writing
-        finally:
-            os.close(fd)
+            except BaseException:
+                await _finished(fd, written_over)
+                raise
+        await _finished(fd, written_over, last)
 
     async def abort(self) -> None:
-        """Drop what is pending; close the file once it is open and no write is running."""
+        """Drop what is pending; cut and close the file once it is open and no write is running."""
         self._pending, self._pending_size = [], 0
         await asyncio.wait([self._opening])  # an open under way cannot be called off: its fd must be closed
         if self._writing is not None:
             await asyncio.wait([self._writing])
             self._writing.exception()  # retrieved: the error that led here is the one reported
         if self._opening.exception() is None:
-            os.close(self._opening.result())
+            await _finished(*self._opening.result())
 
     def _kick(self) -> None:
         """Hand what is pending to a writer thread, if the file is open and no write is running."""
@@ -354,9 +366,16 @@ class FileSink:
             return
         if self._writing is not None:
             self._writing.result()  # a failed write ends the upload
-        fd = self._opening.result()  # so does a failed open
+        fd, _ = self._opening.result()  # so does a failed open
         batch, self._pending, self._pending_size = self._pending, [], 0
         self._writing = asyncio.get_running_loop().run_in_executor(_writers, _write_all, fd, batch)
+        self._writing.add_done_callback(self._ended)
+
+    def _ended(self, step: asyncio.Future) -> None:
+        """The open or a write ended: a batch waiting goes to the writer now, not when the next piece arrives
+        (a client that pauses would leave it in memory); a failure is raised by the next write or close."""
+        if not step.cancelled() and step.exception() is None and self._pending_size >= WRITE_BATCH:
+            self._kick()
 
 
 def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
@@ -368,6 +387,28 @@ def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
             written -= len(views.pop(0))
         if written:
             views[0] = views[0][written:]
+
+
+async def _finished(fd: int, written_over: bool, last: list[bytes | bytearray | memoryview] | None = None) -> None:
+    """Write the last buffers and close an upload's file, cut first where the upload's writes ended if it held
+    older contents; in a writer thread (cutting frees blocks, which can wait on the disk), which closes the file
+    even if the wait is called off."""
+    finish = asyncio.get_running_loop().run_in_executor(_writers, _write_cut_close, fd, last or [], written_over)
+    await asyncio.shield(finish)
+
+
+def _write_cut_close(fd: int, last: list[bytes | bytearray | memoryview], written_over: bool) -> None:
+    try:
+        _write_all(fd, last)
+    finally:
+        try:
+            if written_over:  # cut where the writes ended, failed or not: none of the old contents stays after
+                end = os.lseek(fd, 0, os.SEEK_CUR)  # every write went on from the last
+                # O_TRUNC's WRITE event comes even for a file that was empty: so does this cut's, if nothing was written
+                if end == 0 or os.fstat(fd).st_size > end:
+                    os.ftruncate(fd, end)
+        finally:
+            os.close(fd)
 
 
 async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[bytes]:

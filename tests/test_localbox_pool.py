@@ -382,3 +382,23 @@ def test_the_pool_route_answers_only_with_the_api_key(endpoint: LocalEndpoint) -
     for headers in ({}, {"X-API-KEY": "e2b_" + "0" * 40}):
         refused = httpx.post(f"{endpoint.api_url}/e2b-bench/pool", json={"reserve": 50}, headers=headers)
         assert refused.status_code == 401
+
+
+def test_sandboxes_a_settle_waits_for_are_prepared_at_the_usual_weight_though_one_waits_in_the_pool() -> None:
+    """At the lowest weight a settle's preparations would starve behind anything else the host runs, while the
+    client asking waits for them and nothing of the server needs the CPU more."""
+    local = LocalServer(pool_size=1)
+    with in_thread(local):
+        assert pool(local, reserve=0)["prepared"] == 1
+        answers: list[dict] = []
+        settling = threading.Thread(target=lambda: answers.append(pool(local, reserve=3)))
+        settling.start()
+        held = held_while_preparing(local)
+        try:
+            (name, value), pooled = cpu_weight(held), len(local.registry._pool)
+        finally:
+            os.kill(held._root_pid(), signal.SIGCONT)  # type: ignore[arg-type]
+        settling.join()
+
+        assert (value, pooled) == (USUAL[name], 1)  # though one prepared waited in the pool
+        assert [(answer["settled"], answer["prepared"]) for answer in answers] == [(True, 4)]

@@ -170,6 +170,9 @@ class LocalboxConfig:
 
 
 POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
+# ... while a settle waits for them: nothing else is asked of the server then, and a preparation spends much of its
+# time waiting (the fork-server, mounts, the agent's first answer), so two per CPU keep the CPUs busy.
+SETTLE_PARALLEL = 2 * (os.cpu_count() or 1)
 
 
 class Registry:
@@ -189,6 +192,7 @@ class Registry:
         self._allowance = config.pool_total  # pool_total and what was reserved beyond it
         self.served = Served()
         self._changed = asyncio.Event()  # set as a pool fill or a background teardown ends (`settle` waits on it)
+        self._settling = 0  # settles waiting: the preparations they wait for are what is asked of the server now
         self._reaper: asyncio.Task | None = None
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
@@ -320,20 +324,27 @@ class Registry:
         self._reserved = reserve
         while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
             self._background(asyncio.ensure_future(self._pool.pop().kill()))
-        self._refill_pool()
-        while not self.settled and not self.idle:  # idle and not settled: a preparation failed
-            self._changed.clear()
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+        self._settling += 1
+        self._weigh_preparing()
+        try:
+            self._refill_pool()
+            while not self.settled and not self.idle:  # idle and not settled: a preparation failed
+                self._changed.clear()
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+        finally:
+            self._settling -= 1
+            self._weigh_preparing()
         return Settled(self.settled, round((loop.time() - started) * 1000, 3))
 
     async def _fill_pool(self) -> None:
-        """Prepare sandboxes, POOL_PARALLEL at a time: one at a time falls behind creates in a tight loop."""
+        """Prepare sandboxes, POOL_PARALLEL at a time (one at a time falls behind creates in a tight loop), or
+        SETTLE_PARALLEL while a settle waits for them."""
         while not self._closing and self._pool_wanted() > 0:
-            wanted = min(POOL_PARALLEL, self._pool_wanted())
+            wanted = min(SETTLE_PARALLEL if self._settling else POOL_PARALLEL, self._pool_wanted())
             self._pool_made += wanted
             preparing = [asyncio.ensure_future(self._prepare_box()) for _ in range(wanted)]
             try:
@@ -365,9 +376,10 @@ class Registry:
         pool empty the next create needs one of them (or makes its own, at the usual weight), so they get
         the usual weight: at the lowest, demand above what idle CPU prepares would leave every create
         making its own, and a starved preparation holding a kernel lock (mounts, cgroups, namespaces)
-        would stall the creates that need that lock."""
+        would stall the creates that need that lock. While a settle waits for them, they are what is asked
+        of the server: the usual weight too (at the lowest, anything else on the host starves them)."""
         for box in self._preparing:
-            box.cgroup.background(bool(self._pool))
+            box.cgroup.background(bool(self._pool) and not self._settling)
 
     async def _take_box(self, internet: bool, sandbox_id: str | None, layers: str | None = None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""

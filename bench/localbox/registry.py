@@ -393,8 +393,8 @@ class Registry:
                 self.served.prepared += 1
                 self._refill_pool()
                 return box
-        self.served.on_demand += 1
         box = await self._new_box(internet, sandbox_id or self.new_id(), layers)
+        self.served.on_demand += 1
         self._refill_pool()
         return box
 

@@ -16,13 +16,24 @@ import pytest
 from run_cli import e2b_bench, only_run_dir
 
 from bench.benchdoc import ms, pool_text
-from bench.benchmark import BenchOptions, _floor_target, _verdict, comparison_text, read_bench, run_bench, target_text
+from bench.benchmark import (
+    BenchOptions,
+    _floor_target,
+    _verdict,
+    comparison_text,
+    plan,
+    read_bench,
+    run_bench,
+    select_runners,
+    target_text,
+)
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.registry import POOL_MAX
 from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
 from bench.report import render
-from bench.results import read_run
+from bench.results import read_run, schema_errors
+from bench.runners.protocol import make_task
 from bench.stats import percentile, summarize, trim
 
 RUNNERS = ("py-e2b-2.63.0", "js-e2b-2.51.0")
@@ -80,7 +91,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runners = [arg for name in RUNNERS for arg in ("--runner", name)]
     done = e2b_bench(
         "bench", "-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--results-dir", str(results),
-        *runners, timeout=180,
+        *runners, timeout=scaled(300),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (results / "table.txt").write_text(done.stdout)  # the terminal table, beside the run directory
@@ -128,7 +139,9 @@ def test_small_run_settles_the_embedded_endpoint_before_each_measure_and_counts_
     assert document is not None
     assert document["header"]["pool"] == {"size": 4, "burst": 3}
     table = (small_run.parent / "table.txt").read_text().splitlines()
-    assert f"pool: {pool_text(document['header'])}" in table
+    (pool_line,) = [line for line in table if line.startswith("pool: ")]
+    assert pool_line == f"pool: {pool_text(document['header'])}"
+    assert "kept 4 sandboxes prepared" in pool_line and "tti.burst began with 3 more prepared" in pool_line
     for runner, entry in document["runners"].items():
         measures = entry["measures"]
         assert all(m["settle"]["settled"] and m["settle"].get("error") is None for m in measures.values()), runner
@@ -249,6 +262,27 @@ def test_a_transfer_is_judged_by_its_floor_only_where_the_sdk_misses_the_disk_ta
     median_ms: float, floor_median_ms: float, floor_ratio: float, target: dict
 ) -> None:
     assert _floor_target(*floor_pair(median_ms, floor_median_ms, floor_ratio), "upload_floor") == target
+
+
+@pytest.mark.parametrize("runner_name", RUNNERS)
+def test_the_embedded_endpoint_is_settled_before_each_measure_a_burst_with_its_count_prepared_or_none(
+    runner_name: str,
+) -> None:
+    (runner,) = select_runners([runner_name])
+    options = BenchOptions(modes=("sequential", "burst"))
+
+    floor = "http://127.0.0.1:9"
+    embedded, remote = plan(options, runner, 7, floor, settle_s=42.0), plan(options, runner, 7, floor)
+
+    settles = {task["id"]: task["settle"] for task in embedded}
+    assert settles.pop("tti.burst") == {"reserve": 7, "within_s": 42.0}
+    assert settles.pop("tti.burst_on_demand") == {"reserve": 0, "size": 0, "within_s": 42.0}
+    assert settles and all(settle == {"reserve": 0, "within_s": 42.0} for settle in settles.values())  # the usual pool
+    assert schema_errors("task", make_task("bench", runner_name, "r1", deadline_s=1, sandbox_timeout_s=1,
+                                           measures=embedded)) == []  # fmt: skip
+    # Another endpoint: the same measures as before, nothing asked of a pool it does not have.
+    assert [task["id"] for task in remote] == [task["id"] for task in embedded if task["id"] != "tti.burst_on_demand"]
+    assert not any("settle" in task for task in remote)
 
 
 def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:

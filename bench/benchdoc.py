@@ -48,12 +48,27 @@ def comparison_text(doc: Mapping[str, Any]) -> str:
 
 def phases_text(doc: Mapping[str, Any]) -> str:
     """Where a measure's time goes, as medians of its samples' parts: `create 80 ms · first command 40 ms`;
-    a transfer's with its throughput. Empty when its samples have no parts."""
+    a transfer's with its throughput; creates with how the embedded endpoint served them (`100 prepared, 0 on
+    demand`). Empty when its samples have no parts."""
     phases = doc.get("phases") or {}
     shown = [f"{PHASE_NAMES.get(name, name.removesuffix('_ms'))} {ms(value)} ms" for name, value in phases.items()]
     if shown and doc["kind"] in TRANSFER_KINDS and doc.get("rate_mb_s"):
         shown.append(f"{doc['rate_mb_s']:.0f} MB/s")
+    served = doc.get("served")
+    if served and doc["kind"].startswith("tti"):
+        shown.append(f"{served['prepared']} prepared, {served['on_demand']} on demand")
     return " · ".join(shown)
+
+
+def pool_text(header: Mapping[str, Any]) -> str:
+    """How the embedded endpoint was held for the measures (the header's `pool`); empty for another endpoint."""
+    pool = header.get("pool")
+    if pool is None:
+        return ""
+    text = f"the endpoint kept {pool['size']} sandboxes prepared, and each measure began once it held them, settled"
+    if pool["burst"]:
+        text += f"; tti.burst began with {pool['burst']} more prepared, tti.burst_on_demand with none prepared at all"
+    return text
 
 
 def not_measured_text(doc: Mapping[str, Any]) -> str:

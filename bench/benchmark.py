@@ -45,6 +45,7 @@ from .benchdoc import (
     ms,
     not_measured_text,
     phases_text,
+    pool_text,
     read_bench,
     target_text,
 )
@@ -70,7 +71,7 @@ MODES = ("sequential", "staggered", "burst")
 DEFAULT_LOCAL_COUNT = 100
 POOL_READY_S = 120.0  # the embedded endpoint's prepared sandboxes are ready before the baselines and the clock
 DEFAULT_INTERVAL_MS = 50.0
-DEFAULT_MAX_SECONDS = 120.0
+DEFAULT_MAX_SECONDS = 180.0  # the default run measures everything on 2 cores, its settles between measures too
 DEFAULT_TRANSFER_MIB = 20
 TRANSFER_COUNT = 10  # at most, each way and client
 STOP_GRACE_S = 10.0
@@ -100,13 +101,19 @@ class Measure:
     mode: str | None = None
     languages: tuple[str, ...] = ("python", "js")
     floor: str | None = None  # the measure of the same SDK call against the floor server
+    # The embedded endpoint's pool when the measure starts: its usual size, that plus the measure's count ("burst"),
+    # or none, every create made on demand ("none": measured against the embedded endpoint only).
+    pool: str = "usual"
 
 
 MEASURES: tuple[Measure, ...] = (
     *(
-        Measure(f"tti.{mode}", "tti", f"create -> first commands.run('true') done, {mode}", (base.SPAWN,), 10.0, mode)
+        Measure(f"tti.{mode}", "tti", f"create -> first commands.run('true') done, {mode}", (base.SPAWN,), 10.0, mode,
+                pool="burst" if mode == "burst" else "usual")
         for mode in MODES
     ),
+    Measure("tti.burst_on_demand", "tti", "create -> first commands.run('true') done, burst, each sandbox made on "
+            "demand (none prepared)", (base.SPAWN,), None, "burst", pool="none"),
     Measure("tti_http.sequential", "tti_http", f"{PLAIN_HTTP}: create + Start", (base.SPAWN,), None, "sequential"),
     Measure("run_true", "run_true", "commands.run('true') on a ready sandbox", (base.SPAWN, base.LOOPBACK), 3.0),
     Measure("run_true_http", "run_true_http", f"{PLAIN_HTTP}: the Start RPC", (base.SPAWN, base.LOOPBACK), None),
@@ -154,11 +161,17 @@ def parse_modes(text: str) -> tuple[str, ...]:
     return modes
 
 
-def plan(options: BenchOptions, runner: Runner, count: int, floor_url: str | None = None) -> list[dict[str, Any]]:
-    """The measures of one runner's task, in the order it takes them (the floors only with a floor server)."""
+def plan(
+    options: BenchOptions, runner: Runner, count: int, floor_url: str | None = None, settle_s: float | None = None
+) -> list[dict[str, Any]]:
+    """The measures of one runner's task, in the order it takes them (the floors only with a floor server). With
+    `settle_s` (the embedded endpoint) each first asks the endpoint to settle, within that many seconds: its pool
+    as the measure wants it (`Measure.pool`), nothing prepared or torn down."""
     tasks = []
     for measure in MEASURES:
         if runner.language not in measure.languages or (measure.mode and measure.mode not in options.modes):
+            continue
+        if measure.pool == "none" and settle_s is None:
             continue
         task: dict[str, Any] = {"id": measure.id, "kind": measure.kind, "count": count}
         if measure.mode:
@@ -171,6 +184,10 @@ def plan(options: BenchOptions, runner: Runner, count: int, floor_url: str | Non
             if floor_url is None:
                 continue
             task["floor_url"] = floor_url
+        if settle_s is not None:
+            task["settle"] = {"reserve": task["count"] if measure.pool == "burst" else 0, "within_s": settle_s}
+            if measure.pool == "none":
+                task["settle"]["size"] = 0
         tasks.append(task)
     return tasks
 
@@ -288,7 +305,14 @@ class Benchmark:
                 print(f"e2b-bench bench: runner environment {runner.name} could not be built: {exc}", file=sys.stderr)
                 return ExitCode.USAGE
         pins = {r.name: r.resolved_versions(executables[r.name]) for r in self.runners}
-        run_dir = self.lifecycle.open(SUITE, pins)
+        header = {}
+        if (server := self.lifecycle.server) is not None:
+            from .localbox.registry import POOL_MAX
+
+            size = server.registry.config.pool_size
+            burst = min(self.count, POOL_MAX - size) if "burst" in self.options.modes else 0
+            header["pool"] = {"size": size, "burst": burst}
+        run_dir = self.lifecycle.open(SUITE, pins, **header)
         run_id = run_dir.path.name
         status, exit_code = "completed", ExitCode.OK
         # The wall clock covers the SDK measurements; the baselines are bounded by their own count.
@@ -335,7 +359,8 @@ class Benchmark:
         return code
 
     def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float, floor_url: str) -> RunnerOutcome:
-        tasks = plan(self.options, runner, self.count, floor_url)
+        settle_s = scaled(POOL_READY_S) if self.lifecycle.server is not None else None
+        tasks = plan(self.options, runner, self.count, floor_url, settle_s)
         outcome = RunnerOutcome(runner=runner, planned=tasks)
         if self.stop.is_set():
             outcome.error = "not run: the wall-clock limit was reached"
@@ -466,7 +491,14 @@ class Benchmark:
             "rate_mb_s": None,
             "phases": {name: summarize(values).median_ms for name, values in parts.items()},
             "limit_s": self.options.max_seconds if cut else None,
+            "settle": event.get("settle"),
+            "served": event.get("served"),
         }
+        settle = doc["settle"]
+        if settle is not None and not settle["settled"]:
+            why = settle.get("error") or f"still preparing or tearing down after {settle['waited_ms'] / 1000:.1f}s"
+            where = f"{outcome.runner.name} {measure.id}"
+            self.notes.append(f"the embedded endpoint was not settled before {where} ({why}): measured as it was")
         if measure.kind in TTI_KINDS and ok:
             doc["all_ready_ms"] = round(max(float(s["start_ms"]) + float(s["ms"]) for s in samples if s.get("ok")), 3)
         if task.get("bytes") and stats.median_ms:
@@ -601,6 +633,8 @@ def print_table(document: Mapping[str, Any], out: TextIO, gate: bool = False) ->
             if b.get("median_after_ms") is not None else ""
         ) for name, b in document["baselines"].items()
     ), file=out)  # fmt: skip
+    if pool := pool_text(document["header"]):
+        print(f"pool: {pool}", file=out)
     columns = f"{'runner':16} {'measure':20} {'ok':>9} {'p50':>8} {'p95':>8} {'p99':>8} {'min':>8} {'max':>8}"
     print(f"{columns}  vs baseline / target (ms)", file=out)
     for runner, entry in document["runners"].items():

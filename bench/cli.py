@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--modes", default="sequential,staggered,burst", help="time-to-interactive modes")
     bench.add_argument("--interval-ms", type=float, default=50.0, help="launch interval of the staggered mode")
-    bench.add_argument("--max-seconds", type=float, default=120.0, help="wall-clock limit of the measurements")
+    bench.add_argument("--max-seconds", type=float, default=180.0, help="wall-clock limit of the measurements")
     bench.add_argument("--transfer-mib", type=float, default=20.0, help="size of the upload and download")
     bench.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where run directories go")
     bench.add_argument("--no-report", action="store_true", help="do not render the report")

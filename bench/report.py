@@ -416,6 +416,7 @@ def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     """The benchmark section: per run and runner a distribution chart and table; across runs, the ratios."""
     from markupsafe import Markup
 
+    from .benchdoc import pool_text
     from .charts import Distribution, distribution_chart
 
     documents = bench_documents(runs)
@@ -451,6 +452,7 @@ def _bench_model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
                 "endpoint": run.header["endpoint"]["name"],
                 "stamp": run_stamp(run),
                 "settings": doc["settings"],
+                "pool": pool_text(doc["header"]),
                 "baselines": [
                     {"name": name, "title": b["title"], "median": f"{b['stats']['median_ms'] or 0:.2f}"}
                     for name, b in doc["baselines"].items()

@@ -15,14 +15,25 @@ import httpx
 import pytest
 from run_cli import e2b_bench, only_run_dir
 
-from bench.benchdoc import ms
-from bench.benchmark import BenchOptions, _floor_target, _verdict, comparison_text, read_bench, run_bench, target_text
+from bench.benchdoc import ms, pool_text
+from bench.benchmark import (
+    BenchOptions,
+    _floor_target,
+    _verdict,
+    comparison_text,
+    plan,
+    read_bench,
+    run_bench,
+    select_runners,
+    target_text,
+)
 from bench.housekeeping import tagged_sandboxes
 from bench.localbox.registry import POOL_MAX
 from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
 from bench.report import render
-from bench.results import read_run
+from bench.results import read_run, schema_errors
+from bench.runners.protocol import make_task
 from bench.stats import percentile, summarize, trim
 
 RUNNERS = ("py-e2b-2.63.0", "js-e2b-2.51.0")
@@ -80,7 +91,7 @@ def small_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runners = [arg for name in RUNNERS for arg in ("--runner", name)]
     done = e2b_bench(
         "bench", "-n", "3", "--modes", "sequential,burst", "--transfer-mib", "1", "--results-dir", str(results),
-        *runners, timeout=180,
+        *runners, timeout=scaled(300),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     (results / "table.txt").write_text(done.stdout)  # the terminal table, beside the run directory
@@ -94,7 +105,7 @@ def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) 
     assert set(document["runners"]) == set(RUNNERS)
     for runner, entry in document["runners"].items():  # each plain HTTP reference right after its SDK twin
         assert list(entry["measures"]) == [
-            "tti.sequential", "tti.burst", "tti_http.sequential", "run_true", "run_true_http",
+            "tti.sequential", "tti.burst", "tti.burst_on_demand", "tti_http.sequential", "run_true", "run_true_http",
             "upload", "upload_http", "upload_floor", "download", "download_http", "download_floor",
             *(("tti_snapshot", "tti_fork") if runner.startswith("py-") else ()),  # the Python runner only
         ]  # fmt: skip
@@ -117,6 +128,32 @@ def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) 
     for entry in document["runners"].values():  # the burst target is set for 100: a burst of 3 is not judged
         assert entry["measures"]["tti.burst"]["target"] is None
         assert entry["measures"]["tti.sequential"]["target"]["max_ratio"] == 10.0
+
+
+def test_small_run_settles_the_embedded_endpoint_before_each_measure_and_counts_how_creates_were_served(
+    small_run: Path,
+) -> None:
+    """Each measure began with the endpoint settled: its pool of 4 full, nothing prepared or torn down; the burst with
+    its 3 more prepared and served from them, the on-demand burst with none prepared and each sandbox made for it."""
+    document = read_bench(small_run)
+    assert document is not None
+    assert document["header"]["pool"] == {"size": 4, "burst": 3}
+    table = (small_run.parent / "table.txt").read_text().splitlines()
+    (pool_line,) = [line for line in table if line.startswith("pool: ")]
+    assert pool_line == f"pool: {pool_text(document['header'])}"
+    assert "kept 4 sandboxes prepared" in pool_line and "tti.burst began with 3 more prepared" in pool_line
+    for runner, entry in document["runners"].items():
+        measures = entry["measures"]
+        assert all(m["settle"]["settled"] and m["settle"].get("error") is None for m in measures.values()), runner
+        prepared = {measure_id: m["settle"]["prepared"] for measure_id, m in measures.items()}
+        assert prepared == {**dict.fromkeys(measures, 4), "tti.burst": 7, "tti.burst_on_demand": 0}
+        assert measures["tti.burst"]["served"] == {"prepared": 3, "on_demand": 0}
+        assert measures["tti.burst_on_demand"]["served"] == {"prepared": 0, "on_demand": 3}
+        assert measures["tti.burst_on_demand"]["target"] is None  # no cloud target for sandboxes made on demand
+        for measure_id in ("tti.sequential", "tti_http.sequential"):  # every create counted, one way or the other
+            assert sum(measures[measure_id]["served"].values()) == 3
+        row = next(i for i, line in enumerate(table) if re.match(rf"{runner} +tti\.burst ", line))
+        assert table[row + 1].endswith(" · 3 prepared, 0 on demand")
 
 
 def test_small_run_has_the_plain_http_references_with_every_sample(small_run: Path) -> None:
@@ -174,9 +211,11 @@ def test_small_run_shows_the_phases_of_each_measure_in_bench_json_and_the_table(
         assert download["phases"] == pytest.approx({"first_byte_ms": first_byte})
         assert 0 < first_byte <= download["stats"]["max_ms"]
         assert entry["measures"]["upload"]["phases"] == {}  # the SDK's own call shows no parts
+        served = tti["served"]  # how the embedded endpoint served its creates
         for measure_id, expected in (
             ("tti.sequential", f"p50 create {ms(medians['create_ms'])} ms · first command "
-                               f"{ms(medians['first_run_ms'])} ms · kill {ms(medians['kill_ms'])} ms"),
+                               f"{ms(medians['first_run_ms'])} ms · kill {ms(medians['kill_ms'])} ms · "
+                               f"{served['prepared']} prepared, {served['on_demand']} on demand"),
             ("download_http", f"p50 first byte {ms(first_byte)} ms · {download['rate_mb_s']:.0f} MB/s"),
         ):  # fmt: skip
             row = next(i for i, line in enumerate(table) if re.match(rf"{runner} +{re.escape(measure_id)} ", line))
@@ -193,11 +232,13 @@ def test_the_report_shows_each_measures_phases(small_run: Path, tmp_path: Path) 
     assert [runner for runner, _ in tables] == list(RUNNERS)
     for runner, table in tables:
         phases = document["runners"][runner]["measures"]["tti.sequential"]["phases"]
+        served = document["runners"][runner]["measures"]["tti.sequential"]["served"]
         cell = re.search(r'<tr data-measure="tti.sequential">.*?<td class="text phases">(.*?)</td>', table).group(1)
         assert cell == (
             f"create {ms(phases['create_ms'])} ms · first command {ms(phases['first_run_ms'])} ms · "
-            f"kill {ms(phases['kill_ms'])} ms"
+            f"kill {ms(phases['kill_ms'])} ms · {served['prepared']} prepared, {served['on_demand']} on demand"
         )
+    assert f'<p class="muted pool">pool: {pool_text(document["header"])}</p>' in page
 
 
 def floor_pair(median_ms: float, floor_median_ms: float, floor_ratio: float) -> tuple[dict, dict]:
@@ -221,6 +262,27 @@ def test_a_transfer_is_judged_by_its_floor_only_where_the_sdk_misses_the_disk_ta
     median_ms: float, floor_median_ms: float, floor_ratio: float, target: dict
 ) -> None:
     assert _floor_target(*floor_pair(median_ms, floor_median_ms, floor_ratio), "upload_floor") == target
+
+
+@pytest.mark.parametrize("runner_name", RUNNERS)
+def test_the_embedded_endpoint_is_settled_before_each_measure_a_burst_with_its_count_prepared_or_none(
+    runner_name: str,
+) -> None:
+    (runner,) = select_runners([runner_name])
+    options = BenchOptions(modes=("sequential", "burst"))
+
+    floor = "http://127.0.0.1:9"
+    embedded, remote = plan(options, runner, 7, floor, settle_s=42.0), plan(options, runner, 7, floor)
+
+    settles = {task["id"]: task["settle"] for task in embedded}
+    assert settles.pop("tti.burst") == {"reserve": 7, "within_s": 42.0}
+    assert settles.pop("tti.burst_on_demand") == {"reserve": 0, "size": 0, "within_s": 42.0}
+    assert settles and all(settle == {"reserve": 0, "within_s": 42.0} for settle in settles.values())  # the usual pool
+    assert schema_errors("task", make_task("bench", runner_name, "r1", deadline_s=1, sandbox_timeout_s=1,
+                                           measures=embedded)) == []  # fmt: skip
+    # Another endpoint: the same measures as before, nothing asked of a pool it does not have.
+    assert [task["id"] for task in remote] == [task["id"] for task in embedded if task["id"] != "tti.burst_on_demand"]
+    assert not any("settle" in task for task in remote)
 
 
 def test_a_non_local_endpoint_needs_an_explicit_count(tmp_path: Path) -> None:
@@ -270,6 +332,9 @@ def test_the_wall_clock_limit_stops_cleanly_and_leaves_no_sandbox(endpoint: Loca
     limit = f"not measured (limit {options.max_seconds:g} s)"
     assert 0 < measures["tti.sequential"]["attempted"] < 500
     assert measures["tti.sequential"]["stopped"] == "deadline"
+    # Another endpoint than the embedded one has no pool the bench sizes or settles, and no on-demand burst.
+    assert "pool" not in document["header"] and "tti.burst_on_demand" not in measures
+    assert all(m["settle"] is None and m["served"] is None for m in measures.values())
     assert measures["tti.burst"]["attempted"] == 0
     assert any("wall-clock limit" in note for note in document["notes"])
     # Cut short, a measure is not measured, with the samples it has: never a missed target.

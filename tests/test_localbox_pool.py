@@ -10,16 +10,20 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from e2b import Sandbox
 
 from bench.endpoints import resolve
 from bench.lifecycle import Lifecycle
 from bench.localbox.box import Box, Cgroup
-from bench.localbox.server import LocalServer, in_thread
+from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 from bench.remote.slowness import scaled
+from bench.soak.census import Holdings, count
+from bench.soak.census import settled as census_settled
 
 BACKGROUND, USUAL = {"cpu.shares": 2, "cpu.weight": 1}, {"cpu.shares": 1024, "cpu.weight": 100}
 
@@ -104,6 +108,21 @@ def in_cgroups(pid: int, cgroup: Cgroup) -> bool:
     return bool(cgroup.paths) and all(any(str(d).endswith(path) for path in joined) for d in cgroup.paths)
 
 
+def holdings_of(local: LocalServer) -> Callable[[], Holdings]:
+    """What `local` holds on the host (its processes, netns, mounts, loop devices, cgroups), counted from the
+    kernel's tables: other embedded endpoints of this test process and their fork-servers left out."""
+    state_dir = local.registry.config.state_dir
+    ours = f"/e2b-bench/{state_dir.name}/"
+    zygote = local.registry.zygote.process.pid if local.registry.zygote else None
+
+    def others(pid: int) -> bool:
+        with contextlib.suppress(OSError):
+            return pid != zygote and ours not in Path(f"/proc/{pid}/cgroup").read_text()  # our uplinks: in ours
+        return True
+
+    return lambda: count(os.getpid(), state_dir, prune=others)
+
+
 def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_nothing_behind() -> None:
     """Twelve creates at once: the four prepared sandboxes serve the first, the others are made on demand (their
     cgroups made off the event loop); each runs its first command in its own cgroups, and once all are killed and
@@ -112,26 +131,11 @@ def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_n
 
     from e2b import AsyncSandbox
 
-    from bench.soak.census import Holdings, count
-    from bench.soak.census import settled as census_settled
-
     local = LocalServer(pool_size=POOLED)
     with in_thread(local):
         assert local.wait_prepared(scaled(60))
         prepared = list(local.registry._pool)
-        state_dir = local.registry.config.state_dir
-
-        ours = f"/e2b-bench/{state_dir.name}/"
-        zygote = local.registry.zygote.process.pid if local.registry.zygote else None
-
-        def others(pid: int) -> bool:  # what else this test process runs: e.g. other embedded endpoints
-            with contextlib.suppress(OSError):
-                return pid != zygote and ours not in Path(f"/proc/{pid}/cgroup").read_text()  # our uplinks: in ours
-            return True
-
-        def holdings() -> Holdings:
-            return count(os.getpid(), state_dir, prune=others)
-
+        holdings = holdings_of(local)
         before = holdings()
         assert before.netns == POOLED and before.loop_devices == POOLED
         ep = local.endpoint
@@ -242,3 +246,159 @@ def test_a_run_expecting_one_sandbox_has_one_prepared_and_makes_any_further_on_d
             sandbox.kill()
         settled(local, 0)
         assert list(local.registry.boxes_dir.iterdir()) == []  # and none set up that nobody took
+
+
+# --- a benchmark's settle: /e2b-bench/pool ------------------------------------------------------------
+
+
+def pool(local: LocalServer, **settle: object) -> dict:
+    """`GET /e2b-bench/pool`, or with `settle`, its `POST` (bounded by the host's slowness): the answer."""
+    ep = local.endpoint
+    with httpx.Client(base_url=ep.api_url, headers={"X-API-KEY": ep.api_key}, timeout=scaled(120) + 30) as client:
+        if settle:
+            answer = client.post("/e2b-bench/pool", json={"within_s": scaled(120), **settle})
+        else:
+            answer = client.get("/e2b-bench/pool")
+    answer.raise_for_status()
+    return dict(answer.json())
+
+
+RESERVED = 6  # a burst the pool of POOLED_SMALL is settled for
+POOLED_SMALL = 2
+
+
+def test_a_burst_the_pool_was_settled_for_is_served_prepared_each_sandbox_isolated_and_nothing_is_left() -> None:
+    """Settled with a reserve, the endpoint holds that many prepared beyond its pool (each with its own network
+    namespace and disk, counted on the host); a burst of as many is served from them, each in its own cgroups and
+    uid range; the reserve used, the pool keeps its own size; all killed, the server holds what it held before."""
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    local = LocalServer(pool_size=POOLED_SMALL)
+    with in_thread(local):
+        holdings = holdings_of(local)
+        assert pool(local, reserve=0)["settled"]
+        before = holdings()
+        assert (before.netns, before.loop_devices) == (POOLED_SMALL, POOLED_SMALL)
+
+        answer = pool(local, reserve=RESERVED)
+
+        assert {k: answer[k] for k in ("settled", "idle", "size", "reserved", "prepared")} == {
+            "settled": True, "idle": True, "size": POOLED_SMALL, "reserved": RESERVED,
+            "prepared": POOLED_SMALL + RESERVED,
+        }  # fmt: skip
+        held = holdings()
+        assert (held.netns, held.loop_devices) == (POOLED_SMALL + RESERVED,) * 2
+        prepared = set(local.registry._pool)
+        ep = local.endpoint
+        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
+
+        async def burst() -> list[tuple[AsyncSandbox, str]]:
+            async def one() -> tuple[AsyncSandbox, str]:
+                sandbox = await AsyncSandbox.create(**keys)
+                return sandbox, (await sandbox.commands.run("hostname")).stdout
+
+            return await asyncio.gather(*(one() for _ in range(RESERVED)))
+
+        created = asyncio.run(burst())
+        after = pool(local)
+        assert (after["reserved"], after["served"]) == (0, {
+            "prepared": answer["served"]["prepared"] + RESERVED, "on_demand": answer["served"]["on_demand"],
+        })  # fmt: skip
+        boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox, _ in created]  # type: ignore[union-attr]
+        assert set(boxes) <= prepared
+        assert [hostname for _, hostname in created] == [f"{sandbox.sandbox_id}\n" for sandbox, _ in created]
+        assert len({box.ids.base for box in boxes if box.ids}) == RESERVED  # each its own uid range
+        for box in boxes:
+            pid1 = box._root_pid()
+            assert pid1 is not None and in_cgroups(pid1, box.cgroup), box.name
+        assert pool(local, reserve=0)["prepared"] == POOLED_SMALL  # nothing prepared for the reserve again
+
+        async def kill_all() -> None:
+            await asyncio.gather(*(sandbox.kill() for sandbox, _ in created))
+
+        asyncio.run(kill_all())
+        assert pool(local, reserve=0)["settled"]
+        assert census_settled(holdings, lambda: local.registry.idle, before) == before
+        assert not any(path.exists() for box in boxes for path in box.cgroup.paths)
+        assert not any(box.dir.exists() for box in boxes)
+
+
+def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_restores_it() -> None:
+    local = LocalServer(pool_size=POOLED_SMALL)
+    with in_thread(local):
+        holdings = holdings_of(local)
+        assert pool(local, reserve=0)["prepared"] == POOLED_SMALL
+        pooled = list(local.registry._pool)
+
+        emptied = pool(local, reserve=0, size=0)
+
+        assert (emptied["settled"], emptied["size"], emptied["prepared"]) == (True, 0, 0)
+        assert not any(box.dir.exists() for box in pooled)  # the prepared ones were ended, not kept aside
+        assert (holdings().netns, holdings().loop_devices) == (0, 0)
+        ep = local.endpoint
+        made = [Sandbox.create(api_key=ep.api_key, api_url=ep.api_url, sandbox_url=ep.sandbox_url) for _ in range(2)]
+        assert pool(local, reserve=0, size=0)["prepared"] == 0  # none prepared after them either
+        assert pool(local)["served"] == {
+            "prepared": emptied["served"]["prepared"], "on_demand": emptied["served"]["on_demand"] + 2,
+        }  # fmt: skip
+        boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox in made]  # type: ignore[union-attr]
+        for sandbox in made:
+            assert sandbox.commands.run("hostname").stdout == f"{sandbox.sandbox_id}\n"
+            sandbox.kill()  # answered before its files, disk and cgroups are gone: those go in the background
+
+        restored = pool(local, reserve=0)
+
+        assert (restored["settled"], restored["size"], restored["prepared"]) == (True, POOLED_SMALL, POOLED_SMALL)
+        assert not any(box.dir.exists() or any(path.exists() for path in box.cgroup.paths) for box in boxes)
+        assert (holdings().netns, holdings().loop_devices) == (POOLED_SMALL, POOLED_SMALL)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({"reserve": -1}, "reserve must be a whole number of sandboxes from 0 to 1024, not -1"),
+        ({"reserve": 2.5}, "reserve must be a whole number of sandboxes from 0 to 1024, not 2.5"),
+        ({"size": 5000}, "size must be a whole number of sandboxes from 0 to 1024, not 5000"),
+        ({"reserve": True}, "reserve must be a whole number of sandboxes from 0 to 1024, not True"),
+        ({"within_s": 1e9}, "within_s must be a number of seconds from 0 to 600, not 1000000000.0"),
+        ({"within_s": "soon"}, "within_s must be a number of seconds from 0 to 600, not 'soon'"),
+        ({"reserved": 3}, "the pool takes reserve, size and within_s, not 'reserved'"),
+    ],
+)
+def test_a_settle_the_pool_cannot_do_is_refused_in_one_sentence_and_changes_nothing(
+    endpoint: LocalEndpoint, body: dict, error: str
+) -> None:
+    with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}) as client:
+        before = client.get("/e2b-bench/pool").json()
+        refused = client.post("/e2b-bench/pool", json=body)
+        after = client.get("/e2b-bench/pool").json()
+    assert (refused.status_code, refused.json()) == (400, {"code": 400, "message": error})
+    assert (after["size"], after["reserved"]) == (before["size"], before["reserved"])
+
+
+def test_the_pool_route_answers_only_with_the_api_key(endpoint: LocalEndpoint) -> None:
+    for headers in ({}, {"X-API-KEY": "e2b_" + "0" * 40}):
+        refused = httpx.post(f"{endpoint.api_url}/e2b-bench/pool", json={"reserve": 50}, headers=headers)
+        assert refused.status_code == 401
+
+
+def test_sandboxes_a_settle_waits_for_are_prepared_at_the_usual_weight_though_one_waits_in_the_pool() -> None:
+    """At the lowest weight a settle's preparations would starve behind anything else the host runs, while the
+    client asking waits for them and nothing of the server needs the CPU more."""
+    local = LocalServer(pool_size=1)
+    with in_thread(local):
+        assert pool(local, reserve=0)["prepared"] == 1
+        answers: list[dict] = []
+        settling = threading.Thread(target=lambda: answers.append(pool(local, reserve=3)))
+        settling.start()
+        held = held_while_preparing(local)
+        try:
+            (name, value), pooled = cpu_weight(held), len(local.registry._pool)
+        finally:
+            os.kill(held._root_pid(), signal.SIGCONT)  # type: ignore[arg-type]
+        settling.join()
+
+        assert (value, pooled) == (USUAL[name], 1)  # though one prepared waited in the pool
+        assert [(answer["settled"], answer["prepared"]) for answer in answers] == [(True, 4)]

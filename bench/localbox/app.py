@@ -30,6 +30,7 @@ from .api import Api, ApiError, error_response, unimplemented
 from .box import default_state_root
 from .envd import envd_apps, rpc_paths
 from .files import Files
+from .pool_api import PoolApi
 from .ports import PortProxy, paused_error, port_target
 from .registry import Registry, Sandbox
 from .template import default_cache_dir
@@ -129,7 +130,7 @@ class LocalboxApp:
         )
         self._debug_lock = asyncio.Lock()
         self.rest = Starlette(
-            routes=Api(registry).routes(),
+            routes=[*Api(registry).routes(), *PoolApi(registry).routes()],
             exception_handlers={
                 ApiError: self._api_error,
                 HTTPException: self._http_error,

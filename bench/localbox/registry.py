@@ -136,6 +136,23 @@ class Sandbox:
 
 POOL_SIZE = 4  # sandboxes kept prepared by default (`serve --pool N`, `bench --pool N` keep N)
 POOL_MAX = ID_RANGES // 4  # a pool takes a uid range per sandbox: room is left for the sandboxes it serves
+SETTLE_MAX_S = 600.0  # the longest a settle waits, whatever it is asked
+
+
+@dataclass
+class Served:
+    """The creates so far: taken from the pool (prepared ahead) or made as they were asked for."""
+
+    prepared: int = 0
+    on_demand: int = 0
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How a settle ended: whether the server was settled, and after how long."""
+
+    settled: bool
+    waited_ms: float
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,9 @@ class LocalboxConfig:
 
 
 POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
+# ... while a settle waits for them: nothing else is asked of the server then, and a preparation spends much of its
+# time waiting (the fork-server, mounts, the agent's first answer), so two per CPU keep the CPUs busy.
+SETTLE_PARALLEL = 2 * (os.cpu_count() or 1)
 
 
 class Registry:
@@ -167,6 +187,12 @@ class Registry:
         self.pool_full = threading.Event()  # the pool holds pool_size prepared sandboxes (waited on from any thread)
         self._pool_task: asyncio.Task | None = None
         self._pool_made = 0  # sandboxes prepared for the pool so far (counted against `pool_total`)
+        self._size: int | None = None  # the pool's size until the next settle (None: pool_size)
+        self._reserved = 0  # prepared beyond that for the next creates that take from the pool (`settle`)
+        self._allowance = config.pool_total  # pool_total and what was reserved beyond it
+        self.served = Served()
+        self._changed = asyncio.Event()  # set as a pool fill or a background teardown ends (`settle` waits on it)
+        self._settling = 0  # settles waiting: the preparations they wait for are what is asked of the server now
         self._reaper: asyncio.Task | None = None
         self._closing = False
         self._tasks: set[asyncio.Future] = set()
@@ -233,11 +259,19 @@ class Registry:
             raise
         return box
 
+    @property
+    def pool_size(self) -> int:
+        """Sandboxes the pool keeps prepared now: its configured size, unless the last settle said otherwise."""
+        return self.config.pool_size if self._size is None else self._size
+
+    def _pool_target(self) -> int:
+        return self.pool_size + self._reserved
+
     def _pool_wanted(self) -> int:
         """How many more sandboxes the pool should prepare now."""
-        wanted = self.config.pool_size - len(self._pool)
-        if self.config.pool_total is not None:
-            wanted = min(wanted, self.config.pool_total - self._pool_made)
+        wanted = self._pool_target() - len(self._pool)
+        if self._allowance is not None:
+            wanted = min(wanted, self._allowance - self._pool_made)
         return max(wanted, 0)
 
     def _refill_pool(self) -> None:
@@ -247,11 +281,70 @@ class Registry:
             return
         if self._pool_task is None or self._pool_task.done():
             self._pool_task = asyncio.create_task(self._fill_pool())
+            self._pool_task.add_done_callback(lambda _: self._changed.set())
+
+    def _background(self, task: asyncio.Future) -> None:
+        """A teardown that goes on after its request: `idle` waits for it, and a settle hears when it ends."""
+        self._tasks.add(task)
+
+        def ended(done: asyncio.Future) -> None:
+            self._tasks.discard(done)
+            self._changed.set()
+
+        task.add_done_callback(ended)
+
+    @property
+    def prepared(self) -> int:
+        """Sandboxes prepared and waiting in the pool."""
+        return len(self._pool)
+
+    @property
+    def reserved(self) -> int:
+        """Sandboxes held prepared beyond the usual pool for the next creates (`settle`)."""
+        return self._reserved
+
+    @property
+    def settled(self) -> bool:
+        """Nothing is prepared or torn down, and the pool holds what it keeps (read from any thread)."""
+        return self.idle and self._pool_wanted() <= 0
+
+    async def settle(self, reserve: int, within_s: float, size: int | None = None) -> Settled:
+        """Keep `size` sandboxes prepared from now on (None: the configured pool_size; 0: every create made on
+        demand), hold `reserve` more for the next creates that take from the pool (what is prepared beyond both,
+        e.g. left by a burst cut short, is ended), and wait, at most `within_s`, until the server is settled: a
+        measure that starts then competes with no preparation or teardown, and finds the pool as asked. Not settled
+        in time, or a preparation failed: `settled` is False."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + min(max(within_s, 0.0), SETTLE_MAX_S)
+        self._size = None if size is None else max(0, min(size, POOL_MAX))
+        reserve = max(0, min(reserve, POOL_MAX - self.pool_size))
+        if self._allowance is not None:
+            self._allowance += max(0, reserve - self._reserved)
+        self._reserved = reserve
+        while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
+            self._background(asyncio.ensure_future(self._pool.pop().kill()))
+        self._settling += 1
+        self._weigh_preparing()
+        try:
+            self._refill_pool()
+            while not self.settled and not self.idle:  # idle and not settled: a preparation failed
+                self._changed.clear()
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+        finally:
+            self._settling -= 1
+            self._weigh_preparing()
+        return Settled(self.settled, round((loop.time() - started) * 1000, 3))
 
     async def _fill_pool(self) -> None:
-        """Prepare sandboxes, POOL_PARALLEL at a time: one at a time falls behind creates in a tight loop."""
+        """Prepare sandboxes, POOL_PARALLEL at a time (one at a time falls behind creates in a tight loop), or
+        SETTLE_PARALLEL while a settle waits for them."""
         while not self._closing and self._pool_wanted() > 0:
-            wanted = min(POOL_PARALLEL, self._pool_wanted())
+            wanted = min(SETTLE_PARALLEL if self._settling else POOL_PARALLEL, self._pool_wanted())
             self._pool_made += wanted
             preparing = [asyncio.ensure_future(self._prepare_box()) for _ in range(wanted)]
             try:
@@ -283,21 +376,25 @@ class Registry:
         pool empty the next create needs one of them (or makes its own, at the usual weight), so they get
         the usual weight: at the lowest, demand above what idle CPU prepares would leave every create
         making its own, and a starved preparation holding a kernel lock (mounts, cgroups, namespaces)
-        would stall the creates that need that lock."""
+        would stall the creates that need that lock. While a settle waits for them, they are what is asked
+        of the server: the usual weight too (at the lowest, anything else on the host starves them)."""
         for box in self._preparing:
-            box.cgroup.background(bool(self._pool))
+            box.cgroup.background(bool(self._pool) and not self._settling)
 
     async def _take_box(self, internet: bool, sandbox_id: str | None, layers: str | None = None) -> Box:
         """A prepared box (its id already its hostname) when one fits, else a new one."""
         while internet and sandbox_id is None and layers is None and self._pool:
             box = self._pool.pop(0)
+            self._reserved = max(self._reserved - 1, 0)
             self.pool_full.clear()
             self._weigh_preparing()
             if box.running:
                 box.cgroup.background(False)
+                self.served.prepared += 1
                 self._refill_pool()
                 return box
         box = await self._new_box(internet, sandbox_id or self.new_id(), layers)
+        self.served.on_demand += 1
         self._refill_pool()
         return box
 
@@ -378,9 +475,7 @@ class Registry:
         if not self._closing and self.sandboxes.get(sandbox.id) is sandbox:
             self.sandboxes.pop(sandbox.id, None)
             sandbox.stopped()
-            task = asyncio.ensure_future(sandbox.box.kill())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._background(asyncio.ensure_future(sandbox.box.kill()))
 
     def get(self, sandbox_id: str) -> Sandbox | None:
         return self.sandboxes.get(sandbox_id)
@@ -399,8 +494,7 @@ class Registry:
                 sandbox.box.kept_ids.release()
         removal = await sandbox.box.kill(wait_for_files=False)
         if removal is not None:
-            self._tasks.add(removal)
-            removal.add_done_callback(self._tasks.discard)
+            self._background(removal)
         return True
 
     async def pause(self, sandbox: Sandbox, memory: bool = True) -> None:

@@ -14,7 +14,9 @@ twin's is what the client library adds; the twins also time the answer's first b
 `upload_floor` / `download_floor` make the SDK's own call against the harness's floor server (the
 measure's `floor_url`, bench/floor.py: it discards uploads and serves zeros), through the SDK's
 `sandbox_url` option on the shared sandbox: what the client library alone takes. No new operation
-starts after `deadline_s`; every sandbox created is killed.
+starts after `deadline_s`; every sandbox created is killed. A measure with `settle` (the embedded endpoint)
+first asks the endpoint's `/e2b-bench/pool` to settle as it says, untimed, and reports how it was (`settle`) and
+how its creates were served, taken from the pool or made on demand (`served`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,30 @@ class Bench:
 
     def sample(self, measure: str, index: int, started_ms: float, outcome: dict[str, Any]) -> None:
         self.protocol.emit({"type": "sample", "measure": measure, "index": index, "start_ms": started_ms, **outcome})
+
+    # --- the endpoint between measures ---------------------------------------------------------
+    def settle(self, measure: dict[str, Any]) -> tuple[dict[str, Any], dict[str, int] | None]:
+        """Ask the embedded endpoint to settle as `measure["settle"]` says (bounded by the deadline): how it was,
+        and the creates it had served so far."""
+        asked = measure["settle"]
+        within_s = min(float(asked["within_s"]), self.remaining_s())
+        started = time.perf_counter()
+        try:
+            answer = self._plain().pool({**asked, "within_s": within_s})
+        except Exception as exc:  # the measure is taken all the same, and says so
+            return {"settled": False, "waited_ms": ms_since(started), "error": describe(exc)}, None
+        settled = {"settled": bool(answer["settled"]), "waited_ms": ms_since(started), "prepared": answer["prepared"]}
+        return settled, answer["served"]
+
+    def served_since(self, before: dict[str, int] | None) -> dict[str, int] | None:
+        """The creates the endpoint served since `before`: taken from its pool or made on demand."""
+        if before is None:
+            return None
+        try:
+            after = self._plain().pool()["served"]
+        except Exception:
+            return None
+        return {way: int(after[way]) - int(before[way]) for way in ("prepared", "on_demand")}
 
     # --- time to interactive ------------------------------------------------------------------
     def tti_sequential(self, measure: dict[str, Any]) -> dict[str, Any]:
@@ -437,6 +463,16 @@ class PlainHttp:
         self.made.append(str(answer["sandboxID"]))
         return HttpSandbox(str(answer["sandboxID"]), _envd_url(answer), answer.get("envdAccessToken"))
 
+    def pool(self, settle: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The embedded endpoint's pool (`/e2b-bench/pool`, not an E2B route); with `settle`, once it settled so."""
+        url = f"{self.api_url}/e2b-bench/pool"
+        if settle is None:
+            answer = self.client.get(url, headers=self.api_headers)
+        else:
+            answer = self.client.post(url, json=settle, headers=self.api_headers, timeout=settle["within_s"] + 30)
+        answer.raise_for_status()
+        return dict(answer.json())
+
     def kill(self, sandbox_id: str) -> str:
         """What happened, in the footer's words: `killed`, `already gone` or the error."""
         return plain_kill(self.client, f"{self.api_url}/sandboxes/{sandbox_id}", self.api_headers)
@@ -547,10 +583,15 @@ def main() -> int:
             elif bench.expired():
                 event.update(attempted=0, stopped="deadline")
             else:
+                served = None
+                if "settle" in measure:
+                    event["settle"], served = bench.settle(measure)
                 try:
                     event.update(kinds[measure["kind"]](measure))
                 except Exception as exc:  # e.g. the shared sandbox could not be created
                     event.update(attempted=event.get("attempted", 0), error=describe(exc))
+                if "settle" in measure:
+                    event["served"] = bench.served_since(served)
                 if bench.expired() and event.get("attempted", 0) < event["planned"]:
                     event["stopped"] = "deadline"
             protocol.emit(event)

@@ -9,7 +9,9 @@
 // created and killed over the REST API, so the SDK's row minus its twin's is what the SDK adds; the
 // twins also time the answer's first byte, `first_byte_ms`), and `upload_floor` / `download_floor`: the
 // SDK's own call against the harness's floor server (bench/floor.py) through its `sandboxUrl` option.
-// No new operation starts after `deadline_s`; every sandbox created is killed.
+// No new operation starts after `deadline_s`; every sandbox created is killed. A measure with `settle` (the
+// embedded endpoint) first asks the endpoint's `/e2b-bench/pool` to settle as it says, untimed, and reports how
+// it was (`settle`) and how its creates were served, taken from the pool or made on demand (`served`).
 
 import { createHash, randomBytes } from 'node:crypto'
 import http from 'node:http'
@@ -77,6 +79,33 @@ class Bench {
     const sandbox = await this.http.create(this.sandboxTimeoutMs / 1000, this.metadata)
     this.created.push(sandbox.id)
     return sandbox
+  }
+
+  // --- the endpoint between measures -----------------------------------------------------------
+  /** Ask the embedded endpoint to settle as `measure.settle` says (bounded by the deadline): how it was, and the
+   * creates it had served so far. */
+  async settle(measure) {
+    const withinS = Math.min(Number(measure.settle.within_s), Math.max(1, (this.deadline - performance.now()) / 1000))
+    const started = performance.now()
+    try {
+      const answer = await this.http.pool({ ...measure.settle, within_s: withinS })
+      const settled = { settled: Boolean(answer.settled), waited_ms: msSince(started), prepared: answer.prepared }
+      return [settled, answer.served]
+    } catch (err) {
+      // the measure is taken all the same, and says so
+      return [{ settled: false, waited_ms: msSince(started), error: describe(err) }, null]
+    }
+  }
+
+  /** The creates the endpoint served since `before`: taken from its pool or made on demand. */
+  async servedSince(before) {
+    if (before === null) return null
+    try {
+      const after = (await this.http.pool()).served
+      return { prepared: after.prepared - before.prepared, on_demand: after.on_demand - before.on_demand }
+    } catch {
+      return null
+    }
   }
 
   // --- time to interactive --------------------------------------------------------------------
@@ -388,6 +417,21 @@ class PlainHttp {
     return { id, envdUrl: envdUrl(created), headers }
   }
 
+  /** The embedded endpoint's pool (`/e2b-bench/pool`, not an E2B route); with `settle`, once it settled so. */
+  async pool(settle = null) {
+    const url = `${this.apiUrl}/e2b-bench/pool`
+    const answer = expectOk(
+      settle === null
+        ? await this.request(url, { headers: this.apiHeaders })
+        : await this.request(url, {
+            method: 'POST',
+            headers: { ...this.apiHeaders, 'Content-Type': 'application/json' },
+            body: [Buffer.from(JSON.stringify(settle))],
+          }),
+    )
+    return JSON.parse(Buffer.concat(answer.chunks).toString('utf8'))
+  }
+
   /** What happened, in the footer's words: `killed`, `already gone` or the error. */
   async kill(id) {
     try {
@@ -521,12 +565,15 @@ async function main() {
       } else if (bench.expired()) {
         Object.assign(event, { attempted: 0, stopped: 'deadline' })
       } else {
+        let served = null
+        if (measure.settle) [event.settle, served] = await bench.settle(measure)
         try {
           Object.assign(event, await kinds[measure.kind](measure))
         } catch (err) {
           // e.g. the shared sandbox could not be created
           Object.assign(event, { attempted: event.attempted ?? 0, error: describe(err) })
         }
+        if (measure.settle) event.served = await bench.servedSince(served)
         if (bench.expired() && event.attempted < event.planned) event.stopped = 'deadline'
       }
       emit(event)

@@ -1,6 +1,6 @@
-"""Fixtures shared by the harness's own tests: one embedded endpoint for the session; results several tests only
-read, made once per worker (tests/shared_runs.py); tests sharing a module's fixture kept on one test worker
-(tests/worker_groups.py)."""
+"""Fixtures shared by the harness's own tests: one embedded endpoint for the session (runs that do not judge the
+embedded default are pointed at it: `served`); results several tests only read, made once per worker
+(tests/shared_runs.py); tests sharing a module's fixture kept on one test worker (tests/worker_groups.py)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def endpoint() -> Iterator[LocalEndpoint]:
     with serving() as local, mock.patch.dict(os.environ, local.env()):  # restored as it was after
         yield local
+
+
+@pytest.fixture(scope="session")
+def served(endpoint: LocalEndpoint) -> dict[str, str]:
+    """The environment of an `e2b-bench` command pointed at this worker's embedded endpoint as a user points it at
+    a remote one (`--endpoint env`): for runs that judge the SDKs, frameworks or the harness, not the embedded
+    default a run would serve itself (its profile, quirks, start or stop), it saves booting an endpoint per run."""
+    return {**endpoint.env(), "E2B_BENCH_ENDPOINT": "env"}
 
 
 @pytest.fixture

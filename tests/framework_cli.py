@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_cli import e2b_bench, only_run_dir
+from run_cli import e2b_bench, only_run_dir, served_with
 
 from bench.model import ModelServer
 from bench.model.server import serving_model
 from bench.results import CaseRecord, Run, read_run
 from bench.runners.catalog import available_runners
-from bench.runners.manifest import load_steps
+from bench.runners.manifest import load_manifest, load_steps
 
 PROOF = "/home/user/proof.txt"
 # fw03 through a backend that reports the command's output and its end faithfully
@@ -114,12 +114,21 @@ def run_framework(family: str, results: Path, *args: str, env: dict[str, str] | 
 
 
 def run_fixture(name: str, family: str, *args: str) -> Any:
-    """A module-scoped fixture `name`: one `run_framework(family, ARGS...)`."""
+    """A module-scoped fixture `name`: one `run_framework(family, ARGS...)`; a run under a profile serves its own
+    embedded endpoint, a faithful one is pointed at the test worker's (`served`)."""
 
-    def run(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
+    def own(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
         return run_framework(family, tmp_path_factory.mktemp(name), *args)
 
-    return pytest.fixture(scope="module", name=name)(run)
+    def at_served(tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]) -> SingleRun:
+        return run_framework(family, tmp_path_factory.mktemp(name), *args, env=served_for(family, served))
+
+    return pytest.fixture(scope="module", name=name)(own if "--profile" in args else at_served)
+
+
+def served_for(family: str, served: dict[str, str]) -> dict[str, str]:
+    """`served` once the templates the family's runner creates from are built."""
+    return served_with(served, *load_manifest()["frameworks"][family].get("templates", []))
 
 
 def check_every_case_passes(done: FrameworkRun, runner: str) -> None:
@@ -177,14 +186,18 @@ MODEL_KEY_ENV = "E2B_BENCH_TEST_MODEL_KEY"
 MODEL_KEY = "sk-e2b-bench-test-3f9c1d"
 
 
-def check_the_real_model_switch(results: Path, runner: str, requests: int) -> tuple[FrameworkRun, RecordingModel]:
+def check_the_real_model_switch(
+    results: Path, runner: str, requests: int, served: dict[str, str]
+) -> tuple[FrameworkRun, RecordingModel]:
     """Run `runner` with `--model-base-url/--model/--model-key-env` naming the scripted model served on its
-    own: the proof task passes, every one of the `requests` the framework sent named the model and
-    carried the key, the transcript says which model ran, and the key is nowhere in the run directory."""
+    own, against the test worker's endpoint (`served`): the proof task passes, every one of the `requests` the
+    framework sent named the model and carried the key, the transcript says which model ran, and the key is
+    nowhere in the run directory."""
     with recording_model() as model:
         base_url = model.base_url("real")
         flags = ("--model-base-url", base_url, "--model", MODEL_NAME, "--model-key-env", MODEL_KEY_ENV)
-        done = bench_run(results, runner, *flags, env={MODEL_KEY_ENV: MODEL_KEY})
+        env = {**served_for(str(available_runners()[runner].spec.family), served), MODEL_KEY_ENV: MODEL_KEY}
+        done = bench_run(results, runner, *flags, env=env)
         exchanges = model.server.transcript.exchanges("real")
 
     assert done.done.returncode == 0, done.output()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.localbox.template import ensure_template
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -21,6 +23,14 @@ def e2b_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 30
         timeout=timeout,
         check=False,
     )
+
+
+def served_with(served: dict[str, str], *templates: str) -> dict[str, str]:
+    """`served` (tests/conftest.py) once these built-in templates are built, as a run builds those its suites
+    create from before serving its own endpoint (a cold build outlasts a create's wait)."""
+    for template in templates:
+        ensure_template(name=template)
+    return served
 
 
 def only_run_dir(results: Path) -> Path:

@@ -61,10 +61,12 @@ def test_a_configuration_mistake_is_one_sentence_with_the_fix_and_exit_2(mistake
 
 
 @pytest.mark.parametrize("order", ["before", "after"])
-def test_k_selects_the_same_case_before_or_after_the_suite_name(order: str, tmp_path: Path) -> None:
+def test_k_selects_the_same_case_before_or_after_the_suite_name(
+    order: str, tmp_path: Path, served: dict[str, str]
+) -> None:
     selection = ["-k", "py03", "quickstart"] if order == "before" else ["quickstart", "-k", "py03"]
 
-    done = e2b_bench("run", *selection, "--runner", RUNNER, "--results-dir", str(tmp_path), "--no-report")
+    done = e2b_bench("run", *selection, "--runner", RUNNER, "--results-dir", str(tmp_path), "--no-report", env=served)
 
     assert done.returncode == 0, done.stdout[-2000:]
     run = read_run(only_run_dir(tmp_path))

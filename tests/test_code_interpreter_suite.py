@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from run_cli import e2b_bench, only_run_dir
+from run_cli import e2b_bench, only_run_dir, served_with
 
 from bench.conformance import BenchSession, ModelChoice, RunOptions
 from bench.expectations import Expectations
@@ -48,15 +48,16 @@ class SuiteRun:
         return [json.loads(line) for line in lines]
 
 
-def suite_run(results: Path, *args: str) -> SuiteRun:
+def suite_run(results: Path, *args: str, env: dict[str, str] | None = None) -> SuiteRun:
     runners = ("--runner", PY, "--runner", JS)  # the report test renders it itself, from the run's records
-    done = e2b_bench("run", SUITE, "--results-dir", str(results), *runners, "--no-report", *args, timeout=900)
+    args = ("--results-dir", str(results), *runners, "--no-report", *args)
+    done = e2b_bench("run", SUITE, *args, env=env, timeout=900)
     return SuiteRun(done, read_run(only_run_dir(results)))
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> SuiteRun:
-    return suite_run(tmp_path_factory.mktemp("faithful"))
+def faithful(tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]) -> SuiteRun:
+    return suite_run(tmp_path_factory.mktemp("faithful"), env=served_with(served, "code-interpreter-v1"))
 
 
 @pytest.fixture(scope="module")
@@ -204,9 +205,9 @@ def test_the_report_has_a_code_interpreter_table_with_both_profiles_side_by_side
         for line in summary.split("### code-interpreter (16 case(s))")[1].splitlines()
         if line.startswith("| `ci")
     }
-    header = next(line for line in summary.splitlines() if line.startswith("| case | local · py-code"))
+    header = next(line for line in summary.splitlines() if line.startswith("| case | env · py-code"))
 
     assert list(rows) == [s.id for s in load_steps(SUITE, "py-code-interpreter")]
-    for profile in ("local", "local-b3os-beta"):
+    for profile in ("env", "local-b3os-beta"):
         assert f"{profile} · {PY}" in header and f"{profile} · {JS}" in header
     assert {tuple(cells[:2]) for cells in rows.values()} == {("✔", "✔")}  # the faithful run's two columns

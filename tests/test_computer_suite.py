@@ -41,9 +41,11 @@ def test_the_manifest_names_the_computer_script_and_every_step_is_implemented_in
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Run]:
+def faithful(
+    tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]
+) -> tuple[subprocess.CompletedProcess[str], Run]:
     results = tmp_path_factory.mktemp("computer")
-    done = e2b_bench("run", "computer", "--results-dir", str(results), "--no-report", timeout=900)
+    done = e2b_bench("run", "computer", "--results-dir", str(results), "--no-report", env=served, timeout=900)
     return done, read_run(only_run_dir(results))
 
 

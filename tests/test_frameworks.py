@@ -27,16 +27,17 @@ PROOF = "/home/user/proof.txt"
 STDIN_REFUSED = "stdin is not supported: pass input in the command instead"
 
 
-def bench_run(results: Path, *args: str) -> FrameworkRun:
+def bench_run(results: Path, *args: str, env: dict[str, str] | None = None) -> FrameworkRun:
     runners = [arg for name in RUNNERS.values() for arg in ("--runner", name)]
     # the report tests render it themselves, from the run's records
-    done = e2b_bench("run", "frameworks", "--results-dir", str(results), *runners, "--no-report", *args, timeout=1800)
+    args = ("--results-dir", str(results), *runners, "--no-report", *args)
+    done = e2b_bench("run", "frameworks", *args, env=env, timeout=1800)
     return FrameworkRun(done, read_run(only_run_dir(results)))
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"))
+def faithful(tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]) -> FrameworkRun:
+    return bench_run(tmp_path_factory.mktemp("faithful"), env=served)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +161,7 @@ def test_the_report_puts_both_profiles_side_by_side_with_each_failure_s_symptom(
     summary = paths.markdown.read_text()
     html = paths.html.read_text()
     for runner in RUNNERS.values():
-        assert f"local · {runner}" in summary and f"local-b3os-beta · {runner}" in summary
+        assert f"env · {runner}" in summary and f"local-b3os-beta · {runner}" in summary
     assert "'exit 5' reported as exit code 0 (expected 5)" in summary
     assert STDIN_REFUSED in summary
     # Each failing case is listed with the start of what it showed; a long error is cut there (the whole of

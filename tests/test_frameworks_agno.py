@@ -136,5 +136,5 @@ def test_agno_passes_every_case_on_b3os_beta_with_the_same_calls(b3os: Framework
 # --- a real model -------------------------------------------------------------------------------------
 
 
-def test_the_real_model_switch_reaches_the_model_named_with_its_key(tmp_path: Path) -> None:
-    check_the_real_model_switch(tmp_path, AGNO, requests=4)
+def test_the_real_model_switch_reaches_the_model_named_with_its_key(tmp_path: Path, served: dict[str, str]) -> None:
+    check_the_real_model_switch(tmp_path, AGNO, requests=4, served=served)

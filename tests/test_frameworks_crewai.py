@@ -124,7 +124,9 @@ def test_on_b3os_beta_crewai_passes_its_commands_run_in_the_foreground(b3os: Sin
     assert b3os.own_case("fw02_exit_code").details["exit_code"] == 5
 
 
-def test_a_model_given_by_url_drives_the_crew_and_its_key_never_reaches_disk(tmp_path: Path) -> None:
-    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4)
+def test_a_model_given_by_url_drives_the_crew_and_its_key_never_reaches_disk(
+    tmp_path: Path, served: dict[str, str]
+) -> None:
+    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4, served=served)
 
     assert done.transcript(RUNNER)["attempts"][0]["answer"] == "Linux"

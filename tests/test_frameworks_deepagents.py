@@ -145,14 +145,16 @@ def test_on_b3os_beta_foreground_commands_with_absolute_paths_are_unharmed(b3os:
 def test_the_report_puts_both_profiles_side_by_side(faithful: SingleRun, b3os: SingleRun, tmp_path: Path) -> None:
     summary = render([faithful.run.path, b3os.run.path], tmp_path).markdown.read_text()
 
-    assert f"local · {faithful.runner}" in summary and f"local-b3os-beta · {b3os.runner}" in summary
+    assert f"env · {faithful.runner}" in summary and f"local-b3os-beta · {b3os.runner}" in summary
 
 
 # --- the real-model switch ----------------------------------------------------------------------------
 
 
-def test_the_real_model_switch_reaches_chat_openai_with_url_name_and_key(tmp_path: Path) -> None:
-    done, model = check_the_real_model_switch(tmp_path, runner_of(FAMILY), requests=4)
+def test_the_real_model_switch_reaches_chat_openai_with_url_name_and_key(
+    tmp_path: Path, served: dict[str, str]
+) -> None:
+    done, model = check_the_real_model_switch(tmp_path, runner_of(FAMILY), requests=4, served=served)
 
     assert done.transcript(runner_of(FAMILY))["attempts"][0]["answer"] == "Linux"
     # The harness's reachability check asks for /models without a key; the agent's every turn has the key.

@@ -132,5 +132,5 @@ def test_on_b3os_beta_the_agent_gets_the_refusal_as_tool_output_and_the_proof_fa
 # --- a real model -------------------------------------------------------------------------------------
 
 
-def test_the_real_model_switch_reaches_the_model_named_with_its_key(tmp_path: Path) -> None:
-    check_the_real_model_switch(tmp_path, MASTRA, requests=4)
+def test_the_real_model_switch_reaches_the_model_named_with_its_key(tmp_path: Path, served: dict[str, str]) -> None:
+    check_the_real_model_switch(tmp_path, MASTRA, requests=4, served=served)

@@ -122,7 +122,9 @@ def test_on_b3os_beta_smolagents_passes_its_kernel_s_subprocesses_are_not_envd_c
     assert b3os.own_case("fw02_exit_code").details["exit_code"] == 5
 
 
-def test_a_model_given_by_url_drives_the_agent_and_its_key_never_reaches_disk(tmp_path: Path) -> None:
-    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4)
+def test_a_model_given_by_url_drives_the_agent_and_its_key_never_reaches_disk(
+    tmp_path: Path, served: dict[str, str]
+) -> None:
+    done, _ = check_the_real_model_switch(tmp_path, RUNNER, requests=4, served=served)
 
     assert done.transcript(RUNNER)["attempts"][0]["answer"] == "Linux"

@@ -14,9 +14,9 @@ from bench.runners.catalog import available_runners
 V1_ROUTES = {"py-e2b-2.45.1", "py-e2b-2.31.0", "js-e2b-2.50.0"}
 
 
-def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path) -> None:
+def test_every_pin_passes_its_steps_and_speaks_its_own_routes(tmp_path: Path, served: dict[str, str]) -> None:
     args = ("--matrix", "sandboxes/e2b/test_quickstart.py", "--results-dir", str(tmp_path), "--no-report")
-    done = e2b_bench("run", *args, timeout=600)
+    done = e2b_bench("run", *args, env=served, timeout=600)
 
     assert done.returncode == 0, done.stdout[-3000:]
     run = read_run(only_run_dir(tmp_path))

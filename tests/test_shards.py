@@ -191,13 +191,16 @@ def test_merge_refuses_the_same_shard_twice_and_a_run_that_is_no_shard(tmp_path:
 SELECTED = "py01 or py02 or ts01 or ts02"
 
 
-def test_two_shards_of_a_run_hold_its_cases_once_each_and_merge_into_one_report(tmp_path: Path) -> None:
+def test_two_shards_of_a_run_hold_its_cases_once_each_and_merge_into_one_report(
+    tmp_path: Path, served: dict[str, str]
+) -> None:
     shard_dirs = []
     for index in (1, 2):
         results = tmp_path / f"shard-{index}"
         done = e2b_bench(
             *("run", "sandboxes/e2b/test_quickstart.py", "--shard", f"{index}/2", "--results-dir", str(results)),
             *("--no-report", "-k", SELECTED),
+            env=served,
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         shard_dirs.append(only_run_dir(results))

@@ -120,10 +120,9 @@ async function spawnStdin(framework, handle, details) {
     await spawned.kill().catch(() => {})
     return `spawn('cat') stdin failed: ${errorText(err)}`
   }
-  const timeout = new Promise((resolve) => setTimeout(() => resolve('timeout'), SPAWN_WAIT_MS))
-  const exitCode = await Promise.race([spawned.wait(), timeout])
+  const exitCode = await within(spawned.wait(), SPAWN_WAIT_MS, 'timeout')
   if (exitCode === 'timeout') await spawned.kill().catch(() => {})
-  const output = await Promise.race([stdout, new Promise((resolve) => setTimeout(() => resolve(''), 1000))])
+  const output = await within(stdout, 1000, '')
   Object.assign(details, { command: 'cat', stdin: 'ping\n', exit_code: exitCode, stdout: output })
   if (exitCode === 'timeout') return `spawn('cat') did not exit within ${SPAWN_WAIT_MS / 1000}s after stdin.end()`
   if (output !== 'ping\n' || exitCode !== 0) {
@@ -144,3 +143,15 @@ start(() =>
     extraSteps: { fw04_spawn_stdin: spawnStdin },
   }),
 )
+
+/** `promise`, or `fallback` if it has not settled within `ms`; the timer is cleared either way (a pending one
+ * keeps the runner from exiting until it fires). */
+async function within(promise, ms, fallback) {
+  let timer
+  const late = new Promise((resolve) => (timer = setTimeout(() => resolve(fallback), ms)))
+  try {
+    return await Promise.race([promise, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}

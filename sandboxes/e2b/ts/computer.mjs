@@ -224,7 +224,11 @@ step('co06_file_streams', async (ctx, obs) => {
     const chunks = randomChunksOf(bytes, 256 << 10)
     yield (await chunks.next()).value
     if (++entered === LIMITS.uploadSlots) allIn(true)
-    obs.four_uploads_open = await Promise.race([fourOpen, sleep(60_000).then(() => false)])
+    // The bound's timer is cleared once the four are open: a pending one keeps the runner from exiting.
+    let bound
+    const late = new Promise((resolve) => (bound = setTimeout(() => resolve(false), 60_000)))
+    obs.four_uploads_open = await Promise.race([fourOpen, late])
+    clearTimeout(bound)
     yield* chunks
   }
   await Promise.all(many.map((bytes, i) => computer.writeStream(`${dir}/slot-${i}.bin`, gated(bytes))))

@@ -85,7 +85,10 @@ def test_a_command_has_the_users_ids_default_signals_and_only_its_stdio(
     ignored = sandbox.commands.run("grep SigIgn /proc/self/status", user=user).stdout.split()[1]
     terminated = sandbox.commands.run("sleep 30 & kill -TERM $!; wait $!; echo $?", user=user).stdout
     hung_up = sandbox.commands.run("sleep 30 & kill -HUP $!; wait $!; echo $?", user=user).stdout
-    descriptors = sandbox.commands.run("sleep 5 & ls /proc/$!/fd; kill $!", user=user).stdout.split()
+    # listed once the child is sleep (before its exec it is a copy of the shell, with the shell's descriptors)
+    descriptors = sandbox.commands.run(
+        'sleep 5 & until [ "$(cat /proc/$!/comm)" = sleep ]; do :; done; ls /proc/$!/fd; kill $!', user=user
+    ).stdout.split()
 
     uid, gid, groups = ids
     fields = dict(line.split(":\t", 1) for line in status.splitlines())

@@ -241,6 +241,19 @@ def test_a_killed_sandbox_writes_none_of_its_unwritten_files_to_its_disk(small_d
     assert written < 4 << 20  # not the 24 MiB file (a new sandbox on the same device writes its few blocks)
 
 
+def test_a_sandboxs_syncs_never_flush_the_hosts_disk(sbx: Sandbox) -> None:
+    # Its disk does not outlive a host crash: a flush of it would flush the host's whole disk, which waits
+    # for all the host wrote, and every other sandbox's fsync and every create's mount would wait behind it
+    stat = loop_stat(sbx)
+    before = int(stat.read_text().split()[15])  # flush requests the loop device was sent
+
+    done = sbx.commands.run("for i in 1 2 3; do echo $i > ~/synced.$i; sync; done; cat ~/synced.*")
+    flushed = int(stat.read_text().split()[15]) - before
+
+    assert done.stdout == "1\n2\n3\n"
+    assert flushed == 0
+
+
 def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tmp_path: Path) -> None:
     probe = tmp_path / "still-writable"
 

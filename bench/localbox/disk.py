@@ -57,8 +57,11 @@ MKFS_OPTIONS = ("-q", "-F", "-m", "0", "-O", "^has_journal", "-E", "lazy_itable_
 # What a sandbox deletes is given back to the host (discard). No write-back forced by a close after a truncation
 # (ext4's auto_da_alloc, a guard for programs that replace files without fsync against a crash this disk does
 # not outlive): with it an upload over a file sent the file to the disk as it closed, and the next upload's
-# truncation waited for that write; without it the old contents are dropped from memory unwritten.
-MOUNT_OPTIONS = b"noinit_itable,discard,noauto_da_alloc"
+# truncation waited for that write; without it the old contents are dropped from memory unwritten. No cache
+# flushes (nobarrier), for the same reason: each flush of a sandbox's disk is a flush of the host's whole disk
+# (the loop device syncs its image), which waits for everything the host has written, so a sandbox calling
+# sync in a loop would stall every other sandbox's fsync and every create's mount, which flushed twice.
+MOUNT_OPTIONS = b"noinit_itable,discard,noauto_da_alloc,nobarrier"
 
 
 class DiskError(OSError):

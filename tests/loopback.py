@@ -23,13 +23,16 @@ def closed_port() -> int:
 
 
 @contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve `app` on a free loopback port; yields its base URL."""
+def serving(app: Any, **options: Any) -> Iterator[str]:
+    """Serve `app` on a free loopback port (over TLS given uvicorn's `ssl_certfile` and `ssl_keyfile`); yields its
+    base URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(128)
     port = listener.getsockname()[1]
-    config = uvicorn.Config(app, log_level="critical", lifespan="off", ws="none", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app, log_level="critical", lifespan="off", ws="none", timeout_graceful_shutdown=1, **options
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
     thread.start()
@@ -38,7 +41,7 @@ def serving(app: Any) -> Iterator[str]:
         assert time.monotonic() < deadline, "test server did not start"
         time.sleep(0.005)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if 'ssl_certfile' in options else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=5)

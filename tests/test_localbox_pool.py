@@ -3,6 +3,7 @@ when a create takes one, and are never handed out again once they ran (#25, #30)
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import Sandbox
+from e2b import AsyncSandbox, Sandbox
 
 from bench.endpoints import resolve
 from bench.lifecycle import Lifecycle
@@ -123,14 +124,25 @@ def holdings_of(local: LocalServer) -> Callable[[], Holdings]:
     return lambda: count(os.getpid(), state_dir, prune=others)
 
 
+def burst_of(local: LocalServer, count: int) -> list[tuple[AsyncSandbox, str]]:
+    """`count` sandboxes created at once with the async SDK, each with the hostname its first command saw."""
+    ep = local.endpoint
+    keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
+
+    async def one() -> tuple[AsyncSandbox, str]:
+        sandbox = await AsyncSandbox.create(**keys)
+        return sandbox, (await sandbox.commands.run("hostname")).stdout
+
+    async def burst() -> list[tuple[AsyncSandbox, str]]:
+        return await asyncio.gather(*(one() for _ in range(count)))
+
+    return asyncio.run(burst())
+
+
 def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_nothing_behind() -> None:
     """Twelve creates at once: the four prepared sandboxes serve the first, the others are made on demand (their
     cgroups made off the event loop); each runs its first command in its own cgroups, and once all are killed and
     the pool is full again the server holds what it held before: processes, netns, mounts, loop devices, cgroups."""
-    import asyncio
-
-    from e2b import AsyncSandbox
-
     local = LocalServer(pool_size=POOLED)
     with in_thread(local):
         assert local.wait_prepared(scaled(60))
@@ -138,17 +150,7 @@ def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_n
         holdings = holdings_of(local)
         before = holdings()
         assert before.netns == POOLED and before.loop_devices == POOLED
-        ep = local.endpoint
-        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
-
-        async def burst() -> list[tuple[AsyncSandbox, str]]:
-            async def one() -> tuple[AsyncSandbox, str]:
-                sandbox = await AsyncSandbox.create(**keys)
-                return sandbox, (await sandbox.commands.run("hostname")).stdout
-
-            return await asyncio.gather(*(one() for _ in range(BURST)))
-
-        created = asyncio.run(burst())
+        created = burst_of(local, BURST)
         boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox, _ in created]  # type: ignore[union-attr]
         assert [hostname for _, hostname in created] == [f"{sandbox.sandbox_id}\n" for sandbox, _ in created]
         assert set(prepared) <= set(boxes)  # every prepared one served the burst
@@ -271,10 +273,6 @@ def test_a_burst_the_pool_was_settled_for_is_served_prepared_each_sandbox_isolat
     """Settled with a reserve, the endpoint holds that many prepared beyond its pool (each with its own network
     namespace and disk, counted on the host); a burst of as many is served from them, each in its own cgroups and
     uid range; the reserve used, the pool keeps its own size; all killed, the server holds what it held before."""
-    import asyncio
-
-    from e2b import AsyncSandbox
-
     local = LocalServer(pool_size=POOLED_SMALL)
     with in_thread(local):
         holdings = holdings_of(local)
@@ -291,17 +289,7 @@ def test_a_burst_the_pool_was_settled_for_is_served_prepared_each_sandbox_isolat
         held = holdings()
         assert (held.netns, held.loop_devices) == (POOLED_SMALL + RESERVED,) * 2
         prepared = set(local.registry._pool)
-        ep = local.endpoint
-        keys = {"api_key": ep.api_key, "api_url": ep.api_url, "sandbox_url": ep.sandbox_url}
-
-        async def burst() -> list[tuple[AsyncSandbox, str]]:
-            async def one() -> tuple[AsyncSandbox, str]:
-                sandbox = await AsyncSandbox.create(**keys)
-                return sandbox, (await sandbox.commands.run("hostname")).stdout
-
-            return await asyncio.gather(*(one() for _ in range(RESERVED)))
-
-        created = asyncio.run(burst())
+        created = burst_of(local, RESERVED)
         after = pool(local)
         assert (after["reserved"], after["served"]) == (0, {
             "prepared": answer["served"]["prepared"] + RESERVED, "on_demand": answer["served"]["on_demand"],

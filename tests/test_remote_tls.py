@@ -4,19 +4,15 @@ certificate only that file vouches for."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 import ssl
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
+from loopback import serving
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -53,25 +49,8 @@ def https_api(certificate: tuple[Path, Path]) -> Iterator[str]:
         return JSONResponse([])
 
     app = Starlette(routes=[Route("/v2/sandboxes", listing), Route("/sandboxes", listing)])
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    config = uvicorn.Config(
-        app, log_level="critical", lifespan="off", ws="none", ssl_certfile=str(certificate[0]),
-        ssl_keyfile=str(certificate[1]),
-    )  # fmt: skip
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[listener])), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + scaled(10)
-    while not server.started:
-        assert time.monotonic() < deadline, "test server did not start"
-        time.sleep(0.005)
-    try:
-        yield f"https://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=scaled(5))
+    with serving(app, ssl_certfile=str(certificate[0]), ssl_keyfile=str(certificate[1])) as url:
+        yield url
 
 
 def endpoint_at(url: str) -> Endpoint:

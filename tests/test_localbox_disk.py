@@ -3,6 +3,7 @@ fails with ENOSPC as on E2B, in that sandbox only, and the disk goes (mount and 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ import pytest
 from e2b import NotEnoughSpaceException, Sandbox
 from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, start_serve
 
-from bench.localbox.disk import drop_unwritten
+from bench.localbox.disk import Disks, drop_unwritten
 from bench.localbox.server import LocalEndpoint, serving
 from bench.remote.slowness import scaled
 
@@ -264,6 +265,68 @@ def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tm
     assert probe.read_text() == "ok"
 
 
+def attached_under(root: Path) -> dict[str, str]:
+    """Loop device name -> its backing file, for the devices backed by files under `root`."""
+    found = {}
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            if (path := backing.read_text().strip()).startswith(f"{root}/"):
+                found[backing.parts[3]] = path
+    return found
+
+
+def mount_line(target: Path) -> str:
+    return next(line for line in Path("/proc/self/mountinfo").read_text().splitlines() if f" {target} " in line)
+
+
+def test_a_disk_taken_from_the_spares_is_mounted_where_asked_with_no_device_attached_for_it(tmp_path: Path) -> None:
+    disks = Disks.prepare(DISK_MB)
+    assert disks is not None
+    spares = disks.keep_spares(tmp_path, 2)
+    spares.fill()
+    ready = attached_under(tmp_path)
+    assert sorted(Path(p).name for p in ready.values()) == [".spare-1.disk", ".spare-2.disk"]
+    image, target = tmp_path / "sbx.disk", tmp_path / "sbx"
+    target.mkdir()
+    try:
+        device = disks.new(image, target)
+
+        now = attached_under(tmp_path)
+        assert set(now) == set(ready)  # no loop device attached for this disk: a spare's, renamed
+        assert now[device.removeprefix("/dev/")] == str(image)
+        line = mount_line(target)
+        assert f" {device} " in line and {"nosuid", "nodev", "noatime"} <= set(line.split()[5].split(","))
+        assert ".spare-1 " not in Path("/proc/self/mountinfo").read_text()  # mounted at the target alone
+        assert os.statvfs(target).f_blocks * os.statvfs(target).f_frsize > (DISK_MB - 8) << 20
+        (target / "written").write_text("on the sandbox's disk")
+        assert os.stat(target / "written").st_dev == os.stat(device).st_rdev
+        assert (spares.ready, spares.wanted) == (1, 1)
+    finally:
+        spares.close()
+        subprocess.run(["umount", str(target)], check=False)
+    deadline = time.monotonic() + scaled(10)  # the kernel frees an unmounted disk's device in the background
+    while attached_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert attached_under(tmp_path) == {}  # the spare left was ended: its device freed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sbx", "sbx.disk"]
+
+
+def test_with_no_spare_ready_a_disk_is_made_on_the_spot(tmp_path: Path) -> None:
+    disks = Disks.prepare(DISK_MB)
+    assert disks is not None
+    spares = disks.keep_spares(tmp_path, 1)  # never filled
+    image, target = tmp_path / "sbx.disk", tmp_path / "sbx"
+    target.mkdir()
+    try:
+        device = disks.new(image, target)
+
+        assert attached_under(tmp_path) == {device.removeprefix("/dev/"): str(image)}
+        assert f" {device} " in mount_line(target)
+        assert spares.ready == 0
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
 def test_a_sandbox_killed_mid_upload_answers_502_and_leaves_no_loop_device(small_disks: LocalEndpoint) -> None:
     sandbox = Sandbox.create(timeout=600)
     image = next(p for p in loop_backing_files() if p.endswith(f"/{sandbox.sandbox_id}.disk"))
@@ -301,7 +364,7 @@ def test_a_server_that_stops_leaves_no_mount_and_no_loop_device() -> None:
         server_dir = image.parents[1]
         mounted = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(server_dir) in line]
 
-    assert len(mounted) == 1  # the sandbox's disk
+    assert sum(f"/boxes/{sandbox.sandbox_id} " in line for line in mounted) == 1  # with the spare disks
     assert str(server_dir) not in Path("/proc/self/mountinfo").read_text()
     assert not any(str(server_dir) in backing for backing in loop_backing_files())
     assert not server_dir.exists()

@@ -21,6 +21,7 @@ from e2b import AsyncSandbox, Sandbox
 from bench.endpoints import resolve
 from bench.lifecycle import Lifecycle
 from bench.localbox.box import Box, Cgroup
+from bench.localbox.registry import SPARE_DISKS
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 from bench.remote.slowness import scaled
 from bench.soak.census import Holdings, count
@@ -146,10 +147,11 @@ def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_n
     local = LocalServer(pool_size=POOLED)
     with in_thread(local):
         assert local.wait_prepared(scaled(60))
+        assert pool(local, reserve=0)["spare_disks"] == SPARE_DISKS  # and the spare disks ready
         prepared = list(local.registry._pool)
         holdings = holdings_of(local)
         before = holdings()
-        assert before.netns == POOLED and before.loop_devices == POOLED
+        assert before.netns == POOLED and before.loop_devices == POOLED + SPARE_DISKS
         created = burst_of(local, BURST)
         boxes = [local.registry.get(sandbox.sandbox_id).box for sandbox, _ in created]  # type: ignore[union-attr]
         assert [hostname for _, hostname in created] == [f"{sandbox.sandbox_id}\n" for sandbox, _ in created]
@@ -278,7 +280,7 @@ def test_a_burst_the_pool_was_settled_for_is_served_prepared_each_sandbox_isolat
         holdings = holdings_of(local)
         assert pool(local, reserve=0)["settled"]
         before = holdings()
-        assert (before.netns, before.loop_devices) == (POOLED_SMALL, POOLED_SMALL)
+        assert (before.netns, before.loop_devices) == (POOLED_SMALL, POOLED_SMALL + SPARE_DISKS)
 
         answer = pool(local, reserve=RESERVED)
 
@@ -287,7 +289,7 @@ def test_a_burst_the_pool_was_settled_for_is_served_prepared_each_sandbox_isolat
             "prepared": POOLED_SMALL + RESERVED,
         }  # fmt: skip
         held = holdings()
-        assert (held.netns, held.loop_devices) == (POOLED_SMALL + RESERVED,) * 2
+        assert (held.netns, held.loop_devices) == (POOLED_SMALL + RESERVED, POOLED_SMALL + RESERVED + SPARE_DISKS)
         prepared = set(local.registry._pool)
         created = burst_of(local, RESERVED)
         after = pool(local)
@@ -322,7 +324,7 @@ def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_rest
 
         emptied = pool(local, reserve=0, size=0)
 
-        assert (emptied["settled"], emptied["size"], emptied["prepared"]) == (True, 0, 0)
+        assert (emptied["settled"], emptied["size"], emptied["prepared"], emptied["spare_disks"]) == (True, 0, 0, 0)
         assert not any(box.dir.exists() for box in pooled)  # the prepared ones were ended, not kept aside
         assert (holdings().netns, holdings().loop_devices) == (0, 0)
         ep = local.endpoint
@@ -338,9 +340,11 @@ def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_rest
 
         restored = pool(local, reserve=0)
 
-        assert (restored["settled"], restored["size"], restored["prepared"]) == (True, POOLED_SMALL, POOLED_SMALL)
+        assert (restored["settled"], restored["size"], restored["prepared"], restored["spare_disks"]) == (
+            True, POOLED_SMALL, POOLED_SMALL, SPARE_DISKS,
+        )  # fmt: skip
         assert not any(box.dir.exists() or any(path.exists() for path in box.cgroup.paths) for box in boxes)
-        assert (holdings().netns, holdings().loop_devices) == (POOLED_SMALL, POOLED_SMALL)
+        assert (holdings().netns, holdings().loop_devices) == (POOLED_SMALL, POOLED_SMALL + SPARE_DISKS)
 
 
 @pytest.mark.parametrize(

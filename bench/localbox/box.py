@@ -831,9 +831,10 @@ class Box:
         self.dir.mkdir(mode=0o700)
         if self.disks is not None:
             if self.kept_upper is None:
-                self.disks.create(self.image)
-            self.keep_image = self.kept_upper is not None  # a kept image that cannot be mounted stays
-            self.device = self.disks.mount(self.image, self.dir)  # a cold boot mounts the image `power_off` kept
+                self.device = self.disks.new(self.image, self.dir)
+            else:  # a cold boot mounts the image `power_off` kept, which stays if it cannot be mounted
+                self.keep_image = True
+                self.device = self.disks.mount(self.image, self.dir)
             self.mounted, self.kept_upper, self.keep_image = True, None, False
             self.dir.chmod(0o700)
             remove_tree(self.dir / "lower")  # a kept disk's mount points of the previous boot

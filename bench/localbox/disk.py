@@ -11,6 +11,12 @@ Every image is a copy of one empty file system made once per server (mkfs runs o
 of written blocks into a sparse file costs far less than an mkfs per sandbox). Loop devices are attached
 with autoclear, so unmounting a disk is all it takes to free its device; a powered-off sandbox keeps its
 image unmounted (no device held).
+
+A few empty disks are kept attached and mounted ahead of creates (`Spares`): attaching one waits on the
+host's disk (the kernel syncs a loop device's image as it is configured, which flushes the host's disk, and
+the mount reads the new file system through the device), which a busy host's disk stretches to seconds. A
+create takes a spare in about a millisecond: its mount bound to the sandbox's box directory, its image
+renamed to the sandbox's.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,7 +46,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOATIME = 1, 2, 4, 1024
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOATIME, MS_BIND = 1, 2, 4, 1024, 4096
 MNT_DETACH = 2
 LOOP_CTL_GET_FREE, LOOP_CONFIGURE = 0x4C82, 0x4C0A
 LO_FLAGS_READ_ONLY, LO_FLAGS_AUTOCLEAR, LO_FLAGS_DIRECT_IO = 1, 4, 16
@@ -80,6 +87,22 @@ class Disks:
     def __init__(self, size_mb: int, extents: list[Extent]) -> None:
         self.size_mb = size_mb
         self._extents = extents
+        self.spares: Spares | None = None  # empty disks mounted ahead of creates (`keep_spares`)
+
+    def keep_spares(self, directory: Path, count: int) -> Spares:
+        """From now on keep `count` empty disks mounted in `directory` for `new` to take (`Spares.fill`)."""
+        self.spares = Spares(self, directory, count)
+        return self.spares
+
+    def new(self, image: Path, target: Path) -> str:
+        """An empty disk mounted at `target`, its image at `image`: a spare if one is ready, else made now.
+        Returns its loop device."""
+        if self.spares is not None:
+            device = self.spares.take(image, target)
+            if device is not None:
+                return device
+        self.create(image)
+        return self.mount(image, target)
 
     @classmethod
     def prepare(cls, size_mb: int) -> Disks | None:
@@ -142,6 +165,110 @@ class Disks:
                 unmount(target)
         finally:
             target.rmdir()
+
+
+@dataclass(frozen=True)
+class Spare:
+    root: Path  # where it is mounted until taken
+    image: Path
+    device: str
+
+
+class Spares:
+    """Empty disks attached and mounted ahead of creates, in `directory` (hidden names no sandbox id takes), so
+    that a create does not wait on the host's disk (see the module's doc). `fill` makes them, one thread at a
+    time; `take` gives one to a create; `close` ends them."""
+
+    def __init__(self, disks: Disks, directory: Path, count: int) -> None:
+        self.disks = disks
+        self.directory = directory
+        self.count = count
+        self._ready: list[Spare] = []
+        self._made = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def wanted(self) -> int:
+        """How many more spares `fill` would make now."""
+        with self._lock:
+            return 0 if self._closed else max(self.count - len(self._ready), 0)
+
+    @property
+    def ready(self) -> int:
+        with self._lock:
+            return len(self._ready)
+
+    def resize(self, count: int) -> list[Spare]:
+        """Keep `count` from now on; returns the ready spares beyond it, for the caller to end (`end_spares`)."""
+        with self._lock:
+            self.count = max(count, 0)
+            extra, self._ready = self._ready[self.count :], self._ready[: self.count]
+        return extra
+
+    def fill(self) -> None:
+        """Make spares until `count` are ready (blocking: for a thread of its own). A spare that cannot be made
+        raises, and creates then make their own disks as they did without spares."""
+        while self.wanted > 0:
+            with self._lock:
+                self._made += 1
+                name = f".spare-{self._made}"
+            root, image = self.directory / name, self.directory / f"{name}.disk"
+            root.mkdir(mode=0o700)
+            try:
+                self.disks.create(image)
+                try:
+                    device = self.disks.mount(image, root)
+                except BaseException:
+                    image.unlink(missing_ok=True)
+                    raise
+            except BaseException:
+                root.rmdir()
+                raise
+            spare = Spare(root, image, device)
+            with self._lock:
+                if not self._closed:
+                    self._ready.append(spare)
+                    continue
+            end_spares([spare])  # closed meanwhile
+
+    def take(self, image: Path, target: Path) -> str | None:
+        """Give a ready spare to a create: mounted at `target` (an empty directory), its image renamed to
+        `image`; returns its loop device, or None when none is ready (nothing changed then)."""
+        with self._lock:
+            if not self._ready:
+                return None
+            spare = self._ready.pop(0)
+        try:
+            os.rename(spare.image, image)
+        except BaseException:
+            end_spares([spare])
+            raise
+        if libc.mount(bytes(spare.root), bytes(target), None, MS_BIND, None) != 0:  # its flags come with it
+            err = ctypes.get_errno()
+            end_spares([Spare(spare.root, image, spare.device)])
+            raise DiskError(err, f"mounting a sandbox's disk at {target}: {os.strerror(err)}")
+        libc.umount2(bytes(spare.root), MNT_DETACH)  # the disk stays mounted at target alone
+        spare.root.rmdir()
+        return spare.device
+
+    def close(self) -> None:
+        """End every ready spare; `fill` makes no more (one it is making is ended as it is done)."""
+        with self._lock:
+            self._closed = True
+            ready, self._ready = self._ready, []
+        end_spares(ready)
+
+
+def end_spares(spares: list[Spare]) -> None:
+    """Unmount spares nobody took (their devices free themselves) and remove their images and mount points."""
+    for spare in spares:
+        drop_unwritten(spare.root, spare.device)  # its image goes next: nothing of it is written back
+        with contextlib.suppress(OSError):
+            unmount(spare.root, wait=False)
+        spare.image.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            spare.root.rmdir()
 
 
 def drop_unwritten(target: Path, device: str) -> bool:

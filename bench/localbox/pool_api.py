@@ -38,6 +38,7 @@ class PoolApi:
             "size": registry.pool_size,
             "reserved": registry.reserved,
             "prepared": registry.prepared,
+            "spare_disks": registry.spare_disks,
             "idle": registry.idle,
             "served": {"prepared": registry.served.prepared, "on_demand": registry.served.on_demand},
         }

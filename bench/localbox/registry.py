@@ -13,6 +13,7 @@ import signal
 import string
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +34,7 @@ from .box import (
     remove_tree,
 )
 from .codeinterp import START_COMMANDS
-from .disk import Disks, unmount_under
+from .disk import Disks, end_spares, unmount_under
 from .inflight import InFlight
 from .network import EgressRules, Ingress
 from .quirks import Quirks
@@ -173,6 +174,9 @@ POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
 # ... while a settle waits for them: nothing else is asked of the server then, and a preparation spends much of its
 # time waiting (the fork-server, mounts, the agent's first answer), so two per CPU keep the CPUs busy.
 SETTLE_PARALLEL = 2 * (os.cpu_count() or 1)
+# Empty disks kept mounted ahead of creates (disk.py's `Spares`): as many as creates make at once (the setup
+# threads), so a create or a pool's preparation takes one instead of waiting on the host's disk for its own.
+SPARE_DISKS = 4
 
 
 class Registry:
@@ -199,6 +203,8 @@ class Registry:
         self._waking: dict[str, asyncio.Future[None]] = {}
         self.zygote: Zygote | None = None
         self.disks: Disks | None = None
+        self._spares_task: asyncio.Future | None = None
+        self._spares_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e2b-bench-spares")
         self.template_roots: dict[str, Path] = {"base": config.template_root}
 
     @property
@@ -224,6 +230,9 @@ class Registry:
             self.zygote = Zygote.start()
         await loop.run_in_executor(None, cleanup_stale, self.boxes_dir)
         self.disks = await loop.run_in_executor(None, Disks.prepare, self.config.disk_size_mb)
+        if self.disks is not None and self.config.pool_total is None:  # a run of N sandboxes: its pool alone
+            self.disks.keep_spares(self.boxes_dir, self._spares_wanted())
+            self._refill_spares()
         self._reaper = asyncio.create_task(self._reap_expired())
         self._refill_pool()
 
@@ -247,9 +256,11 @@ class Registry:
     async def _new_box(self, internet: bool, sandbox_id: str, layers: str | None = None) -> Box:
         return await self._boot_box(self._box(internet, sandbox_id, layers))
 
-    @staticmethod
-    async def _boot_box(box: Box, warm_up: bool = False) -> Box:
-        await box.start(hostname=box.name)  # which, failed or cancelled, leaves nothing behind
+    async def _boot_box(self, box: Box, warm_up: bool = False) -> Box:
+        try:
+            await box.start(hostname=box.name)  # which, failed or cancelled, leaves nothing behind
+        finally:
+            self._refill_spares()  # for the disk it took
         try:
             await box.new_boot_id()
             if warm_up:
@@ -282,6 +293,35 @@ class Registry:
         if self._pool_task is None or self._pool_task.done():
             self._pool_task = asyncio.create_task(self._fill_pool())
             self._pool_task.add_done_callback(lambda _: self._changed.set())
+
+    def _spares_wanted(self) -> int:
+        """Spare disks kept now: none while the pool keeps none (every create made on demand, disk and all)."""
+        return SPARE_DISKS if self.pool_size > 0 else 0
+
+    @property
+    def spare_disks(self) -> int:
+        """Empty disks mounted and ready for the next creates."""
+        spares = self.disks.spares if self.disks is not None else None
+        return 0 if spares is None else spares.ready
+
+    def _refill_spares(self) -> None:
+        """Make spare disks for those taken, on a thread of their own, in the background (`idle` waits for it)."""
+        spares = self.disks.spares if self.disks is not None else None
+        if self._closing or spares is None or spares.wanted <= 0:
+            return
+        if self._spares_task is not None and not self._spares_task.done():
+            return
+        self._spares_task = asyncio.get_running_loop().run_in_executor(self._spares_thread, spares.fill)
+        self._spares_task.add_done_callback(self._spares_filled)
+        self._background(self._spares_task)
+
+    def _spares_filled(self, task: asyncio.Future) -> None:
+        if task.cancelled() or task.exception() is None or self.disks is None:
+            return
+        log.warning("e2b-bench: no spare disks are kept from now on (creates make their own): %s", task.exception())
+        spares, self.disks.spares = self.disks.spares, None
+        if spares is not None:
+            self._background(asyncio.get_running_loop().run_in_executor(None, spares.close))
 
     def _background(self, task: asyncio.Future) -> None:
         """A teardown that goes on after its request: `idle` waits for it, and a settle hears when it ends."""
@@ -324,10 +364,14 @@ class Registry:
         self._reserved = reserve
         while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
             self._background(asyncio.ensure_future(self._pool.pop().kill()))
+        spares = self.disks.spares if self.disks is not None else None
+        if spares is not None and (extra := spares.resize(self._spares_wanted())):
+            self._background(loop.run_in_executor(None, end_spares, extra))
         self._settling += 1
         self._weigh_preparing()
         try:
             self._refill_pool()
+            self._refill_spares()
             while not self.settled and not self.idle:  # idle and not settled: a preparation failed
                 self._changed.clear()
                 remaining = deadline - loop.time()
@@ -576,7 +620,11 @@ class Registry:
         boxes = [s.box for s in self.sandboxes.values()] + self._pool
         self.sandboxes.clear()
         self._pool.clear()
+        spares = self.disks.spares if self.disks is not None else None
+        if spares is not None:  # a fill under way ends with the spare it is making
+            self._background(asyncio.get_running_loop().run_in_executor(None, spares.close))
         await asyncio.gather(*(box.kill() for box in boxes), *self._tasks, return_exceptions=True)
+        self._spares_thread.shutdown(wait=False)
         if self.zygote is not None:
             self.zygote.close()
         remove_server_cgroups(self.config.state_dir.name)

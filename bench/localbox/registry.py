@@ -213,8 +213,8 @@ class Registry:
 
     @property
     def idle(self) -> bool:
-        """Nothing is being prepared for the pool or torn down in the background: what the server holds on the
-        host stays as it is until the next request (read from any thread)."""
+        """Nothing is being prepared for the pool, made for the spare disks or torn down in the background: what
+        the server holds on the host stays as it is until the next request (read from any thread)."""
         pool = self._pool_task
         return (pool is None or pool.done()) and not self._tasks
 
@@ -324,7 +324,8 @@ class Registry:
             self._background(asyncio.get_running_loop().run_in_executor(None, spares.close))
 
     def _background(self, task: asyncio.Future) -> None:
-        """A teardown that goes on after its request: `idle` waits for it, and a settle hears when it ends."""
+        """Work that goes on after its request (a teardown, spare disks made): `idle` waits for it, and a settle
+        hears when it ends."""
         self._tasks.add(task)
 
         def ended(done: asyncio.Future) -> None:

@@ -1,6 +1,5 @@
 import json
 import string
-import time
 from pathlib import Path
 
 import pytest
@@ -125,14 +124,20 @@ def test_redact_is_idempotent_on_every_pattern() -> None:
     assert redactor.redact_text(once) == once
 
 
-def test_redact_text_is_fast_on_large_input() -> None:
-    redactor = Redactor([f"{SECRET}-{n}" for n in range(50)])
-    text = json.dumps([{"stdout": "x" * 200, "url": "/files?path=/a&username=user"}] * 5000)
+def test_redact_text_redacts_every_secret_of_a_large_input_and_keeps_the_rest() -> None:
+    # A run's wire log is megabytes: each of 50 known values and each secret-shaped member, wherever it is in
+    # 5,000 records, goes, and nothing else changes (how long it takes is a benchmark's question, not a test's)
+    secrets_ = [f"{SECRET}-{n}" for n in range(50)]
+    redactor = Redactor(secrets_)
+    records = [
+        {"stdout": "x" * 200 + secrets_[n % 50], "url": "/files?path=/a&username=user", "apiKey": f"k{n}"}
+        for n in range(5000)
+    ]
+    expected = [
+        {"stdout": "x" * 200 + REDACTED, "url": "/files?path=/a&username=user", "apiKey": REDACTED} for _ in records
+    ]
 
-    start = time.perf_counter()
-    redactor.redact_text(text)
-
-    assert time.perf_counter() - start < 1.0
+    assert json.loads(redactor.redact_text(json.dumps(records))) == expected
 
 
 # Characters API keys and tokens are made of.

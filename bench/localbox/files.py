@@ -7,7 +7,7 @@ import contextlib
 import errno
 import os
 import zlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
 from typing import Literal
@@ -17,7 +17,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from bench.asgi import BODY_EXTENSION, spare_buffer
+from bench.asgi import BODY_EXTENSION, RawBody, spare_buffer
 
 from .agentlink import AgentError, AgentGone
 from .api import ApiError
@@ -30,6 +30,9 @@ MAX_READ_AHEAD = 64 << 20  # body bytes read ahead of the file at most
 IOV_MAX = os.sysconf("SC_IOV_MAX")
 _writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-writes")
 _readers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-reads")
+# An upload's body read and written by one of these (`RawBody.rest_in_thread`); one waits here for a thread when
+# all are busy, its body held in the socket's buffers meanwhile.
+_bodies = ThreadPoolExecutor(max_workers=32, thread_name_prefix="e2b-bench-upload-bodies")
 INFLATE_PIECE = 1 << 20  # a gzip body is inflated this much at a time, each piece written before the next
 DEFAULT_USER = "user"
 METADATA_HEADER = "x-metadata-"
@@ -247,13 +250,38 @@ class Files:
                 current, sink = sink, None
                 await current.close()
 
+        loop = asyncio.get_running_loop()
+
+        def taking(writes: ThreadWrites) -> Callable[[list[bytes | bytearray]], None]:
+            def take(pieces: list[bytes | bytearray]) -> None:
+                """In the body's thread: pieces parsed, their part data written there; what else they hold is
+                handled on the event loop, in order, the thread waiting for it."""
+                for piece in pieces:
+                    parser.write(piece)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                batch, events[:] = list(events), []
+                for event in batch:
+                    if event[0] == "data":
+                        writes.write(event[1])
+                        continue
+                    writes.flush()
+                    asyncio.run_coroutine_threadsafe(handle(event), loop).result()
+                    writes.target(sink)
+                writes.flush_if_open()
+
+            return take
+
         try:
             async with _body(request) as body:
-                async for chunk in body:
-                    parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
-                    batch, events[:] = list(events), []
-                    for event in batch:
-                        await handle(event)
+                if isinstance(body, RawBody):
+                    writes = ThreadWrites(loop, body.nudge)
+                    await body.rest_in_thread(taking(writes), _bodies)
+                    await writes.flushed()
+                else:
+                    async for chunk in body:
+                        parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                        batch, events[:] = list(events), []
+                        for event in batch:
+                            await handle(event)
             parser.finalize()
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -337,6 +365,26 @@ class FileSink:
         if self._pending_size >= WRITE_BATCH:
             self._kick()
 
+    def opened(self) -> bool:
+        """Whether the open has ended (well or not); safe to ask from any thread."""
+        return self._opening.done()
+
+    def when_open(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the open has ended (well or not)."""
+        self._opening.add_done_callback(lambda _: callback())
+
+    async def direct(self) -> int:
+        """The file's descriptor, for the caller to write to from its own thread from now on (`ThreadWrites`):
+        the open and every write handed over before are done first; raises what they raised."""
+        fd, _ = await self._opening
+        last, self._pending, self._pending_size = self._pending, [], 0
+        if self._writing is not None:
+            await self._writing
+        if last:
+            self._writing = asyncio.get_running_loop().run_in_executor(_writers, _write_all, fd, last)
+            await self._writing
+        return fd
+
     async def close(self) -> None:
         """Write what is left, cut and close the file, all in one hop to a writer thread; raises what the open
         or a write raised."""
@@ -376,6 +424,68 @@ class FileSink:
         (a client that pauses would leave it in memory); a failure is raised by the next write or close."""
         if not step.cancelled() and step.exception() is None and self._pending_size >= WRITE_BATCH:
             self._kick()
+
+
+class ThreadWrites:
+    """An upload's part data written by the thread that reads its body (`RawBody.rest_in_thread`) to the file of
+    the `FileSink` it targets: held (the pieces kept, at most MAX_READ_AHEAD bytes) while the file opens, so the
+    open does not stop the reading, then written in order, each before the thread reads on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, opened: Callable[[], None]) -> None:
+        self._loop = loop
+        self._opened = opened  # called once the target's file is open: the thread then writes what it holds
+        self._sink: FileSink | None = None
+        self._fd: int | None = None
+        self._held: list[bytes | bytearray | memoryview] = []
+        self._held_size = 0
+
+    def target(self, sink: FileSink | None) -> None:
+        """Write to `sink` from now on (none: drop part data), once what is held for the last one is written."""
+        if sink is not self._sink:
+            self.flush()
+            self._sink, self._fd = sink, None
+            if sink is not None:
+                self._loop.call_soon_threadsafe(sink.when_open, self._opened)
+
+    def take(self, pieces: list[bytes | bytearray]) -> None:
+        """In the body's thread: whole pieces of the body are the file's data (an octet-stream upload)."""
+        for piece in pieces:
+            self.write(piece)
+        self.flush_if_open()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """In the body's thread: `data` held, to be written with what follows, or while the file opens."""
+        if self._sink is None:
+            return
+        self._held.append(data)
+        self._held_size += len(data)
+        if self._held_size >= MAX_READ_AHEAD:  # the open or the disk is behind: wait for it
+            self.flush()
+
+    def flush_if_open(self) -> None:
+        """In the body's thread: write what is held if the file is open (the body's reading waits for the disk
+        only), else keep it while the open runs on."""
+        if self._held and (self._fd is not None or (self._sink is not None and self._sink.opened())):
+            self.flush()
+
+    def flush(self) -> None:
+        """In the body's thread: write what is held, once the file is open."""
+        if self._held:
+            self._write(self._held)
+
+    async def flushed(self) -> None:
+        """On the event loop, once the body's thread is done: write what is held."""
+        if self._held and self._sink is not None:
+            fd = await self._sink.direct()
+            held, self._held, self._held_size = self._held, [], 0
+            await self._loop.run_in_executor(_writers, _write_all, fd, held)
+
+    def _write(self, buffers: list[bytes | bytearray | memoryview]) -> None:
+        assert self._sink is not None
+        if self._fd is None:
+            self._fd = asyncio.run_coroutine_threadsafe(self._sink.direct(), self._loop).result()
+        self._held, self._held_size = [], 0
+        _write_all(self._fd, buffers)
 
 
 def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
@@ -426,8 +536,14 @@ async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[b
 async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes | bytearray], encoding: str) -> None:
     try:
         try:
-            async for chunk in _inflated(stream) if encoding == "gzip" else stream:
-                await sink.write(chunk)
+            if isinstance(stream, RawBody) and encoding != "gzip":
+                writes = ThreadWrites(asyncio.get_running_loop(), stream.nudge)
+                writes.target(sink)
+                await stream.rest_in_thread(writes.take, _bodies)
+                await writes.flushed()
+            else:
+                async for chunk in _inflated(stream) if encoding == "gzip" else stream:
+                    await sink.write(chunk)
         except BaseException:
             await sink.abort()
             raise

@@ -255,7 +255,7 @@ class RawBody(asyncio.BufferedProtocol):
 
 class _Receiver:
     """A raw body's rest read in a thread (`RawBody.rest_in_thread`), off a duplicate of the connection's socket
-    (non-blocking, as the event loop left it), waiting in poll on it and on a pipe `stop()` writes to."""
+    (non-blocking, as the event loop left it), waiting in poll on it and on a pipe `stop()` and `nudge()` write to."""
 
     def __init__(self, fd: int, remaining: int, take: Callable[[list[bytes | bytearray]], None]) -> None:
         self._fd = os.dup(fd)
@@ -297,12 +297,11 @@ class _Receiver:
             except BlockingIOError:
                 if read or self._nudged:  # what arrived is taken before waiting for more
                     self._nudged = False
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake, 4096)
                     self._take(read)
                     read, size = [], 0
-                else:
-                    poller.poll()  # the socket has more, or `stop()` or `nudge()` was called
+                elif any(ready == self._wake for ready, _ in poller.poll()):  # `stop()` or `nudge()` was called
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake, 4096)
                 continue
             except ConnectionError as exc:
                 raise ClientGone(f"the connection failed with {self._left()} bytes of the body still to come") from exc

@@ -7,7 +7,7 @@ import contextlib
 import errno
 import os
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
 from typing import Literal
@@ -30,9 +30,32 @@ MAX_READ_AHEAD = 64 << 20  # body bytes read ahead of the file at most
 IOV_MAX = os.sysconf("SC_IOV_MAX")
 _writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-writes")
 _readers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-reads")
-# An upload's body read and written by one of these (`RawBody.rest_in_thread`); one waits here for a thread when
-# all are busy, its body held in the socket's buffers meanwhile.
-_bodies = ThreadPoolExecutor(max_workers=32, thread_name_prefix="e2b-bench-upload-bodies")
+BODY_THREADS = 32  # uploads whose bodies are read by threads at once; more are read on the event loop
+
+
+class BodyThreads:
+    """The threads that read, parse and write uploads' bodies (`RawBody.rest_in_thread`), claimed one per upload
+    on the event loop. An upload that finds them all busy (e.g. clients holding their bodies open) is read on
+    the event loop as before, so no upload waits for another's client."""
+
+    def __init__(self, size: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="e2b-bench-upload-bodies")
+        self._free = size
+
+    @contextlib.contextmanager
+    def claimed(self, body: object) -> Iterator[ThreadPoolExecutor | None]:
+        """A thread's executor for the block if `body` is a `RawBody` and a thread is free, else None."""
+        if not isinstance(body, RawBody) or not self._free:
+            yield None
+            return
+        self._free -= 1
+        try:
+            yield self._executor
+        finally:
+            self._free += 1
+
+
+_bodies = BodyThreads(BODY_THREADS)
 INFLATE_PIECE = 1 << 20  # a gzip body is inflated this much at a time, each piece written before the next
 DEFAULT_USER = "user"
 METADATA_HEADER = "x-metadata-"
@@ -272,16 +295,17 @@ class Files:
 
         try:
             async with _body(request) as body:
-                if isinstance(body, RawBody):
-                    writes = ThreadWrites(loop, body.nudge)
-                    await body.rest_in_thread(taking(writes), _bodies)
-                    await writes.flushed()
-                else:
-                    async for chunk in body:
-                        parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
-                        batch, events[:] = list(events), []
-                        for event in batch:
-                            await handle(event)
+                with _bodies.claimed(body) as threads:
+                    if isinstance(body, RawBody) and threads is not None:
+                        writes = ThreadWrites(loop, body.nudge)
+                        await body.rest_in_thread(taking(writes), threads)
+                        await writes.flushed()
+                    else:
+                        async for chunk in body:
+                            parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                            batch, events[:] = list(events), []
+                            for event in batch:
+                                await handle(event)
             parser.finalize()
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -313,8 +337,9 @@ def _slice(data: bytes | bytearray, start: int, end: int) -> memoryview:
 @contextlib.asynccontextmanager
 async def _body(request: Request) -> AsyncIterator[AsyncIterator[bytes | bytearray]]:
     """The request body in pieces the handler may keep: read off the socket straight into buffers where the
-    server can (`bench.asgi.RawBody`: a body with a Content-Length no one has begun to receive), else as
-    Starlette streams it. Whatever the handler leaves unread is dropped as it arrives."""
+    server can (`bench.asgi.RawBody`: a body with a Content-Length no one has begun to receive; its rest may be
+    read by a thread, `RawBody.rest_in_thread`), else as Starlette streams it. Whatever the handler leaves
+    unread is dropped as it arrives."""
     take = request.scope.get("extensions", {}).get(BODY_EXTENSION)
     raw = take() if take is not None else None
     if raw is None:
@@ -341,7 +366,8 @@ class FileSink:
     over from its start and cut where the upload ends (as O_TRUNC would have left it, and a watcher sees the
     same CHMOD then WRITE): its pages are overwritten in place, about half the CPU of freeing them at the open
     and allocating them again. The response still comes only after every byte is written, the file cut and
-    closed; an upload that fails leaves what was written, as envd's does.
+    closed; an upload that fails leaves what was written, as envd's does. A body read by a thread of its own
+    is written by that thread instead (`direct`, `ThreadWrites`); the cut and the close stay here.
     """
 
     def __init__(self, opening: Awaitable[tuple[int, bool]]) -> None:
@@ -536,14 +562,15 @@ async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[b
 async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes | bytearray], encoding: str) -> None:
     try:
         try:
-            if isinstance(stream, RawBody) and encoding != "gzip":
-                writes = ThreadWrites(asyncio.get_running_loop(), stream.nudge)
-                writes.target(sink)
-                await stream.rest_in_thread(writes.take, _bodies)
-                await writes.flushed()
-            else:
-                async for chunk in _inflated(stream) if encoding == "gzip" else stream:
-                    await sink.write(chunk)
+            with _bodies.claimed(stream if encoding != "gzip" else None) as threads:
+                if isinstance(stream, RawBody) and threads is not None:
+                    writes = ThreadWrites(asyncio.get_running_loop(), stream.nudge)
+                    writes.target(sink)
+                    await stream.rest_in_thread(writes.take, threads)
+                    await writes.flushed()
+                else:
+                    async for chunk in _inflated(stream) if encoding == "gzip" else stream:
+                        await sink.write(chunk)
         except BaseException:
             await sink.abort()
             raise

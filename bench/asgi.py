@@ -9,12 +9,15 @@ import asyncio
 import collections
 import contextlib
 import logging
+import os
+import select
 import socket
 import struct
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 
 import httptools
 import uvicorn
@@ -125,6 +128,7 @@ class RawBody(asyncio.BufferedProtocol):
         self._dropping = False
         self._waiter: asyncio.Future[None] | None = None
         self._failure: Exception | None = None
+        self._receiver: _Receiver | None = None
         http.transport.set_protocol(self)
         http.flow.resume_reading()  # uvicorn pauses reading past 64 KiB of body the app did not take
 
@@ -143,6 +147,55 @@ class RawBody(asyncio.BufferedProtocol):
         if len(self._pieces) < BODY_READ_AHEAD:
             self._http.flow.resume_reading()
         return piece
+
+    async def rest_in_thread(self, take: Callable[[list[bytes | bytearray]], None], executor: Executor) -> None:
+        """Hand the rest of the body to `take`, in order, in a thread of `executor` that reads the socket itself, so
+        the event loop sees only the start and the end: first the pieces already read, then what the socket held
+        each time it had no more (at most BODY_PIECE bytes at once), before the thread waits for more. The pieces
+        are the app's to keep. Raises what `take` raised, or ClientGone; a body not taken to its end is then read
+        and dropped, as after `drop()`. Cancelled, the thread stops after its current `take`, and the cancellation
+        goes on once it has."""
+        if self._failure is not None:
+            raise self._failure
+        loop = asyncio.get_running_loop()
+        pieces: list[bytes | bytearray] = [*self._pieces]
+        if self._filled:  # a partly filled buffer: its bytes, as a piece of their own
+            pieces.append(self._buffer[: self._filled])
+        self._pieces.clear()
+        self._buffer, self._filled = bytearray(), 0
+        if not self._remaining:  # all of it was read already: the connection is HTTP's again
+            await loop.run_in_executor(executor, take, pieces)
+            return
+        http = self._http
+        sock = http.transport.get_extra_info("socket")
+        if sock is None or http.transport.is_closing():
+            raise ClientGone(f"the connection closed with {self._remaining} bytes of the body still to come")
+        http.flow.pause_reading()  # the thread alone reads the socket from here
+        receiver = self._receiver = _Receiver(sock.fileno(), self._remaining, take)
+        reading = loop.run_in_executor(executor, receiver.run, pieces)
+        try:
+            await asyncio.shield(reading)
+        except asyncio.CancelledError:
+            receiver.stop()
+            while not reading.done():  # the thread lets go of the socket before anything else is done with it
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([reading])
+            raise
+        finally:
+            self._receiver = None
+            receiver.close()
+            self._remaining -= receiver.received
+            if not self._remaining:
+                self._done()
+            else:
+                self.drop()
+
+    def nudge(self) -> None:
+        """While `rest_in_thread` runs: its thread calls `take` with no pieces as soon as it can, even while the
+        socket stays silent (what `take` holds can go on: e.g. the file it writes to is open now). From any thread."""
+        receiver = self._receiver
+        if receiver is not None:
+            receiver.nudge()
 
     def drop(self) -> None:
         """The app takes no more of the body: the rest is read and dropped."""
@@ -198,6 +251,71 @@ class RawBody(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._http.resume_writing()
+
+
+class _Receiver:
+    """A raw body's rest read in a thread (`RawBody.rest_in_thread`), off a duplicate of the connection's socket
+    (non-blocking, as the event loop left it), waiting in poll on it and on a pipe `stop()` and `nudge()` write to."""
+
+    def __init__(self, fd: int, remaining: int, take: Callable[[list[bytes | bytearray]], None]) -> None:
+        self._fd = os.dup(fd)
+        self._wake, self._waker = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._remaining = remaining
+        self._take = take
+        self._stopped = False
+        self._nudged = False
+        self.received = 0  # bytes read off the socket
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake_up()
+
+    def nudge(self) -> None:
+        self._nudged = True
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        with contextlib.suppress(OSError):  # a full pipe wakes the thread all the same
+            os.write(self._waker, b"x")
+
+    def close(self) -> None:
+        """Once the thread is done with the socket: its duplicate and the pipe are closed."""
+        for fd in (self._fd, self._wake, self._waker):
+            os.close(fd)
+
+    def run(self, pieces: list[bytes | bytearray]) -> None:
+        if pieces:
+            self._take(pieces)
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake, select.POLLIN)
+        read: list[bytes | bytearray] = []
+        size = 0
+        while not self._stopped and self.received < self._remaining:
+            try:
+                piece = os.read(self._fd, min(BODY_PIECE, self._remaining - self.received))
+            except BlockingIOError:
+                if read or self._nudged:  # what arrived is taken before waiting for more
+                    self._nudged = False
+                    self._take(read)
+                    read, size = [], 0
+                elif any(ready == self._wake for ready, _ in poller.poll()):  # `stop()` or `nudge()` was called
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake, 4096)
+                continue
+            except ConnectionError as exc:
+                raise ClientGone(f"the connection failed with {self._left()} bytes of the body still to come") from exc
+            if not piece:
+                raise ClientGone(f"the connection closed with {self._left()} bytes of the body still to come")
+            self.received += len(piece)
+            read.append(piece)
+            size += len(piece)
+            if size >= BODY_PIECE or self.received == self._remaining:
+                self._take(read)
+                read, size = [], 0
+
+    def _left(self) -> int:
+        return self._remaining - self.received
 
 
 # Body buffers of BODY_PIECE bytes, per event loop, given again once nothing holds them: a new bytearray is

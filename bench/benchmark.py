@@ -184,6 +184,8 @@ def plan(
             if floor_url is None:
                 continue
             task["floor_url"] = floor_url
+        elif measure.floor is not None and floor_url is not None:
+            task["alternate"] = measure.floor  # sampled in turn with its floor: host noise weighs on both alike
         if settle_s is not None:
             task["settle"] = {"reserve": task["count"] if measure.pool == "burst" else 0, "within_s": settle_s}
             if measure.pool == "none":
@@ -480,6 +482,7 @@ class Benchmark:
             "attempted": attempted,
             "client": event.get("client"),
             "warmup": event.get("warmup", 0),
+            "alternated_with": event.get("alternated_with"),
             "stopped": event.get("stopped"),
             "error": event.get("error") or (outcome.error if not event else None),
             "bytes": task.get("bytes"),

@@ -12,8 +12,10 @@ import hashlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -24,6 +26,7 @@ from bench.remote.slowness import scaled
 
 MIB = 1 << 20
 SEEN: list[dict[str, Any]] = []  # what the app saw of each POST, in order
+THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="raw-body-test")
 
 
 async def app(scope: dict, receive: Any, send: Any) -> None:
@@ -40,6 +43,9 @@ async def app(scope: dict, receive: Any, send: Any) -> None:
         await answer(send, SEEN[-1])
         return
     body = scope["extensions"][asgi.BODY_EXTENSION]()
+    if query.startswith("thread") and body is not None:
+        await in_thread(body, query, send)
+        return
     digest, size, pieces, seen = hashlib.sha256(), 0, 0, {"raw": body is not None}
     try:
         if body is None:
@@ -65,6 +71,34 @@ async def app(scope: dict, receive: Any, send: Any) -> None:
         return
     SEEN.append({**seen, "sha256": digest.hexdigest(), "size": size, "pieces": pieces})
     await answer(send, SEEN[-1])
+
+
+async def in_thread(body: asgi.RawBody, query: str, send: Any) -> None:
+    """The body taken by `rest_in_thread` (`?thread`); `?thread-fail` makes `take` raise once 1 MiB is in."""
+    digest, size, threads, kept = hashlib.sha256(), 0, set(), []
+    loop_thread = threading.get_ident()
+
+    def take(pieces: list[bytes | bytearray]) -> None:
+        nonlocal size
+        threads.add(threading.get_ident())
+        kept.extend(pieces)  # kept past the call: none is read over later
+        size += sum(map(len, pieces))
+        if query == "thread-fail" and size >= MIB:
+            raise ValueError("the app refused the body")
+
+    seen: dict[str, Any] = {"raw": True, "thread": True}
+    try:
+        await body.rest_in_thread(take, THREADS)
+    except ValueError as exc:
+        seen["refused"] = str(exc)
+    except asgi.ClientGone as exc:
+        SEEN.append({**seen, "gone": str(exc)})
+        return
+    for piece in kept:
+        digest.update(piece)
+    seen.update(sha256=digest.hexdigest(), size=size, off_loop=loop_thread not in threads)
+    SEEN.append(seen)
+    await answer(send, seen)
 
 
 async def answer(send: Any, document: dict) -> None:
@@ -235,6 +269,76 @@ def test_a_client_gone_mid_body_ends_the_raw_body_with_client_gone(port: int) ->
     watcher.close()
 
     assert document["raw"] is True
+    assert document["gone"].endswith("bytes of the body still to come")
+
+
+@pytest.mark.parametrize("size", [5 * MIB + 3, MIB + 1, 300_000])
+def test_a_body_read_in_a_thread_arrives_whole_in_order_off_the_event_loop(client: Client, size: int) -> None:
+    data = os.urandom(size)
+
+    client.request("POST", "/up?thread", data)
+    status, document = client.response()
+
+    assert status == 200
+    assert document == {
+        "raw": True,
+        "thread": True,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": size,
+        "off_loop": True,
+    }
+
+
+def test_a_body_read_in_a_thread_arrives_whole_from_a_client_that_pauses(client: Client) -> None:
+    data = os.urandom(3 * MIB)
+    client.sock.sendall(b"POST /up?thread HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(data))
+    for start in range(0, len(data), 700_001):
+        client.sock.sendall(data[start : start + 700_001])
+        time.sleep(0.05)  # the thread waits on the socket between sends: each wait must end on data
+
+    status, document = client.response()
+
+    assert (status, document["sha256"], document["size"]) == (200, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_after_a_body_read_in_a_thread_the_connection_serves_the_next_requests(client: Client) -> None:
+    first, second = os.urandom(2 * MIB), os.urandom(1000)
+    client.request("POST", "/up?thread", first)
+    client.request("POST", "/up", second)  # sent at once: its head may arrive with the first body's end
+
+    answers = [client.response(), client.response()]
+
+    assert [document["sha256"] for _, document in answers] == [
+        hashlib.sha256(first).hexdigest(),
+        hashlib.sha256(second).hexdigest(),
+    ]
+
+
+def test_a_body_a_thread_refuses_midway_is_dropped_and_the_connection_still_serves(client: Client) -> None:
+    data = os.urandom(6 * MIB)
+    client.request("POST", "/up?thread-fail", data)
+
+    status, document = client.response()
+    client.request("POST", "/up", b"next")
+
+    assert (status, document["refused"]) == (200, "the app refused the body")
+    assert MIB <= document["size"] < len(data)
+    assert client.response()[1]["sha256"] == hashlib.sha256(b"next").hexdigest()
+
+
+def test_a_client_gone_mid_body_ends_a_body_read_in_a_thread_with_client_gone(port: int) -> None:
+    SEEN.clear()
+    leaving = Client(port)
+    leaving.sock.sendall(b"POST /up?thread HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % (8 * MIB))
+    leaving.sock.sendall(os.urandom(3 * MIB))
+    leaving.close()
+    watcher = Client(port)
+
+    while not (document := seen(watcher)).get("gone"):  # the thread sees the close once it reads on
+        time.sleep(0.01)
+    watcher.close()
+
+    assert document["thread"] is True
     assert document["gone"].endswith("bytes of the body still to come")
 
 

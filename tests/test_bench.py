@@ -195,6 +195,19 @@ def test_small_run_times_each_sdk_transfer_against_the_floor_server_too(small_ru
                 assert measure["target"]["max_ratio"] == 2.0
 
 
+def test_small_run_takes_each_sdk_transfers_samples_in_turn_with_its_floors(small_run: Path) -> None:
+    document = read_bench(small_run)
+    assert document is not None
+    for entry in document["runners"].values():
+        for way in ("upload", "download"):
+            floor, measure = entry["measures"][f"{way}_floor"], entry["measures"][way]
+            assert (measure["alternated_with"], floor["alternated_with"]) == ([f"{way}_floor"], [way])
+            sides = ((way, measure), ("floor", floor))
+            turns = sorted((sample["start_ms"], name) for name, taken in sides for sample in taken["samples"])
+            # one clock for both: floor first, then the SDK call; the next turn the other way round
+            assert [name for _, name in turns] == ["floor", way, way, "floor", "floor", way]
+
+
 def test_small_run_shows_the_phases_of_each_measure_in_bench_json_and_the_table(small_run: Path) -> None:
     document = read_bench(small_run)
     assert document is not None
@@ -280,6 +293,9 @@ def test_the_embedded_endpoint_is_settled_before_each_measure_a_burst_with_its_c
     assert settles and all(settle == {"reserve": 0, "within_s": 42.0} for settle in settles.values())  # the usual pool
     assert schema_errors("task", make_task("bench", runner_name, "r1", deadline_s=1, sandbox_timeout_s=1,
                                            measures=embedded)) == []  # fmt: skip
+    alternates = {task["id"]: task["alternate"] for task in embedded if "alternate" in task}
+    assert alternates == {"upload": "upload_floor", "download": "download_floor"}
+    assert not any("alternate" in task for task in plan(options, runner, 7))  # no floor server: nothing to pair
     # Another endpoint: the same measures as before, nothing asked of a pool it does not have.
     assert [task["id"] for task in remote] == [task["id"] for task in embedded if task["id"] != "tti.burst_on_demand"]
     assert not any("settle" in task for task in remote)

@@ -261,6 +261,24 @@ def test_bodies_larger_than_the_read_ahead_arrive_whole_in_every_upload_form(san
     assert found[0::2] == [digest] * 3
 
 
+def test_several_large_parts_of_one_multipart_body_each_reach_their_own_file_whole(sandbox: Sandbox) -> None:
+    blobs = [
+        os.urandom(3 << 20),
+        os.urandom((2 << 20) + 7),
+        os.urandom(5),
+    ]  # the body read by a thread: parts switch there
+    paths = ["/tmp/parts/a.bin", "/home/user/b.bin", "/tmp/parts/c.bin"]
+    sandbox.commands.run("mkdir -p /tmp/parts && echo old-and-longer-than-five > /tmp/parts/c.bin")
+
+    infos = sandbox.files.write_files(
+        [WriteEntry(path=path, data=blob) for path, blob in zip(paths, blobs, strict=True)]
+    )
+    found = sandbox.commands.run(f"sha256sum {' '.join(paths)}").stdout.split()
+
+    assert [info.path for info in infos] == paths
+    assert found[0::2] == [hashlib.sha256(blob).hexdigest() for blob in blobs]
+
+
 # what a file held and what is uploaded over it (sizes): an existing file is written over in place and cut
 # where the upload ends, so it must hold the upload's bytes and nothing else, as envd's O_TRUNC leaves it
 OVERWRITES = {"a longer file": (3 << 20, 1000), "a shorter one": (1000, 3 << 20), "one as long": (2 << 20, 2 << 20)}

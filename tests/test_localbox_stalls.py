@@ -1,18 +1,25 @@
 """No sandbox can stall the server (#25 item 3): downloads of anything but a regular file are refused as envd
 refuses them, a regular file is sent as big as it was when opened, other clients are answered while a
-download streams, and SIGTERM stops `e2b-bench serve` whatever a download is doing."""
+download streams, uploads whose clients hold their bodies open stop no other upload, and SIGTERM stops
+`e2b-bench serve` whatever a download is doing."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import signal
+import socket
 import threading
+import time
 
 import httpx
 import pytest
 from e2b import InvalidArgumentException, Sandbox
 from test_localbox_serve import start_serve
 
+from bench.localbox.files import BODY_THREADS
 from bench.localbox.server import LocalEndpoint
+from bench.remote.slowness import scaled
 
 BIG_MIB = 64
 MAKE_SPECIALS = (
@@ -74,6 +81,34 @@ def test_other_clients_are_answered_while_a_download_streams(sandbox: Sandbox, e
 
     assert ping.status_code == 200 and sandbox.sandbox_id in {s["sandboxID"] for s in ping.json()}
     assert len(first) + rest == BIG_MIB << 20  # the first download was still under way when the ping was answered
+
+
+def test_uploads_whose_clients_hold_every_body_thread_stop_no_other_upload(
+    sandbox: Sandbox, endpoint: LocalEndpoint
+) -> None:
+    host, port = endpoint.sandbox_url.removeprefix("http://").split(":")
+    head = (
+        f"POST /files?path=/home/user/held/{{}}.bin&username=user HTTP/1.1\r\nHost: {host}\r\n"
+        f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nX-Access-Token: {sandbox._envd_access_token}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {1 << 20}\r\n\r\n"
+    )
+    sandbox.commands.run("mkdir ~/held")
+    held = [socket.create_connection((host, int(port))) for _ in range(BODY_THREADS)]
+    try:
+        for index, connection in enumerate(held):  # each body begun, and the rest never: a thread waits on each
+            connection.sendall(head.format(index).encode() + b"x" * 1000)
+        deadline = time.monotonic() + scaled(60)
+        while sandbox.commands.run("ls ~/held | wc -l").stdout.strip() != str(BODY_THREADS):
+            assert time.monotonic() < deadline, "the held uploads' files were never opened"
+            time.sleep(0.05)
+        data = os.urandom(3 << 20)
+
+        sandbox.files.write("/home/user/free.bin", data, request_timeout=scaled(60))
+
+        assert sandbox.commands.run("sha256sum < ~/free.bin").stdout.split()[0] == hashlib.sha256(data).hexdigest()
+    finally:
+        for connection in held:
+            connection.close()
 
 
 def test_sigterm_stops_serve_while_a_client_holds_a_download_and_another_asks_for_dev_zero() -> None:

@@ -7,7 +7,7 @@ import contextlib
 import errno
 import os
 import zlib
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from email.message import Message
 from typing import Literal
@@ -17,7 +17,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from bench.asgi import BODY_EXTENSION, spare_buffer
+from bench.asgi import BODY_EXTENSION, RawBody, spare_buffer
 
 from .agentlink import AgentError, AgentGone
 from .api import ApiError
@@ -30,6 +30,32 @@ MAX_READ_AHEAD = 64 << 20  # body bytes read ahead of the file at most
 IOV_MAX = os.sysconf("SC_IOV_MAX")
 _writers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-writes")
 _readers = ThreadPoolExecutor(max_workers=8, thread_name_prefix="e2b-bench-file-reads")
+BODY_THREADS = 32  # uploads whose bodies are read by threads at once; more are read on the event loop
+
+
+class BodyThreads:
+    """The threads that read, parse and write uploads' bodies (`RawBody.rest_in_thread`), claimed one per upload
+    on the event loop. An upload that finds them all busy (e.g. clients holding their bodies open) is read on
+    the event loop as before, so no upload waits for another's client."""
+
+    def __init__(self, size: int) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="e2b-bench-upload-bodies")
+        self._free = size
+
+    @contextlib.contextmanager
+    def claimed(self, body: object) -> Iterator[ThreadPoolExecutor | None]:
+        """A thread's executor for the block if `body` is a `RawBody` and a thread is free, else None."""
+        if not isinstance(body, RawBody) or not self._free:
+            yield None
+            return
+        self._free -= 1
+        try:
+            yield self._executor
+        finally:
+            self._free += 1
+
+
+_bodies = BodyThreads(BODY_THREADS)
 INFLATE_PIECE = 1 << 20  # a gzip body is inflated this much at a time, each piece written before the next
 DEFAULT_USER = "user"
 METADATA_HEADER = "x-metadata-"
@@ -247,13 +273,39 @@ class Files:
                 current, sink = sink, None
                 await current.close()
 
+        loop = asyncio.get_running_loop()
+
+        def taking(writes: ThreadWrites) -> Callable[[list[bytes | bytearray]], None]:
+            def take(pieces: list[bytes | bytearray]) -> None:
+                """In the body's thread: pieces parsed, their part data written there; what else they hold is
+                handled on the event loop, in order, the thread waiting for it."""
+                for piece in pieces:
+                    parser.write(piece)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                batch, events[:] = list(events), []
+                for event in batch:
+                    if event[0] == "data":
+                        writes.write(event[1])
+                        continue
+                    writes.flush()
+                    asyncio.run_coroutine_threadsafe(handle(event), loop).result()
+                    writes.target(sink)
+                writes.flush_if_open()
+
+            return take
+
         try:
             async with _body(request) as body:
-                async for chunk in body:
-                    parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
-                    batch, events[:] = list(events), []
-                    for event in batch:
-                        await handle(event)
+                with _bodies.claimed(body) as threads:
+                    if isinstance(body, RawBody) and threads is not None:
+                        writes = ThreadWrites(loop, body.nudge)
+                        await body.rest_in_thread(taking(writes), threads)
+                        await writes.flushed()
+                    else:
+                        async for chunk in body:
+                            parser.write(chunk)  # type: ignore[arg-type]  # a bytearray piece: parsed as bytes are
+                            batch, events[:] = list(events), []
+                            for event in batch:
+                                await handle(event)
             parser.finalize()
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
@@ -285,8 +337,9 @@ def _slice(data: bytes | bytearray, start: int, end: int) -> memoryview:
 @contextlib.asynccontextmanager
 async def _body(request: Request) -> AsyncIterator[AsyncIterator[bytes | bytearray]]:
     """The request body in pieces the handler may keep: read off the socket straight into buffers where the
-    server can (`bench.asgi.RawBody`: a body with a Content-Length no one has begun to receive), else as
-    Starlette streams it. Whatever the handler leaves unread is dropped as it arrives."""
+    server can (`bench.asgi.RawBody`: a body with a Content-Length no one has begun to receive; its rest may be
+    read by a thread, `RawBody.rest_in_thread`), else as Starlette streams it. Whatever the handler leaves
+    unread is dropped as it arrives."""
     take = request.scope.get("extensions", {}).get(BODY_EXTENSION)
     raw = take() if take is not None else None
     if raw is None:
@@ -313,7 +366,8 @@ class FileSink:
     over from its start and cut where the upload ends (as O_TRUNC would have left it, and a watcher sees the
     same CHMOD then WRITE): its pages are overwritten in place, about half the CPU of freeing them at the open
     and allocating them again. The response still comes only after every byte is written, the file cut and
-    closed; an upload that fails leaves what was written, as envd's does.
+    closed; an upload that fails leaves what was written, as envd's does. A body read by a thread of its own
+    is written by that thread instead (`direct`, `ThreadWrites`); the cut and the close stay here.
     """
 
     def __init__(self, opening: Awaitable[tuple[int, bool]]) -> None:
@@ -336,6 +390,26 @@ class FileSink:
             self._kick()
         if self._pending_size >= WRITE_BATCH:
             self._kick()
+
+    def opened(self) -> bool:
+        """Whether the open has ended (well or not); safe to ask from any thread."""
+        return self._opening.done()
+
+    def when_open(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the open has ended (well or not)."""
+        self._opening.add_done_callback(lambda _: callback())
+
+    async def direct(self) -> int:
+        """The file's descriptor, for the caller to write to from its own thread from now on (`ThreadWrites`):
+        the open and every write handed over before are done first; raises what they raised."""
+        fd, _ = await self._opening
+        last, self._pending, self._pending_size = self._pending, [], 0
+        if self._writing is not None:
+            await self._writing
+        if last:
+            self._writing = asyncio.get_running_loop().run_in_executor(_writers, _write_all, fd, last)
+            await self._writing
+        return fd
 
     async def close(self) -> None:
         """Write what is left, cut and close the file, all in one hop to a writer thread; raises what the open
@@ -376,6 +450,68 @@ class FileSink:
         (a client that pauses would leave it in memory); a failure is raised by the next write or close."""
         if not step.cancelled() and step.exception() is None and self._pending_size >= WRITE_BATCH:
             self._kick()
+
+
+class ThreadWrites:
+    """An upload's part data written by the thread that reads its body (`RawBody.rest_in_thread`) to the file of
+    the `FileSink` it targets: held (the pieces kept, at most MAX_READ_AHEAD bytes) while the file opens, so the
+    open does not stop the reading, then written in order, each before the thread reads on."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, opened: Callable[[], None]) -> None:
+        self._loop = loop
+        self._opened = opened  # called once the target's file is open: the thread then writes what it holds
+        self._sink: FileSink | None = None
+        self._fd: int | None = None
+        self._held: list[bytes | bytearray | memoryview] = []
+        self._held_size = 0
+
+    def target(self, sink: FileSink | None) -> None:
+        """Write to `sink` from now on (none: drop part data), once what is held for the last one is written."""
+        if sink is not self._sink:
+            self.flush()
+            self._sink, self._fd = sink, None
+            if sink is not None:
+                self._loop.call_soon_threadsafe(sink.when_open, self._opened)
+
+    def take(self, pieces: list[bytes | bytearray]) -> None:
+        """In the body's thread: whole pieces of the body are the file's data (an octet-stream upload)."""
+        for piece in pieces:
+            self.write(piece)
+        self.flush_if_open()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """In the body's thread: `data` held, to be written with what follows, or while the file opens."""
+        if self._sink is None:
+            return
+        self._held.append(data)
+        self._held_size += len(data)
+        if self._held_size >= MAX_READ_AHEAD:  # the open or the disk is behind: wait for it
+            self.flush()
+
+    def flush_if_open(self) -> None:
+        """In the body's thread: write what is held if the file is open (the body's reading waits for the disk
+        only), else keep it while the open runs on."""
+        if self._held and (self._fd is not None or (self._sink is not None and self._sink.opened())):
+            self.flush()
+
+    def flush(self) -> None:
+        """In the body's thread: write what is held, once the file is open."""
+        if self._held:
+            self._write(self._held)
+
+    async def flushed(self) -> None:
+        """On the event loop, once the body's thread is done: write what is held."""
+        if self._held and self._sink is not None:
+            fd = await self._sink.direct()
+            held, self._held, self._held_size = self._held, [], 0
+            await self._loop.run_in_executor(_writers, _write_all, fd, held)
+
+    def _write(self, buffers: list[bytes | bytearray | memoryview]) -> None:
+        assert self._sink is not None
+        if self._fd is None:
+            self._fd = asyncio.run_coroutine_threadsafe(self._sink.direct(), self._loop).result()
+        self._held, self._held_size = [], 0
+        _write_all(self._fd, buffers)
 
 
 def _write_all(fd: int, buffers: list[bytes | bytearray | memoryview]) -> None:
@@ -426,8 +562,15 @@ async def _inflated(stream: AsyncIterator[bytes | bytearray]) -> AsyncIterator[b
 async def _write_stream(sink: FileSink, stream: AsyncIterator[bytes | bytearray], encoding: str) -> None:
     try:
         try:
-            async for chunk in _inflated(stream) if encoding == "gzip" else stream:
-                await sink.write(chunk)
+            with _bodies.claimed(stream if encoding != "gzip" else None) as threads:
+                if isinstance(stream, RawBody) and threads is not None:
+                    writes = ThreadWrites(asyncio.get_running_loop(), stream.nudge)
+                    writes.target(sink)
+                    await stream.rest_in_thread(writes.take, threads)
+                    await writes.flushed()
+                else:
+                    async for chunk in _inflated(stream) if encoding == "gzip" else stream:
+                        await sink.write(chunk)
         except BaseException:
             await sink.abort()
             raise

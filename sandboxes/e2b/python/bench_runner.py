@@ -13,8 +13,10 @@ and no SDK at all (its own sandboxes, created and killed over the REST API): the
 twin's is what the client library adds; the twins also time the answer's first byte (`first_byte_ms`).
 `upload_floor` / `download_floor` make the SDK's own call against the harness's floor server (the
 measure's `floor_url`, bench/floor.py: it discards uploads and serves zeros), through the SDK's
-`sandbox_url` option on the shared sandbox: what the client library alone takes. No new operation
-starts after `deadline_s`; every sandbox created is killed. A measure with `settle` (the embedded endpoint)
+`sandbox_url` option on the shared sandbox: what the client library alone takes. A measure whose task names
+another in `alternate` (a transfer, its floor) takes its samples in turn with that one's: floor, SDK call, SDK
+call, floor, ... so the host's noise weighs on both alike; the other's `measure` event comes in its turn. No new
+operation starts after `deadline_s`; every sandbox created is killed. A measure with `settle` (the embedded endpoint)
 first asks the endpoint's `/e2b-bench/pool` to settle as it says, untimed, and reports how it was (`settle`) and
 how its creates were served, taken from the pool or made on demand (`served`).
 """
@@ -291,26 +293,46 @@ class Bench:
         """Time `action` alone, then `verify` what it did (untimed): a failed check fails the sample.
 
         An action that returns a `Marks` has its moments reported as parts (ms since the action began)."""
-        warmup = WARMUP[measure["kind"]]
-        for _ in range(warmup):
-            action()
-            verify()
-        began, attempted = time.perf_counter(), 0
-        for index in range(int(measure["count"])):
-            if self.expired():
-                break
-            attempted += 1
-            started_ms, started = ms_since(began), time.perf_counter()
-            try:
-                marks = action()
-                outcome: dict[str, Any] = {"ok": True, "ms": ms_since(started)}
-                if isinstance(marks, Marks):
-                    outcome["parts"] = marks.parts(started)
-                verify()
-            except Exception as exc:
-                outcome = {"ok": False, "ms": None, "error": describe(exc)}
-            self.sample(measure["id"], index, started_ms, outcome)
-        return {"attempted": attempted, "wall_ms": ms_since(began), "client": client, "warmup": warmup}
+        return self.repeat_arm(Arm(measure, action, verify, client))
+
+    def repeat_arm(self, arm: Arm) -> dict[str, Any]:
+        return self.alternate([arm])[0]
+
+    def alternate(self, arms: list[Arm]) -> list[dict[str, Any]]:
+        """`_repeat` of several measures (arms), their samples taken in turn (each index: every arm once, the first arm
+        of the turn alternating), so what the host does meanwhile weighs on each alike: their ratio is what a
+        floor's target judges. Each arm's warm-up comes first."""
+        for arm in arms:
+            for _ in range(WARMUP[arm.measure["kind"]]):
+                arm.action()
+                arm.verify()
+        began = time.perf_counter()
+        attempted = [0] * len(arms)
+        for index in range(max(int(arm.measure["count"]) for arm in arms)):
+            turn = list(enumerate(arms))
+            for position, arm in turn if index % 2 == 0 else turn[::-1]:
+                if index >= int(arm.measure["count"]) or self.expired():
+                    continue
+                attempted[position] += 1
+                started_ms, started = ms_since(began), time.perf_counter()
+                try:
+                    marks = arm.action()
+                    outcome: dict[str, Any] = {"ok": True, "ms": ms_since(started)}
+                    if isinstance(marks, Marks):
+                        outcome["parts"] = marks.parts(started)
+                    arm.verify()
+                except Exception as exc:
+                    outcome = {"ok": False, "ms": None, "error": describe(exc)}
+                self.sample(arm.measure["id"], index, started_ms, outcome)
+        wall_ms = ms_since(began)
+        events = []
+        for position, arm in enumerate(arms):
+            event = {"attempted": attempted[position], "wall_ms": wall_ms, "client": arm.client}
+            event["warmup"] = WARMUP[arm.measure["kind"]]
+            if len(arms) > 1:
+                event["alternated_with"] = [other.measure["id"] for other in arms if other is not arm]
+            events.append(event)
+        return events
 
     def run_true(self, measure: dict[str, Any]) -> dict[str, Any]:
         sandbox = self._work_sandbox()
@@ -320,7 +342,7 @@ class Bench:
         http, sandbox = self._plain(), self._http_work_sandbox()
         return self._repeat(measure, lambda: http.start(sandbox, "true"), client="httpx")
 
-    def upload(self, measure: dict[str, Any]) -> dict[str, Any]:
+    def upload(self, measure: dict[str, Any]) -> Arm:
         sandbox, payload = self._work_sandbox(), self._payload(int(measure["bytes"]))
 
         def send() -> None:
@@ -329,7 +351,7 @@ class Bench:
         def verify() -> None:
             self._expect_digest(sandbox.commands.run(f"sha256sum {TRANSFER_PATH}").stdout.split()[0], "uploaded file")
 
-        return self._repeat(measure, send, verify)
+        return Arm(measure, send, verify)
 
     def upload_http(self, measure: dict[str, Any]) -> dict[str, Any]:
         http, sandbox = self._plain(), self._http_work_sandbox()
@@ -343,7 +365,7 @@ class Bench:
 
         return self._repeat(measure, send, verify, client="httpx")
 
-    def download(self, measure: dict[str, Any]) -> dict[str, Any]:
+    def download(self, measure: dict[str, Any]) -> Arm:
         sandbox, payload = self._work_sandbox(), self._payload(int(measure["bytes"]))
         sandbox.files.write(TRANSFER_PATH, payload, request_timeout=self.remaining_s())
         received: list[bytes] = []
@@ -354,7 +376,7 @@ class Bench:
         def verify() -> None:
             self._expect_digest(hashlib.sha256(bytes(received[0])).hexdigest(), "downloaded bytes")
 
-        return self._repeat(measure, fetch, verify)
+        return Arm(measure, fetch, verify)
 
     def _floor_sandbox(self, floor_url: str) -> Any:
         """The shared sandbox, connected through the SDK with the floor server as its envd URL."""
@@ -364,7 +386,7 @@ class Bench:
             self.floors[floor_url] = Sandbox.connect(self._work_sandbox().sandbox_id, sandbox_url=floor_url)
         return self.floors[floor_url]
 
-    def upload_floor(self, measure: dict[str, Any]) -> dict[str, Any]:
+    def upload_floor(self, measure: dict[str, Any]) -> Arm:
         sandbox, payload = self._floor_sandbox(measure["floor_url"]), self._payload(int(measure["bytes"]))
 
         def send() -> None:
@@ -375,9 +397,9 @@ class Bench:
             if received < len(payload):
                 raise AssertionError(f"the floor server received {received} bytes, less than the {len(payload)} sent")
 
-        return self._repeat(measure, send, verify)
+        return Arm(measure, send, verify)
 
-    def download_floor(self, measure: dict[str, Any]) -> dict[str, Any]:
+    def download_floor(self, measure: dict[str, Any]) -> Arm:
         sandbox, size = self._floor_sandbox(measure["floor_url"]), int(measure["bytes"])
         received: list[bytes] = []
 
@@ -388,7 +410,7 @@ class Bench:
             if bytes(received[0]) != bytes(size):
                 raise AssertionError(f"the floor download is not {size} zero bytes ({len(received[0])} bytes)")
 
-        return self._repeat(measure, fetch, verify)
+        return Arm(measure, fetch, verify)
 
     def download_http(self, measure: dict[str, Any]) -> dict[str, Any]:
         http, sandbox = self._plain(), self._http_work_sandbox()
@@ -415,6 +437,16 @@ class Bench:
                     self.killed.add(sandbox_id)
             self.http.close()
         return {**report, **kill_sandboxes(self.created, self.killed)}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One measure's timed action, the check of what it did, and the client named in its measure event."""
+
+    measure: dict[str, Any]
+    action: Callable[[], object]
+    verify: Callable[[], None]
+    client: str = "Sandbox"
 
 
 @dataclass(frozen=True)
@@ -560,24 +592,44 @@ def main() -> int:
         protocol.footer(False, reason=f"unknown suite {task.get('suite')}")
         return 2
     bench = Bench(task, protocol)
+    arms: dict[str, Callable[[dict[str, Any]], Arm]] = {
+        "upload": bench.upload,
+        "download": bench.download,
+        "upload_floor": bench.upload_floor,
+        "download_floor": bench.download_floor,
+    }
+    measures = task.get("measures") or []
+    by_id = {measure["id"]: measure for measure in measures}
+    alternated: dict[str, dict[str, Any]] = {}  # a measure taken in turn with an earlier one: its event, kept
+
+    def taken(measure: dict[str, Any]) -> dict[str, Any]:
+        """A measure's event: taken in turn with the measure it names in `alternate`, if planned (whose event is
+        kept until its turn in the plan), else alone."""
+        partner = by_id.get(measure.get("alternate", ""))
+        if partner is None or partner["kind"] not in arms:
+            return bench.repeat_arm(arms[measure["kind"]](measure))
+        own, other = bench.alternate([arms[partner["kind"]](partner), arms[measure["kind"]](measure)])[::-1]
+        alternated[partner["id"]] = other
+        return own
+
     kinds: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "tti": lambda m: bench.tti_sequential(m) if m.get("mode") == "sequential" else bench.tti_concurrent(m),
         "tti_http": bench.tti_http,
         "run_true": bench.run_true,
         "run_true_http": bench.run_true_http,
-        "upload": bench.upload,
+        **{kind: taken for kind in arms},
         "upload_http": bench.upload_http,
-        "download": bench.download,
         "download_http": bench.download_http,
-        "upload_floor": bench.upload_floor,
-        "download_floor": bench.download_floor,
         "tti_snapshot": bench.tti_snapshot,
         "tti_fork": bench.tti_fork,
     }
     cleaned: dict[str, str] = {}
     try:
-        for measure in task.get("measures") or []:
+        for measure in measures:
             event: dict[str, Any] = {"type": "measure", "id": measure["id"], "planned": int(measure["count"])}
+            if measure["id"] in alternated:  # taken already, in turn with the measure that named it
+                protocol.emit({**event, **alternated.pop(measure["id"])})
+                continue
             if measure["kind"] not in kinds:
                 event.update(attempted=0, error=f"this runner has no measure of kind {measure['kind']}")
             elif bench.expired():
@@ -594,6 +646,11 @@ def main() -> int:
                     event["served"] = bench.served_since(served)
                 if bench.expired() and event.get("attempted", 0) < event["planned"]:
                     event["stopped"] = "deadline"
+                for other in event.get("alternated_with", []):  # its partner's event: the same settle, served, end
+                    partner_event = alternated[other]
+                    partner_event.update({key: event[key] for key in ("settle", "served") if key in event})
+                    if bench.expired() and partner_event.get("attempted", 0) < int(by_id[other]["count"]):
+                        partner_event["stopped"] = "deadline"
             protocol.emit(event)
     finally:
         cleaned = bench.cleanup()

@@ -8,7 +8,8 @@
 // their `_http` twins: the same requests with Node's core `http` client and no SDK at all, on sandboxes
 // created and killed over the REST API, so the SDK's row minus its twin's is what the SDK adds; the
 // twins also time the answer's first byte, `first_byte_ms`), and `upload_floor` / `download_floor`: the
-// SDK's own call against the harness's floor server (bench/floor.py) through its `sandboxUrl` option.
+// SDK's own call against the harness's floor server (bench/floor.py) through its `sandboxUrl` option;
+// a transfer whose task names its floor in `alternate` takes its samples in turn with the floor's.
 // No new operation starts after `deadline_s`; every sandbox created is killed. A measure with `settle` (the
 // embedded endpoint) first asks the endpoint's `/e2b-bench/pool` to settle as it says, untimed, and reports how
 // it was (`settle`) and how its creates were served, taken from the pool or made on demand (`served`).
@@ -221,30 +222,52 @@ class Bench {
   /** Time `action` alone, then `verify` it (untimed); an action that returns `{ firstByte }` (a
    * performance.now() moment) has it reported as the part `first_byte_ms`. */
   async repeat(measure, action, verify = async () => {}, client = 'Sandbox') {
-    const warmup = WARMUP[measure.kind]
-    for (let i = 0; i < warmup; i++) {
-      await action()
-      await verify()
+    return (await this.alternate([{ measure, action, verify, client }]))[0]
+  }
+
+  /** `repeat` of several measures (arms: `{ measure, action, verify, client }`), their samples taken in turn
+   * (each index: every arm once, the first arm of the turn alternating), so what the host does meanwhile
+   * weighs on each alike: their ratio is what a floor's target judges. Each arm's warm-up comes first. */
+  repeatArm(arm) {
+    return this.alternate([arm]).then((events) => events[0])
+  }
+
+  async alternate(arms) {
+    for (const arm of arms) {
+      for (let i = 0; i < WARMUP[arm.measure.kind]; i++) {
+        await arm.action()
+        await arm.verify()
+      }
     }
     const began = performance.now()
-    let attempted = 0
-    for (let index = 0; index < Number(measure.count); index++) {
-      if (this.expired()) break
-      attempted++
-      const startMs = msSince(began)
-      const started = performance.now()
-      let outcome
-      try {
-        const marks = await action()
-        outcome = { ok: true, ms: msSince(started) }
-        if (typeof marks?.firstByte === 'number') outcome.parts = { first_byte_ms: round(marks.firstByte - started) }
-        await verify() // untimed: a wrong digest fails the sample
-      } catch (err) {
-        outcome = { ok: false, ms: null, error: describe(err) }
+    const attempted = arms.map(() => 0)
+    const rounds = Math.max(...arms.map((arm) => Number(arm.measure.count)))
+    for (let index = 0; index < rounds; index++) {
+      const turn = arms.map((arm, position) => [arm, position])
+      for (const [arm, position] of index % 2 === 0 ? turn : turn.reverse()) {
+        if (index >= Number(arm.measure.count) || this.expired()) continue
+        attempted[position]++
+        const startMs = msSince(began)
+        const started = performance.now()
+        let outcome
+        try {
+          const marks = await arm.action()
+          outcome = { ok: true, ms: msSince(started) }
+          if (typeof marks?.firstByte === 'number') outcome.parts = { first_byte_ms: round(marks.firstByte - started) }
+          await arm.verify() // untimed: a wrong digest fails the sample
+        } catch (err) {
+          outcome = { ok: false, ms: null, error: describe(err) }
+        }
+        this.sample(arm.measure.id, index, startMs, outcome)
       }
-      this.sample(measure.id, index, startMs, outcome)
     }
-    return { attempted, wall_ms: msSince(began), client, warmup }
+    const wallMs = msSince(began)
+    return arms.map((arm, position) => {
+      const event = { attempted: attempted[position], wall_ms: wallMs, client: arm.client ?? 'Sandbox' }
+      event.warmup = WARMUP[arm.measure.kind]
+      if (arms.length > 1) event.alternated_with = arms.filter((other) => other !== arm).map((other) => other.measure.id)
+      return event
+    })
   }
 
   async runTrue(measure) {
@@ -264,7 +287,7 @@ class Bench {
       const found = (await sandbox.commands.run(`sha256sum ${TRANSFER_PATH}`)).stdout.split(/\s+/)[0]
       this.expectDigest(found, 'uploaded file')
     }
-    return this.repeat(measure, () => sandbox.files.write(TRANSFER_PATH, payload), verify)
+    return { measure, action: () => sandbox.files.write(TRANSFER_PATH, payload), verify }
   }
 
   async uploadHttp(measure) {
@@ -285,7 +308,7 @@ class Bench {
     }
     const verify = async () =>
       this.expectDigest(createHash('sha256').update(received).digest('hex'), 'downloaded bytes')
-    return this.repeat(measure, fetch, verify)
+    return { measure, action: fetch, verify }
   }
 
   /** The shared sandbox, connected through the SDK with the floor server as its envd URL. */
@@ -306,7 +329,7 @@ class Bench {
       const received = JSON.parse(Buffer.concat(expectOk(answer).chunks).toString('utf8')).bytes
       if (received < payload.byteLength) throw new Error(`the floor server received ${received} bytes, less than the ${payload.byteLength} sent`)
     }
-    return this.repeat(measure, () => sandbox.files.write(TRANSFER_PATH, payload), verify)
+    return { measure, action: () => sandbox.files.write(TRANSFER_PATH, payload), verify }
   }
 
   async downloadFloor(measure) {
@@ -320,7 +343,7 @@ class Bench {
       if (received.length !== size || received.some((byte) => byte !== 0))
         throw new Error(`the floor download is not ${size} zero bytes (${received.length} bytes)`)
     }
-    return this.repeat(measure, fetch, verify)
+    return { measure, action: fetch, verify }
   }
 
   async downloadHttp(measure) {
@@ -537,17 +560,31 @@ async function main() {
     return 2
   }
   const bench = new Bench(sdk, task)
+  const arms = {
+    upload: (m) => bench.upload(m),
+    download: (m) => bench.download(m),
+    upload_floor: (m) => bench.uploadFloor(m),
+    download_floor: (m) => bench.downloadFloor(m),
+  }
+  const measures = task.measures ?? []
+  const byId = new Map(measures.map((measure) => [measure.id, measure]))
+  const alternated = new Map() // a measure taken in turn with an earlier one: its event, kept until its turn
+  // A measure's event: taken in turn with the measure it names in `alternate`, if planned, else alone.
+  const taken = async (measure) => {
+    const partner = byId.get(measure.alternate)
+    if (partner === undefined || !(partner.kind in arms)) return bench.repeatArm(await arms[measure.kind](measure))
+    const [other, own] = await bench.alternate([await arms[partner.kind](partner), await arms[measure.kind](measure)])
+    alternated.set(partner.id, other)
+    return own
+  }
   const kinds = {
     tti: (m) => (m.mode === 'sequential' ? bench.ttiSequential(m) : bench.ttiConcurrent(m)),
     tti_http: (m) => bench.ttiHttp(m),
     run_true: (m) => bench.runTrue(m),
     run_true_http: (m) => bench.runTrueHttp(m),
-    upload: (m) => bench.upload(m),
+    ...Object.fromEntries(Object.keys(arms).map((kind) => [kind, taken])),
     upload_http: (m) => bench.uploadHttp(m),
-    download: (m) => bench.download(m),
     download_http: (m) => bench.downloadHttp(m),
-    upload_floor: (m) => bench.uploadFloor(m),
-    download_floor: (m) => bench.downloadFloor(m),
   }
   // A harness that stops the run sends SIGTERM: kill the sandboxes, report nothing more.
   let terminating = false
@@ -557,9 +594,15 @@ async function main() {
   })
   let cleaned = {}
   try {
-    for (const measure of task.measures ?? []) {
+    for (const measure of measures) {
       if (terminating) break
       const event = { type: 'measure', id: measure.id, planned: Number(measure.count) }
+      if (alternated.has(measure.id)) {
+        // taken already, in turn with the measure that named it
+        emit({ ...event, ...alternated.get(measure.id) })
+        alternated.delete(measure.id)
+        continue
+      }
       if (!(measure.kind in kinds)) {
         Object.assign(event, { attempted: 0, error: `this runner has no measure of kind ${measure.kind}` })
       } else if (bench.expired()) {
@@ -575,6 +618,12 @@ async function main() {
         }
         if (measure.settle) event.served = await bench.servedSince(served)
         if (bench.expired() && event.attempted < event.planned) event.stopped = 'deadline'
+        for (const other of event.alternated_with ?? []) {
+          // its partner's event: the same settle, served and end
+          const partnerEvent = alternated.get(other)
+          for (const key of ['settle', 'served']) if (key in event) partnerEvent[key] = event[key]
+          if (bench.expired() && partnerEvent.attempted < Number(byId.get(other).count)) partnerEvent.stopped = 'deadline'
+        }
       }
       emit(event)
     }

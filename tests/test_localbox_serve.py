@@ -58,10 +58,13 @@ def alive(pid: int) -> bool:
 def sandbox_pids(server_dir: Path) -> set[int]:
     """Live processes holding the sandboxes of a server (from their pid files) and their pid 1s."""
     found = set()
-    for pid_file in server_dir.glob("**/boxes/*/pid"):
-        holder = int(pid_file.read_text())
-        with contextlib.suppress(OSError):
-            found |= {holder, *map(int, Path(f"/proc/{holder}/task/{holder}/children").read_text().split())}
+    # boxes/ of this server's state directory or of the servers under it; never a walk into the sandboxes' own
+    # trees, nor one that a disk mounted or removed meanwhile (a spare taken, a sandbox ended) breaks
+    for boxes in (server_dir / "boxes", *server_dir.glob("*/boxes")):
+        for pid_file in boxes.glob("*/pid"):
+            with contextlib.suppress(OSError, ValueError):
+                holder = int(pid_file.read_text())
+                found |= {holder, *map(int, Path(f"/proc/{holder}/task/{holder}/children").read_text().split())}
     return {pid for pid in found if alive(pid)}
 
 

@@ -241,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--no-report", action="store_true")
     merge.set_defaults(handler=cmd_merge)
 
-    from .load import add_load_parser
+    from .loadcli import add_load_parser
 
     add_load_parser(commands)
 

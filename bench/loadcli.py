@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ SOAK_USERS, SOAK_DURATION_S, SOAK_RATE = 200, 600.0, 2.0
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "results"
 
 
-def add_load_parser(commands: Any) -> None:
-    """The `load` subcommand of the CLI."""
+def add_load_parser(commands: Any, handler: Callable[[argparse.Namespace, list[str]], int]) -> None:
+    """The `load` subcommand of the CLI, run by `handler` (the CLI's, which imports the load run when called)."""
     load = commands.add_parser(
         "load",
         help="simulated agents on Locust against an endpoint: load.json (latency, RPS, failures, leaks) and a report",
@@ -51,10 +52,4 @@ def add_load_parser(commands: Any) -> None:
     load.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     load.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     load.add_argument("--no-report", action="store_true")
-    load.set_defaults(handler=cmd_load)
-
-
-def cmd_load(args: argparse.Namespace, extra: list[str]) -> int:
-    from .load import cmd_load as run
-
-    return run(args, extra)
+    load.set_defaults(handler=handler)

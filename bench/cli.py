@@ -241,13 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--no-report", action="store_true")
     merge.set_defaults(handler=cmd_merge)
 
-    from .load import add_load_parser
+    from .loadcli import add_load_parser
 
-    add_load_parser(commands)
+    add_load_parser(commands, cmd_load)
 
     runners = _command(commands, "runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
+
+
+def cmd_load(args: argparse.Namespace, extra: list[str]) -> int:
+    from .load import cmd_load as run_load
+
+    return run_load(args, extra)
 
 
 def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:

@@ -16,7 +16,10 @@ it (sandboxes/e2b/*/surface.*), with the cases that called it (`details.sdk_call
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -145,13 +148,22 @@ def _why_missing(op: dict[str, Any], documented: list[int], reachable: list[int]
 # --- SDK methods ----------------------------------------------------------------------------------
 
 
-def sdk_surface(runner_name: str) -> list[str]:
-    """The public SDK methods of a registered runner, as its own environment reports them."""
+def sdk_surface(runner_name: str, cache_dir: Path | None = None) -> list[str]:
+    """The public SDK methods of a registered runner, as its own environment reports them. Every run's write-up
+    asks, so the list is made once per state of that environment and of the listing script, and kept in the
+    cache (`<cache>/surfaces/`): a runner process importing the SDK costs more than the rest of the table."""
     from .runners.catalog import available_runners
 
     runner = available_runners()[runner_name]
     executable = runner.prepare()
     script = SURFACE[runner.language]
+    kept = _surface_file(runner_name, runner.resolved_versions(executable), executable, script, cache_dir)
+    try:
+        known = json.loads(kept.read_text(encoding="utf-8"))
+        if isinstance(known, list) and all(isinstance(name, str) for name in known):
+            return known
+    except (OSError, ValueError):
+        pass  # not listed yet for this state (or a file cut short): listed again
     done = subprocess.run(
         [str(executable), str(script)],
         env=runner.environment({}),
@@ -161,7 +173,28 @@ def sdk_surface(runner_name: str) -> list[str]:
         timeout=120,
         check=True,
     )
-    return list(json.loads(done.stdout))
+    names = [str(name) for name in json.loads(done.stdout)]
+    with contextlib.suppress(OSError):  # a read-only cache lists again next time
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        partial = kept.with_name(f"{kept.name}.{os.getpid()}")
+        partial.write_text(json.dumps(names) + "\n", encoding="utf-8")
+        partial.replace(kept)
+    return names
+
+
+def _surface_file(
+    runner_name: str, versions: dict[str, str], executable: Path, script: Path, cache_dir: Path | None
+) -> Path:
+    """Where the surface of this runner is kept: its name and a digest of what decides the list (every package
+    its environment holds, its interpreter, and the listing script with the modules beside it it may import)."""
+    from .runners.envs import default_cache_dir
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"versions": versions, "executable": str(executable)}, sort_keys=True).encode())
+    for source in sorted(script.parent.glob(f"*{script.suffix}")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    root = cache_dir if cache_dir is not None else default_cache_dir()
+    return root / "surfaces" / f"{runner_name}-{digest.hexdigest()[:16]}.json"
 
 
 def sdk_coverage(cases: list[dict[str, Any]], surface: Any = sdk_surface) -> dict[str, Any]:

@@ -6,7 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.coverage import load_operations, sdk_coverage, sdk_surface, spec_coverage, write_coverage
+from bench.coverage import (
+    _surface_file,
+    load_operations,
+    sdk_coverage,
+    sdk_surface,
+    spec_coverage,
+    write_coverage,
+)
 from bench.results import schema_errors
 
 API = "http://127.0.0.1:9"
@@ -94,6 +101,35 @@ def test_the_python_runner_reports_its_sdk_surface_from_its_own_environment() ->
         assert name in names
     assert "Sandbox.sandbox_id" not in names  # a property, not a method
     assert not [name for name in names if name.rsplit(".", 1)[1].startswith("_")]
+
+
+def test_a_runners_surface_is_listed_once_per_state_and_read_back_after(tmp_path: Path) -> None:
+    listed = sdk_surface("py-e2b-2.63.0", cache_dir=tmp_path)
+    (kept,) = (tmp_path / "surfaces").iterdir()
+    assert json.loads(kept.read_text()) == listed
+
+    kept.write_text('["Sandbox.kept_only"]\n')  # what the next run reads, instead of asking the environment again
+
+    assert sdk_surface("py-e2b-2.63.0", cache_dir=tmp_path) == ["Sandbox.kept_only"]
+
+
+def test_a_surface_is_kept_per_environment_and_listing_script(tmp_path: Path) -> None:
+    script = tmp_path / "scripts" / "surface.mjs"
+    script.parent.mkdir()
+    script.write_text("// lists")
+    driver = script.with_name("driver.mjs")
+    driver.write_text("// loads the SDK")
+    node = Path("/usr/bin/node")
+
+    def kept(versions: dict[str, str]) -> Path:
+        return _surface_file("js-e2b-2.51.0", versions, node, script, tmp_path)
+
+    first = kept({"e2b": "2.51.0"})
+    assert first.parent == tmp_path / "surfaces" and first.name.startswith("js-e2b-2.51.0-")
+    assert kept({"e2b": "2.51.0"}) == first
+    assert kept({"e2b": "2.52.0"}) != first  # another SDK in the environment
+    driver.write_text("// loads the SDK another way")  # a module the script imports
+    assert kept({"e2b": "2.51.0"}) != first
 
 
 def test_write_coverage_writes_a_valid_coverage_json(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-"""`./e2b-bench selftest --slow`: CI's selection plus the slow-marked tests, seen by collecting (nothing runs)."""
+"""`./e2b-bench selftest --slow`: CI's selection plus the slow-marked tests, seen by collecting (nothing runs); and
+the checkout's modules the self-tests' processes import, compiled before they start."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -29,9 +31,9 @@ def pytest_collection_finish(session):
 """
 
 
-def selftest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def selftest(tmp_path: Path, *args: str, **environ: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "seen_plugin.py").write_text(SEEN_PLUGIN)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SEEN_TO": str(tmp_path / "seen.json")}
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "SEEN_TO": str(tmp_path / "seen.json"), **environ}
     return subprocess.run(
         [str(REPO / "e2b-bench"), "selftest", "--collect-only", "-q", "-p", "seen_plugin", *args, *MODULES],
         cwd=REPO,
@@ -61,3 +63,21 @@ def test_slow_with_a_marker_expression_of_its_own_is_refused_in_one_sentence(tmp
     assert done.returncode == 4  # pytest's usage error, before anything is collected
     assert "ERROR: --slow is a selection of its own (-m 'not bench'): give it or -m, not both" in done.stderr
     assert not (tmp_path / "seen.json").exists()
+
+
+def test_selftest_compiles_the_checkouts_modules_that_no_process_would_keep(tmp_path: Path) -> None:
+    # under PYTHONDONTWRITEBYTECODE no process writes what it compiles: each run, runner and test compiled these again
+    sources = [
+        REPO / "bench" / "exits.py",
+        REPO / "sandboxes" / "e2b" / "python" / "driver.py",
+        REPO / "tests" / "loopback.py",
+    ]
+    compiled = [Path(importlib.util.cache_from_source(str(source))) for source in sources]
+    for path in compiled:
+        path.unlink(missing_ok=True)
+
+    done = selftest(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert [path.is_file() for path in compiled] == [True, True, True]
+    assert all(path.stat().st_mtime >= source.stat().st_mtime for path, source in zip(compiled, sources, strict=True))

@@ -30,6 +30,13 @@ def test_importing_the_cli_and_building_its_parser_loads_no_heavy_library() -> N
     assert loaded_after("import bench.cli\nbench.cli.build_parser()", HEAVY) == []
 
 
+def test_building_the_cli_parser_loads_neither_the_load_run_nor_the_embedded_endpoint() -> None:
+    # a run against another endpoint, a report or a merge never serves sandboxes: the `load` options are parsed
+    # without importing the load run (its soak census holds the embedded endpoint's sandbox code)
+    watched = ("bench.load", "bench.localbox.box", "bench.localbox.server")
+    assert loaded_after("import bench.cli\nbench.cli.build_parser()", watched) == []
+
+
 @pytest.mark.parametrize("module", ["bench.report", "bench.compare", "bench.lifecycle", "bench.shards"])
 def test_the_write_up_modules_load_no_heavy_library(module: str) -> None:
     assert loaded_after(f"import {module}", HEAVY) == []

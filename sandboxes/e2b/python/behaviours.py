@@ -1074,9 +1074,12 @@ async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
     no end event and no end message (a raw Connect stream of the process shows it), so wait() raises the SDK's
     timeout error saying the sandbox was killed ('killed or reached its end of life'), never an exit code."""
     sbx = await fl.new()
-    handle = await got(sbx.commands.run("echo started; sleep 20", background=True))
+    handle = await got(sbx.commands.run("echo started; sleep 600", background=True))
     made = {"sandboxID": sbx.sandbox_id, "envdAccessToken": getattr(sbx, "_envd_access_token", None) or ""}
-    with httpx.Client(timeout=30 * slowness(fl)) as client:
+    # The cut comes with the kill: a stream still open this long after the kill answered was not cut (waiting for
+    # the command to end instead cost an endpoint that ignores kills the command's whole run, twice a run).
+    cut_s = KILL_CUT_S * slowness(fl)
+    with httpx.Client(timeout=httpx.Timeout(30 * slowness(fl), read=cut_s)) as client:
         raw = RpcStream(client, made, "/process.Process/Connect", {"process": {"pid": handle.pid}})
         try:
             opened = raw.next_event() or {}
@@ -1084,12 +1087,21 @@ async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
             with rest() as api:
                 same(obs, "rest_kill", api.delete(f"/sandboxes/{sbx.sandbox_id}").status_code, 204)
             try:
-                raw.until(lambda: False, 30 * slowness(fl))
-                ending = f"an end message: {raw.error!r}" if raw.error else f"a clean end, end event {raw.end}"
+                raw.until(lambda: False, cut_s)
+                if raw.error:
+                    ending = f"an end message: {raw.error!r}"
+                elif raw.ended:
+                    ending = f"a clean end, end event {raw.end}"
+                else:
+                    ending = "still open after the kill"  # keep-alives came, nothing else
+            except httpx.ReadTimeout:
+                ending = "still open after the kill"
             except httpx.TransportError:
                 ending = "connection lost"
         finally:
             raw.close()
+    if ending == "still open after the kill":
+        obs["waited_s"] = round(cut_s, 1)
     same(obs, "raw_stream_ended_by", ending, "connection lost")
     try:
         result = await got(handle.wait())
@@ -1272,6 +1284,7 @@ WATCH_OPERATIONS = (
     ("upload into a subdirectory", [("CREATE", "sub/in.txt"), ("CHMOD", "sub/in.txt"), ("WRITE", "sub/in.txt")]),
 )
 WATCH_WAIT_S = 60  # bounds a wait for an event that arrives in milliseconds
+KILL_CUT_S = 5.0  # bounds the wait, once a kill answered, for the killed sandbox's streams to be cut (quiet host)
 
 
 @behaviour("watch_events_match_envd")
@@ -1511,6 +1524,7 @@ class RpcStream:
         self.output = bytearray()
         self.end: dict[str, Any] | None = None
         self.error = ""  # the stream's error, as its trailer (or a refused request) says it
+        self.ended = False  # the stream's body ended (its trailer, or the response closed cleanly)
 
     def next_event(self) -> dict[str, Any] | None:
         import json
@@ -1521,12 +1535,14 @@ class RpcStream:
         while len(self.buffer) < 5 or len(self.buffer) < 5 + int.from_bytes(self.buffer[1:5], "big"):
             chunk = next(self.chunks, None)
             if chunk is None:
+                self.ended = True
                 return None
             self.buffer += chunk
         size = int.from_bytes(self.buffer[1:5], "big")
         flags, payload = self.buffer[0], bytes(self.buffer[5 : 5 + size])
         del self.buffer[: 5 + size]
         if flags & 2:  # the stream's trailer
+            self.ended = True
             self.error = str((json.loads(payload or b"{}").get("error") or {}).get("message", ""))
             return None
         return json.loads(payload).get("event", {})

@@ -16,9 +16,10 @@ measure's `floor_url`, bench/floor.py: it discards uploads and serves zeros), th
 `sandbox_url` option on the shared sandbox: what the client library alone takes. A measure whose task names
 another in `alternate` (a transfer, its floor) takes its samples in turn with that one's: floor, SDK call, SDK
 call, floor, ... so the host's noise weighs on both alike; the other's `measure` event comes in its turn. No new
-operation starts after `deadline_s` (counted once the SDK is imported); every sandbox created is killed. A measure with `settle` (the embedded endpoint)
-first asks the endpoint's `/e2b-bench/pool` to settle as it says, untimed, and reports how it was (`settle`) and
-how its creates were served, taken from the pool or made on demand (`served`).
+operation starts after `deadline_s` (counted once the SDK is imported); every sandbox created is killed. A
+measure with `settle` (the embedded endpoint) first asks the endpoint's `/e2b-bench/pool` to settle as it
+says, untimed, and reports how it was (`settle`) and how its creates were served, taken from the pool or made
+on demand (`served`).
 """
 
 from __future__ import annotations

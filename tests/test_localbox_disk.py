@@ -19,7 +19,7 @@ from unittest import mock
 import httpx
 import pytest
 from e2b import NotEnoughSpaceException, Sandbox
-from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, start_serve
+from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, serve_until_done
 
 from bench.localbox.disk import Disks, drop_unwritten
 from bench.localbox.server import LocalEndpoint, serving
@@ -371,14 +371,14 @@ def test_a_server_that_stops_leaves_no_mount_and_no_loop_device() -> None:
 
 
 def test_a_crashed_servers_mounted_disks_are_removed_by_the_next_server() -> None:
-    process, exports = start_serve()
-    sandbox = sandbox_via(exports)
-    sandbox.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
-    server_dir = next(Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*"))
-    running = sandbox_pids(server_dir)
-    mounted = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(server_dir) in line]
+    with serve_until_done() as (process, exports):
+        sandbox = sandbox_via(exports)
+        sandbox.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
+        server_dir = next(Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*"))
+        running = sandbox_pids(server_dir)
+        mounted = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(server_dir) in line]
 
-    crash_then_serve_again(process, running)
+        crash_then_serve_again(process, running)
 
     assert len(mounted) >= 1  # the sandbox's disk (and those of the pool)
     assert str(server_dir) not in Path("/proc/self/mountinfo").read_text()

@@ -48,6 +48,22 @@ def start_serve(*args: str, env: dict[str, str] | None = None) -> tuple[subproce
     return process, exports
 
 
+@contextlib.contextmanager
+def serve_until_done(*args: str) -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
+    """`start_serve`, and a serve the test did not end (it failed first) stopped, never left running."""
+    process, exports = start_serve(*args)
+    try:
+        yield process, exports
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=scaled(30))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
 def alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -141,13 +157,13 @@ def test_serve_names_the_file_holding_its_api_key_and_never_prints_the_key(state
 
 
 def test_a_crashed_server_leaves_nothing_running_and_the_next_one_cleans_its_files(tmp_path: Path) -> None:
-    process, exports = start_serve()
-    sbx = sandbox_via(exports)
-    sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
-    leftovers = [p for p in Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*")]
-    running = set().union(*(sandbox_pids(p) for p in leftovers))
+    with serve_until_done() as (process, exports):
+        sbx = sandbox_via(exports)
+        sbx.commands.run("nohup sleep 300 >/dev/null 2>&1 &")
+        leftovers = [p for p in Path(f"/tmp/e2b-bench-localbox-{os.getuid()}").glob(f"server-{process.pid}-*")]
+        running = set().union(*(sandbox_pids(p) for p in leftovers))
 
-    crash_then_serve_again(process, running)
+        crash_then_serve_again(process, running)
 
     assert len(leftovers) == 1 and len(running) >= 2
     assert {pid for pid in running if alive(pid)} == set()

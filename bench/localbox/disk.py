@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..remote.slowness import scaled
@@ -246,7 +246,7 @@ class Spares:
             raise
         if libc.mount(bytes(spare.root), bytes(target), None, MS_BIND, None) != 0:  # its flags come with it
             err = ctypes.get_errno()
-            end_spares([Spare(spare.root, image, spare.device)])
+            end_spares([replace(spare, image=image)])  # renamed already
             raise DiskError(err, f"mounting a sandbox's disk at {target}: {os.strerror(err)}")
         libc.umount2(bytes(spare.root), MNT_DETACH)  # the disk stays mounted at target alone
         spare.root.rmdir()

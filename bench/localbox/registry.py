@@ -34,7 +34,7 @@ from .box import (
     remove_tree,
 )
 from .codeinterp import START_COMMANDS
-from .disk import Disks, end_spares, unmount_under
+from .disk import Disks, Spares, end_spares, unmount_under
 from .inflight import InFlight
 from .network import EgressRules, Ingress
 from .quirks import Quirks
@@ -299,14 +299,18 @@ class Registry:
         return SPARE_DISKS if self.pool_size > 0 else 0
 
     @property
+    def _spares(self) -> Spares | None:
+        return self.disks.spares if self.disks is not None else None
+
+    @property
     def spare_disks(self) -> int:
         """Empty disks mounted and ready for the next creates."""
-        spares = self.disks.spares if self.disks is not None else None
+        spares = self._spares
         return 0 if spares is None else spares.ready
 
     def _refill_spares(self) -> None:
         """Make spare disks for those taken, on a thread of their own, in the background (`idle` waits for it)."""
-        spares = self.disks.spares if self.disks is not None else None
+        spares = self._spares
         if self._closing or spares is None or spares.wanted <= 0:
             return
         if self._spares_task is not None and not self._spares_task.done():
@@ -365,7 +369,7 @@ class Registry:
         self._reserved = reserve
         while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
             self._background(asyncio.ensure_future(self._pool.pop().kill()))
-        spares = self.disks.spares if self.disks is not None else None
+        spares = self._spares
         if spares is not None and (extra := spares.resize(self._spares_wanted())):
             self._background(loop.run_in_executor(None, end_spares, extra))
         self._settling += 1
@@ -621,7 +625,7 @@ class Registry:
         boxes = [s.box for s in self.sandboxes.values()] + self._pool
         self.sandboxes.clear()
         self._pool.clear()
-        spares = self.disks.spares if self.disks is not None else None
+        spares = self._spares
         if spares is not None:  # a fill under way ends with the spare it is making
             self._background(asyncio.get_running_loop().run_in_executor(None, spares.close))
         await asyncio.gather(*(box.kill() for box in boxes), *self._tasks, return_exceptions=True)

@@ -214,14 +214,19 @@ def test_a_killed_sandbox_leaves_no_mount_no_loop_device_and_no_image(small_disk
     name = sandbox.sandbox_id
     image = next(p for p in loop_backing_files() if p.endswith(f"/{name}.disk"))
 
-    sandbox.kill()  # its files are removed in the background: wait (bounded) for the image to go
+    def left() -> list[str]:
+        return [
+            *([f"mount of {name}"] if f"/{name} " in Path("/proc/self/mountinfo").read_text() else []),
+            *[f"loop device on {b}" for b in loop_backing_files() if b in (image, f"{image} (deleted)")],
+            *[str(p) for p in (Path(image), Path(image).with_suffix("")) if p.exists()],
+        ]
+
+    sandbox.kill()  # its files are removed in the background, one after another: wait (bounded) for all of them
     deadline = time.monotonic() + scaled(30)
-    while Path(image).exists() and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.05)
 
-    assert f"/{name} " not in Path("/proc/self/mountinfo").read_text()
-    assert image not in loop_backing_files() and f"{image} (deleted)" not in loop_backing_files()
-    assert not Path(image).exists() and not Path(image).with_suffix("").exists()
+    assert left() == []
 
 
 def test_a_killed_sandbox_writes_none_of_its_unwritten_files_to_its_disk(small_disks: LocalEndpoint) -> None:

@@ -4,6 +4,7 @@ jobs start hundreds of them. Observed through `sys.modules` in a fresh interpret
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,8 +20,10 @@ HEAVY = ("pandas", "numpy")  # the report imports pandas where it builds its mat
 def loaded_after(code: str, watched: tuple[str, ...]) -> list[str]:
     """Which of the `watched` modules a fresh interpreter (the checkout's `bench`) has loaded after `code`."""
     script = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {watched!r} if m in sys.modules]))"
+    # PYTEST_ADDOPTS (a self-test session's own, say --durations) is a run's pytest options too: not this one's
+    env = {name: value for name, value in os.environ.items() if name != "PYTEST_ADDOPTS"}
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return list(json.loads(done.stdout.strip().splitlines()[-1]))

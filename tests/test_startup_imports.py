@@ -69,3 +69,26 @@ def test_a_run_with_no_framework_case_imports_no_model(tmp_path: Path) -> None:
     run = ["run", "quickstart", "--case", "quickstart/py-e2b-2.63.0/py02_run_echo", "--no-report", "-q"]
     code = f"import bench.cli\nassert bench.cli.main({[*run, '--results-dir', str(tmp_path)]!r}) == 0"
     assert loaded_after(code, ("bench.model", "bench.conformance")) == ["bench.conformance"]
+
+
+def test_the_embedded_endpoint_loads_the_envd_stubs_without_the_sdk_client() -> None:
+    # every run, serve and bench process serves envd from the stubs alone (bench/localbox/stubs.py)
+    watched = ("e2b.envd.process.process_connect", "e2b.sandbox_sync.main", "e2b.sandbox_async.main")
+    assert loaded_after("import bench.localbox.server", watched) == ["e2b.envd.process.process_connect"]
+
+
+def test_the_sdk_client_imported_after_the_endpoint_is_whole_and_shares_its_stubs() -> None:
+    code = (
+        "import bench.localbox.server\n"
+        "from bench.localbox import envd\n"
+        "import e2b\n"
+        "from e2b import AsyncSandbox, Sandbox\n"
+        "from e2b.envd.process import process_pb\n"
+        "assert e2b.Sandbox is Sandbox and Sandbox.__module__ == 'e2b.sandbox_sync.main'\n"
+        "assert envd.pb is process_pb and 'Sandbox' in e2b.__all__\n"
+        "try:\n    e2b.no_such_name\nexcept AttributeError:\n    pass\nelse:\n    raise SystemExit('no error')\n"
+    )
+    assert loaded_after(code, ("e2b.sandbox_sync.main", "e2b.sandbox_async.main")) == [
+        "e2b.sandbox_sync.main",
+        "e2b.sandbox_async.main",
+    ]

@@ -26,6 +26,11 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from .remote.slowness import scaled
 
 STOP_S = 30.0  # a server in a thread has this long (on a quiet host) to shut down once told to
+# A connection between requests is kept longer than an SDK client keeps it in its pool (300 s): the client
+# closes it first. Closed by the server as the client reuses it, the request on it is reset (under load the
+# loop runs the timer before it reads the request that arrived in time). uvicorn's default is 5 s. Both servers
+# an SDK talks to use it: the embedded endpoint and the wire proxy in front of every endpoint.
+KEEPALIVE_S = 330.0
 
 log = logging.getLogger("e2b-bench.asgi")
 

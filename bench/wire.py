@@ -37,7 +37,7 @@ from typing import Any, BinaryIO, Protocol
 import httpx
 import uvicorn
 
-from bench.asgi import RESET_EXTENSION, ResettableHttp
+from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
@@ -296,6 +296,7 @@ class WireProxy:
             server_header=False,  # the upstream's own Server and Date headers pass through
             date_header=False,
             timeout_graceful_shutdown=2,
+            timeout_keep_alive=int(KEEPALIVE_S),  # the SDK's pool closes an idle connection first
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

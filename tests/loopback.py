@@ -78,3 +78,38 @@ def raw_tcp(reply: bytes) -> Iterator[str]:
         stop.set()
         thread.join(timeout=2)
         listener.close()
+
+
+UVICORN_DEFAULT_KEEP_ALIVE_S = 5  # what a server closes an idle connection after unless told otherwise
+
+
+def two_requests_idle_between(port: int, request: bytes) -> tuple[bytes, bytes]:
+    """Two whole responses to `request` on one connection to loopback `port`, idle past uvicorn's default
+    keep-alive between them, as an SDK's pooled connection is (b"" or a part: the server closed it)."""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.settimeout(60)
+        conn.sendall(request)
+        first = whole_response(conn)
+        time.sleep(UVICORN_DEFAULT_KEEP_ALIVE_S + 1)
+        conn.sendall(request)
+        return first, whole_response(conn)
+
+
+def whole_response(conn: socket.socket) -> bytes:
+    """One response with a Content-Length body, or what came before the server closed the connection."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body

@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from bench.asgi import KEEPALIVE_S
 from bench.localbox import server as localbox_server
-from bench.localbox.server import KEEPALIVE_S, LocalEndpoint
+from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from loopback import two_requests_idle_between
 
 from bench.model import PROOF_PATH, ModelServer, actions, serving_model
 from bench.model.dialects import Message, Reply, reply
@@ -523,3 +524,12 @@ def test_over_http_a_code_prompt_is_answered_in_text_and_recorded_with_its_diale
     assert "tool_calls" not in message
     (exchange,) = model.transcript.exchanges("dialect")
     assert exchange["decision"]["dialect"] == "code" and exchange["decision"]["tool"] == "python"
+
+
+def test_a_connection_idle_past_uvicorns_default_keep_alive_serves_its_next_request(model: ModelServer) -> None:
+    # A framework's client pools its connection while a tool runs in the sandbox; closed by the model as the
+    # client reuses it, the next model call was reset.
+    first, second = two_requests_idle_between(model.port, b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+    assert first.startswith(b"HTTP/1.1 200 ") and model.app.model.encode() in first
+    assert second.startswith(b"HTTP/1.1 200 ") and model.app.model.encode() in second

@@ -14,12 +14,13 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
-from loopback import closed_port, serving
+from loopback import closed_port, serving, two_requests_idle_between
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from bench.asgi import KEEPALIVE_S
 from bench.redaction import Redactor
 from bench.wire import WIRE_BODIES_ENV, WireProxy, body_bytes_from_env
 
@@ -444,3 +445,19 @@ def test_an_excerpt_with_unicode_line_breaks_stays_one_line(tmp_path: Path) -> N
 
     [line] = written.splitlines()  # what every reader of the log does
     assert json.loads(line)["response_excerpt"] == "before\u2028middle\x85after\u2029end"
+
+
+def test_the_proxy_keeps_an_idle_connection_longer_than_the_sdks_pool_does() -> None:
+    from e2b.api import pool_idle_timeout  # the SDK's pooled-connection expiry (E2B_KEEPALIVE_EXPIRY)
+
+    assert pool_idle_timeout < KEEPALIVE_S
+
+
+def test_a_connection_idle_past_uvicorns_default_keep_alive_serves_its_next_request(proxy: WireProxy) -> None:
+    # The proxy closed connections idle for 5 s (uvicorn's default) that the SDK's pool still held: under load
+    # a pooled connection's next request met the close and failed with `Connection reset by peer`.
+    assert proxy.port is not None
+    first, second = two_requests_idle_between(proxy.port, b"GET /v2/sandboxes HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+    assert first.startswith(b"HTTP/1.1 200 ") and first.endswith(b"\r\n\r\n[]")
+    assert second.startswith(b"HTTP/1.1 200 ") and second.endswith(b"\r\n\r\n[]")

@@ -115,17 +115,13 @@ def check_host() -> None:
 
 
 HEADER_TIMEOUT_S = 10.0  # a request's headers are complete this long after the connection or their first byte
-# A connection between requests is kept longer than an SDK client keeps it in its pool (300 s): the client
-# closes it first. Closed by the server as the client reuses it, the request on it is reset (under load the
-# loop runs the timer before it reads the request that arrived in time).
-KEEPALIVE_S = 330.0
 MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
 
 
 class GuardedHttp(asgi.ResettableHttp):
     """uvicorn's HTTP protocol (whose requests can reset their connection) plus a header timeout and a connection
     cap that idle clients cannot use up: at the cap, a new connection closes the oldest one with no request under
-    way. Between requests uvicorn's keep-alive timeout (`KEEPALIVE_S`) applies."""
+    way. Between requests uvicorn's keep-alive timeout (`asgi.KEEPALIVE_S`) applies."""
 
     _open: weakref.WeakKeyDictionary[object, dict[GuardedHttp, None]] = weakref.WeakKeyDictionary()
 
@@ -271,7 +267,7 @@ class LocalServer:
                 log_level="warning",
                 access_log=False,
                 timeout_graceful_shutdown=3,
-                timeout_keep_alive=int(KEEPALIVE_S),
+                timeout_keep_alive=int(asgi.KEEPALIVE_S),
                 http=GuardedHttp,
             )
         )

@@ -189,7 +189,16 @@ class ModelServer:
         self.sockets = [asgi.bind(host, port)]
         self.host, self.port = host, self.sockets[0].getsockname()[1]
         self.server = uvicorn.Server(
-            uvicorn.Config(self.app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+            uvicorn.Config(
+                self.app,
+                lifespan="off",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=3,
+                # a framework's model client pools the connection while a tool runs in the sandbox: it closes
+                # it first (openai's httpx pool after 5 s, uvicorn's default here was 5 s too)
+                timeout_keep_alive=int(asgi.KEEPALIVE_S),
+            )
         )
 
     @property

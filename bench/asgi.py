@@ -28,8 +28,9 @@ from .remote.slowness import scaled
 STOP_S = 30.0  # a server in a thread has this long (on a quiet host) to shut down once told to
 # A connection between requests is kept longer than an SDK client keeps it in its pool (300 s): the client
 # closes it first. Closed by the server as the client reuses it, the request on it is reset (under load the
-# loop runs the timer before it reads the request that arrived in time). uvicorn's default is 5 s. Both servers
-# an SDK talks to use it: the embedded endpoint and the wire proxy in front of every endpoint.
+# loop runs the timer before it reads the request that arrived in time). uvicorn's default is 5 s. Every server
+# an SDK or a framework talks to uses it: the embedded endpoint, the wire proxy in front of every endpoint and
+# the scripted model.
 KEEPALIVE_S = 330.0
 
 log = logging.getLogger("e2b-bench.asgi")

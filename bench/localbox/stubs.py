@@ -1,7 +1,7 @@
 """The envd Connect stubs generated in the `e2b` package, imported without loading the SDK's client.
 
 Importing any `e2b.*` module first runs the package's `__init__`, which loads the whole client (both sandbox
-classes, the REST models, the MCP, volume and template types): about 0.6 s of CPU that every `run`, `serve`
+classes, the REST models, the MCP, volume and template types): 0.2-0.6 s of CPU that every `run`, `serve`
 and `bench` process paid only for the generated message and service classes its endpoint serves.
 
 `defer_sdk_init()` puts the package in `sys.modules` with its `__init__` not yet run. Its submodules import

@@ -6,22 +6,12 @@ import socket
 import time
 
 import pytest
+from loopback import whole_response
 
 from bench.asgi import KEEPALIVE_S
 from bench.localbox import server as localbox_server
 from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
-
-
-def response_head(conn: socket.socket) -> bytes:
-    """The status line and headers of one response (b"" when the server closed the connection)."""
-    received = b""
-    while b"\r\n\r\n" not in received:
-        chunk = conn.recv(4096)
-        if not chunk:
-            return received
-        received += chunk
-    return received.split(b"\r\n\r\n", 1)[0]
 
 
 def test_the_endpoint_keeps_an_idle_connection_longer_than_the_sdks_pool_does() -> None:
@@ -41,11 +31,11 @@ def test_a_connection_idle_past_the_header_timeout_serves_its_next_request(
     with socket.create_connection(("127.0.0.1", port)) as conn:
         conn.settimeout(60)
         conn.sendall(request)
-        first = response_head(conn)
+        first = whole_response(conn)
         time.sleep(2 * scaled(localbox_server.HEADER_TIMEOUT_S))  # idle between requests, as a pooled connection is
 
         conn.sendall(request)
-        second = response_head(conn)
+        second = whole_response(conn)
 
     assert first.startswith(b"HTTP/1.1 200 ")
     assert second.startswith(b"HTTP/1.1 200 ")

@@ -28,7 +28,6 @@ import asyncio
 import base64
 import contextlib
 import hashlib
-import importlib
 import importlib.metadata
 import json
 import os

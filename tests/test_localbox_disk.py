@@ -58,8 +58,18 @@ def disk_size(sandbox: Sandbox) -> int:
     return int(blocks) * int(block_size)
 
 
+def loop_backings() -> dict[Path, str]:
+    """Each attached loop device's `backing_file` entry -> the file it names. Other test workers' sandboxes
+    release theirs meanwhile: a device gone between the listing and the read (ENODEV, ENOENT) is left out."""
+    found = {}
+    for entry in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            found[entry] = entry.read_text().strip()
+    return found
+
+
 def loop_backing_files() -> list[str]:
-    return [p.read_text().strip() for p in Path("/sys/block").glob("loop*/loop/backing_file")]
+    return list(loop_backings().values())
 
 
 def test_a_command_writing_past_the_disk_size_gets_enospc_and_can_write_again_after_deleting(sbx: Sandbox) -> None:
@@ -100,11 +110,7 @@ def test_an_upload_into_a_full_disk_is_refused_with_envds_507(sbx: Sandbox, smal
 
 def loop_stat(sandbox: Sandbox) -> Path:
     """The kernel's counters of the sandbox's loop device (they outlive the device's release)."""
-    backing = next(
-        p
-        for p in Path("/sys/block").glob("loop*/loop/backing_file")
-        if p.read_text().strip().endswith(f"/{sandbox.sandbox_id}.disk")
-    )
+    backing = next(p for p, file in loop_backings().items() if file.endswith(f"/{sandbox.sandbox_id}.disk"))
     return backing.parent.parent / "stat"
 
 
@@ -272,12 +278,7 @@ def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tm
 
 def attached_under(root: Path) -> dict[str, str]:
     """Loop device name -> its backing file, for the devices backed by files under `root`."""
-    found = {}
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        with contextlib.suppress(OSError):
-            if (path := backing.read_text().strip()).startswith(f"{root}/"):
-                found[backing.parts[3]] = path
-    return found
+    return {entry.parts[3]: file for entry, file in loop_backings().items() if file.startswith(f"{root}/")}
 
 
 def mount_line(target: Path) -> str:

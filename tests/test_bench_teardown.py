@@ -12,6 +12,7 @@ from pathlib import Path
 from run_cli import REPO
 
 from bench.localbox.box import cgroup_roots, default_state_root
+from bench.localbox.disk import loop_backings
 from bench.localbox.registry import remove_orphan_cgroups
 from bench.remote.slowness import scaled
 
@@ -21,12 +22,7 @@ KINDS = ("loop devices", "mounts", "cgroups", "processes", "network namespaces")
 def traces(server: str) -> dict[str, int]:
     """What of the embedded servers named `server-<pid>-*` (state directory and cgroups) is on this host now."""
     state = f"{default_state_root()}/{server}-"
-    loops = 0
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        try:
-            loops += backing.read_text().startswith(state)
-        except OSError:
-            continue  # released meanwhile
+    loops = sum(backing.startswith(state) for backing in loop_backings().values())
     mounts = sum(line.split()[4].startswith(state) for line in Path("/proc/self/mountinfo").read_text().splitlines())
     cgroups = sum(cgroups_of(root, server) for root in cgroup_roots())
     processes, namespaces = 0, set()

@@ -3,7 +3,6 @@ fails with ENOSPC as on E2B, in that sandbox only, and the disk goes (mount and 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import pytest
 from e2b import NotEnoughSpaceException, Sandbox
 from test_localbox_serve import REPO, crash_then_serve_again, sandbox_pids, sandbox_via, serve_until_done
 
-from bench.localbox.disk import Disks, drop_unwritten
+from bench.localbox.disk import Disks, drop_unwritten, loop_backings
 from bench.localbox.server import LocalEndpoint, serving
 from bench.remote.slowness import scaled
 
@@ -56,16 +55,6 @@ def disk_size(sandbox: Sandbox) -> int:
     """The size of `/` as the sandbox's own statfs reports it (what `df /` shows)."""
     blocks, block_size = sandbox.commands.run("stat -f -c '%b %S' /").stdout.split()
     return int(blocks) * int(block_size)
-
-
-def loop_backings() -> dict[Path, str]:
-    """Each attached loop device's `backing_file` entry -> the file it names. Other test workers' sandboxes
-    release theirs meanwhile: a device gone between the listing and the read (ENODEV, ENOENT) is left out."""
-    found = {}
-    for entry in Path("/sys/block").glob("loop*/loop/backing_file"):
-        with contextlib.suppress(OSError):
-            found[entry] = entry.read_text().strip()
-    return found
 
 
 def loop_backing_files() -> list[str]:
@@ -110,8 +99,8 @@ def test_an_upload_into_a_full_disk_is_refused_with_envds_507(sbx: Sandbox, smal
 
 def loop_stat(sandbox: Sandbox) -> Path:
     """The kernel's counters of the sandbox's loop device (they outlive the device's release)."""
-    backing = next(p for p, file in loop_backings().items() if file.endswith(f"/{sandbox.sandbox_id}.disk"))
-    return backing.parent.parent / "stat"
+    device = next(name for name, file in loop_backings().items() if file.endswith(f"/{sandbox.sandbox_id}.disk"))
+    return Path("/sys/block") / device / "stat"
 
 
 def written_bytes(sandbox: Sandbox, stat: Path | None = None) -> int:
@@ -278,7 +267,7 @@ def test_only_a_loop_devices_file_system_mounted_where_said_is_ever_shut_down(tm
 
 def attached_under(root: Path) -> dict[str, str]:
     """Loop device name -> its backing file, for the devices backed by files under `root`."""
-    return {entry.parts[3]: file for entry, file in loop_backings().items() if file.startswith(f"{root}/")}
+    return {name: file for name, file in loop_backings().items() if file.startswith(f"{root}/")}
 
 
 def mount_line(target: Path) -> str:

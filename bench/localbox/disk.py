@@ -362,6 +362,16 @@ def _freed(name: str, backing: str) -> bool:
     return not now.startswith(backing)
 
 
+def loop_backings() -> dict[str, str]:
+    """Each attached loop device's name -> the file backing it. A device released between the listing and the
+    read (by another sandbox's teardown, or another server's) is left out."""
+    found = {}
+    for entry in Path("/sys/block").glob("loop*/loop/backing_file"):
+        with contextlib.suppress(OSError):
+            found[entry.parts[3]] = entry.read_text().strip()
+    return found
+
+
 def mounts_under(root: Path) -> list[Path]:
     """Mount points at or under `root` in this mount namespace, deepest first."""
     prefix = str(root).rstrip("/")

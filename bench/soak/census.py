@@ -13,12 +13,12 @@ import contextlib
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..localbox.box import cgroup_roots
-from ..localbox.disk import mounts_under
+from ..localbox.disk import loop_backings, mounts_under
 from ..remote.slowness import scaled
 
 SETTLE_S = 30.0  # at most (on a quiet host), for teardown in the background to give back what a run held
@@ -89,12 +89,6 @@ def _netns(pid: int) -> str | None:
         return None
 
 
-def _loop_backings() -> Iterator[str]:
-    for device in Path("/sys/block").glob("loop*"):
-        with contextlib.suppress(OSError):
-            yield (device / "loop" / "backing_file").read_text().strip()
-
-
 def _cgroup_dirs(name: str) -> int:
     """Cgroup directories below the server's own (`name`) in every hierarchy."""
     return sum(len(dirs) for root in cgroup_roots() for _, dirs, _ in os.walk(root / name))
@@ -114,7 +108,7 @@ def count(server_pid: int, state_dir: Path, prune: Callable[[int], bool] = lambd
         processes=len(pids),
         netns=len(spaces),
         mounts=len(mounts_under(state_dir)),
-        loop_devices=sum(1 for backing in _loop_backings() if backing.startswith(prefix)),
+        loop_devices=sum(1 for backing in loop_backings().values() if backing.startswith(prefix)),
         cgroups=_cgroup_dirs(state_dir.name),
     )
 

@@ -88,7 +88,8 @@ def old_metrics(sbx: Sandbox, ep: LocalEndpoint) -> Any:
 
 
 def filesystem_pause(sbx: Sandbox, ep: LocalEndpoint) -> Any:
-    sbx.commands.run("sleep 600 >/dev/null 2>&1 &")
+    # Until it execs, the background child is a copy of the shell (not yet `sleep`): pause once it is sleep.
+    sbx.commands.run("sleep 600 >/dev/null 2>&1 & until pgrep -x sleep >/dev/null; do :; done")
     sbx.pause(mode="filesystem")
     return Sandbox.connect(sbx.sandbox_id).commands.run("pgrep -x sleep | wc -l").stdout
 

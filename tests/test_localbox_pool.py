@@ -21,7 +21,7 @@ from e2b import AsyncSandbox, Sandbox
 from bench.endpoints import resolve
 from bench.lifecycle import Lifecycle
 from bench.localbox.box import Box, Cgroup
-from bench.localbox.registry import SPARE_DISKS
+from bench.localbox.registry import SETTLE_MAX_S, SPARE_DISKS
 from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
 from bench.remote.slowness import scaled
 from bench.soak.census import Holdings, count
@@ -260,7 +260,8 @@ def pool(local: LocalServer, **settle: object) -> dict:
     ep = local.endpoint
     with httpx.Client(base_url=ep.api_url, headers={"X-API-KEY": ep.api_key}, timeout=scaled(120) + 30) as client:
         if settle:
-            answer = client.post("/e2b-bench/pool", json={"within_s": scaled(120), **settle})
+            # the server waits SETTLE_MAX_S at most: a host slow enough to scale past it would be refused with a 400
+            answer = client.post("/e2b-bench/pool", json={"within_s": min(scaled(120), SETTLE_MAX_S), **settle})
         else:
             answer = client.get("/e2b-bench/pool")
     answer.raise_for_status()

@@ -80,8 +80,11 @@ def test_a_load_run_against_an_endpoint_that_ends_commands_at_exit_records_outpu
 
     assert code == 1
     stream = document["operations"]["stream"]
-    assert stream["requests"] > 0 and stream["failures"] == stream["requests"]
-    assert document["failures"] == {"output_loss": stream["requests"]}
+    # Such an endpoint ends a command once its sandbox has gone quiet after the exit: on a host busy enough the
+    # leftover's line, 0.5 s after, can come before the server saw the quiet, and is delivered (CI, once: 9 of 10
+    # lost). What is judged here is the harness: each stream that lost output, and nothing else, is output loss.
+    assert 0 < stream["failures"] <= stream["requests"]
+    assert document["failures"] == {"output_loss": stream["failures"]}
     assert all(f["failures"] == 0 for name, f in document["operations"].items() if name != "stream")
     assert_counts_agree_with_locust(document)
     assert document["sandboxes"]["leaked"] == []

@@ -258,10 +258,10 @@ def test_a_run_expecting_one_sandbox_has_one_prepared_and_makes_any_further_on_d
 def pool(local: LocalServer, **settle: object) -> dict:
     """`GET /e2b-bench/pool`, or with `settle`, its `POST` (bounded by the host's slowness): the answer."""
     ep = local.endpoint
-    with httpx.Client(base_url=ep.api_url, headers={"X-API-KEY": ep.api_key}, timeout=scaled(120) + 30) as client:
+    within_s = min(scaled(120), SETTLE_MAX_S)  # the server refuses (400) a settle asked to wait past its cap
+    with httpx.Client(base_url=ep.api_url, headers={"X-API-KEY": ep.api_key}, timeout=within_s + 30) as client:
         if settle:
-            # the server waits SETTLE_MAX_S at most: a host slow enough to scale past it would be refused with a 400
-            answer = client.post("/e2b-bench/pool", json={"within_s": min(scaled(120), SETTLE_MAX_S), **settle})
+            answer = client.post("/e2b-bench/pool", json={"within_s": within_s, **settle})
         else:
             answer = client.get("/e2b-bench/pool")
     answer.raise_for_status()

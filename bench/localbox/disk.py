@@ -261,14 +261,18 @@ class Spares:
 
 
 def end_spares(spares: list[Spare]) -> None:
-    """Unmount spares nobody took (their devices free themselves) and remove their images and mount points."""
+    """Unmount spares nobody took and remove their images and mount points, then wait (bounded, blocking: for a
+    thread) until their devices have let go of the images, so a server that stopped holds none of them."""
+    letting_go = []
     for spare in spares:
         drop_unwritten(spare.root, spare.device)  # its image goes next: nothing of it is written back
         with contextlib.suppress(OSError):
-            unmount(spare.root, wait=False)
+            if (loop := unmount(spare.root, wait=False)) is not None:
+                letting_go.append((loop, spare.root))
         spare.image.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             spare.root.rmdir()
+    _wait_freed(letting_go)
 
 
 def drop_unwritten(target: Path, device: str) -> bool:
@@ -310,12 +314,18 @@ def unmount(target: Path, wait: bool = True) -> tuple[str, str] | None:
         libc.umount2(bytes(target), MNT_DETACH)
     if not wait or loop is None:
         return loop
+    _wait_freed([(loop, target)])
+    return None
+
+
+def _wait_freed(loops: list[tuple[tuple[str, str], Path]]) -> None:
+    """Wait (bounded, blocking) until each (loop device, backing file) unmounted from its target has let go."""
     deadline, pause = time.monotonic() + scaled(RELEASE_WAIT_S), 0.001
-    while not _freed(*loop) and time.monotonic() < deadline:
+    while not all(_freed(*loop) for loop, _ in loops) and time.monotonic() < deadline:
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
-    _warn_unless_freed(loop, target)
-    return None
+    for loop, target in loops:
+        _warn_unless_freed(loop, target)
 
 
 async def released(loop: tuple[str, str], target: Path) -> None:

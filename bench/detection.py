@@ -109,6 +109,7 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "output_truncated": both("output_sizes"),
     "output_chunks_repeated": both("output_sizes"),
     "stderr_dropped": both("run_streams"),
+    "output_held": both("run_streams", "process_selectors"),  # the latter waits for a running command's output
     "exit_code_zeroed": (
         *both("pty_resize_kill", "run_exit_code"),
         "probes/pr03_setsid", "probes/pr04_exit_codes", "probes/pr06_pty",
@@ -247,6 +248,7 @@ COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
     "mutations=exit_code_zeroed": AS_AGENT_USER,
     "mutations=output_truncated": ("computer/co04_command_limits",),
     "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
+    "mutations=output_held": ("computer/co05_cancel_descendants",),  # waits for its tree's "started" line
     "mutations=remove_ignored": ("computer/co03_skills_read_only",),
     "mutations=download_truncated": ("computer/co06_file_streams",),
     "mutations=download_drops_last_byte": ("computer/co06_file_streams",),

@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlencode
 from connectrpc.codec import proto_binary_codec, proto_json_codec
 from e2b.envd.filesystem import filesystem_pb as fs_pb
 from e2b.envd.process import process_pb as pb
+from protobuf import Oneof
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .quirks import QuirkError
@@ -121,6 +122,26 @@ def _truncate_output(state: StreamState, frame: Any) -> list[Any]:
 def _duplicate_big_chunks(state: StreamState, frame: Any) -> list[Any]:
     data = _data(frame)
     return [frame, frame] if data is not None and len(data[1]) > 4096 else [frame]
+
+
+def _hold_output(state: StreamState, frame: Any) -> list[Any]:
+    """Output held back until the command ends, then sent as one chunk per kind (what an endpoint that reads a
+    command's output only at its end sends) just before the end event."""
+    held: dict[str, tuple[Any, bytes]] = state.extra.setdefault("held", {})
+    data = _data(frame)
+    if data is not None:
+        kind, chunk = data
+        first, so_far = held.get(kind, (frame, b""))
+        held[kind] = (first, so_far + chunk)
+        return []
+    if _event(frame)[0] != "end":
+        return [frame]
+    joined = []
+    for kind, (first, output) in held.items():
+        _event(first)[1].output = Oneof(kind, output)
+        joined.append(first)
+    held.clear()
+    return [*joined, frame]
 
 
 def _drop_stderr(state: StreamState, frame: Any) -> list[Any]:
@@ -248,6 +269,8 @@ MUTATIONS: dict[str, Mutation] = {
     "output_chunks_repeated": Mutation("output chunks over 4 KiB are sent twice", "POST", "/process.Process/Start",
                                        stream=_duplicate_big_chunks),
     "stderr_dropped": Mutation("stderr output is never sent", "POST", "/process.Process/Start", stream=_drop_stderr),
+    "output_held": Mutation("a command's output is sent at its end, in one chunk", "POST", "/process.Process/Start",
+                            stream=_hold_output),
     "exit_code_zeroed": Mutation("a non-zero exit is reported as exit 0", "POST", "/process.Process/Start",
                                  stream=_zero_exit_code),
     "connect_drops_end": Mutation("Connect streams end without their end event", "POST", "/process.Process/Connect",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import math
 import os
 import re
 import sys
@@ -95,6 +96,11 @@ class Context:
         """The task's sandbox metadata: every sandbox of the run carries it."""
         return dict(self._metadata)
 
+    @property
+    def slowness(self) -> float:
+        """How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s)."""
+        return max(1.0, self.sandbox_timeout_s / 120)
+
     def new_sandbox(self, **options: Any) -> Any:
         """A sandbox tagged with the run (always killed at the end)."""
         from e2b import Sandbox
@@ -150,6 +156,22 @@ def step(step_id: str) -> Callable[[StepFunction], StepFunction]:
 def expect(condition: bool, message: str) -> None:
     if not condition:
         raise Fail(message)
+
+
+NOT_RECEIVED = "not received by the client within"
+RECEIPT_WAIT_S = 5  # at most (on a quiet host) for a client to receive a line and answer it with a command
+
+
+def wait_until_seen(ctx: Context, gate: str, what: str) -> str:
+    """Shell that waits (at most RECEIPT_WAIT_S, scaled) for the file `gate`, made by the client once it has
+    received `what`, and says on stderr when it did not come: so output that must be sent as it comes is
+    written in lockstep with its receipt, and a host's load never merges it, while an endpoint that holds
+    output back is named."""
+    wait_s = math.ceil(RECEIPT_WAIT_S * ctx.slowness)
+    return (
+        f"{{ timeout {wait_s} sh -c 'until [ -e \"$0\" ]; do sleep 0.02; done' {gate} "
+        f'|| echo "{what} {NOT_RECEIVED} {wait_s} s" >&2; }}'
+    )
 
 
 def exception_details(exc: BaseException) -> dict[str, Any]:

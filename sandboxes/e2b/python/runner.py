@@ -8,7 +8,20 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from driver import RUN_TAG, Context, Fail, Observed, exception_details, excerpt, expect, kill_twice, main, step
+from driver import (
+    NOT_RECEIVED,
+    RUN_TAG,
+    Context,
+    Fail,
+    Observed,
+    exception_details,
+    excerpt,
+    expect,
+    kill_twice,
+    main,
+    step,
+    wait_until_seen,
+)
 
 SUITE = "quickstart"
 WORK_FILE = "/home/user/e2b-bench-py05.txt"
@@ -57,11 +70,37 @@ def run_nonzero_exit(ctx: Context, obs: Observed) -> None:
     raise Fail(f"run returned exit_code {result.exit_code!r} instead of raising CommandExitException")
 
 
+STREAM_GATE = "/tmp/e2b-bench-py04-seen"
+# In lockstep: the command writes its next line only once the step has received the one before (on_stdout runs a
+# second command that makes the file the first waits for), so each line is read and sent on its own however
+# loaded the endpoint's host is; an endpoint that holds output back until the end makes the command say so
+STREAMED = "rm -f {gate}.*; for i in 1 2 3; do echo $i; [ $i = 3 ] || {wait}; done"
+
+
 @step("py04_run_streaming_callbacks")
 def run_streaming(ctx: Context, obs: Observed) -> None:
     chunks: list[str] = []
-    result = ctx.sandbox.commands.run("for i in 1 2 3; do echo $i; sleep 0.2; done", on_stdout=chunks.append)
-    obs.update(chunks=chunks, exit_code=result.exit_code, stdout=excerpt(result.stdout))
+    signalled: list[str] = []
+    refused: list[dict] = []
+
+    def on_stdout(chunk: str) -> None:
+        chunks.append(chunk)
+        while len(signalled) < min("".join(chunks).count("\n"), 2):  # the lines received so far, but the last
+            signalled.append(f"{STREAM_GATE}.{len(signalled) + 1}")
+            try:
+                ctx.sandbox.commands.run(f"touch {signalled[-1]}")
+            except Exception as exc:  # the step's own signal: said as such, not as the stream's fault
+                refused.append(exception_details(exc))
+
+    streamed = STREAMED.format(gate=STREAM_GATE, wait=wait_until_seen(ctx, f"{STREAM_GATE}.$i", "line $i"))
+    result = ctx.sandbox.commands.run(streamed, on_stdout=on_stdout)
+    obs.update(chunks=chunks, exit_code=result.exit_code, stdout=excerpt(result.stdout), stderr=excerpt(result.stderr))
+    if refused:
+        obs["signal_refused"] = refused
+        first = refused[0]
+        raise Fail(f"the step's signal (commands.run('touch ...')) raised {first['exception']}: {first['message']}")
+    held = [line for line in result.stderr.splitlines() if NOT_RECEIVED in line]
+    expect(not held, f"output was not sent as it came: {'; '.join(held)} (on_stdout got {chunks!r})")
     expected = ["1\n", "2\n", "3\n"]
     expect(chunks == expected, f"on_stdout got {chunks!r}, expected {expected!r}")
     expect(result.stdout == "1\n2\n3\n", f"stdout is {result.stdout!r}, expected '1\\n2\\n3\\n'")

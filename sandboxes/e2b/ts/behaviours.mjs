@@ -8,7 +8,18 @@
 
 import { createHash, randomBytes } from 'node:crypto'
 
-import { Fail, errorDetails, excerpt, expect, main, show, sleep, step } from './driver.mjs'
+import {
+  Fail,
+  NOT_RECEIVED,
+  errorDetails,
+  excerpt,
+  expect,
+  main,
+  show,
+  sleep,
+  step,
+  waitUntilSeen,
+} from './driver.mjs'
 
 const SUITE = 'behaviours'
 const HOME = '/home/user'
@@ -316,10 +327,22 @@ behaviour('run_streams', async (b, obs) => {
   const sbx = await b.shared()
   const out = []
   const err = []
-  const script = 'for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.05; done'
-  const result = await sbx.commands.run(script, { onStdout: (d) => out.push(d), onStderr: (d) => err.push(d) })
+  const signals = []
+  // The rest is written once the client has received out1 (a second command it runs makes the file the first
+  // waits for): output sent as it comes, not at the command's end, however loaded the endpoint's host is
+  const gate = '/tmp/bh-js-streams-seen'
+  const waits = waitUntilSeen(b.ctx, gate, 'out1')
+  const script = `rm -f ${gate}; for i in 1 2 3; do echo out$i; echo err$i >&2; [ $i = 1 ] && ${waits}; sleep 0.05; done`
+  const onStdout = (d) => {
+    out.push(d)
+    if (signals.length === 0 && out.join('').includes('out1\n')) signals.push(sbx.commands.run(`touch ${gate}`))
+  }
+  const result = await sbx.commands.run(script, { onStdout, onStderr: (d) => err.push(d) })
+  await Promise.all(signals)
+  const said = result.stderr.split(/(?<=\n)/)
   same(obs, 'stdout', result.stdout, 'out1\nout2\nout3\n')
-  same(obs, 'stderr', result.stderr, 'err1\nerr2\nerr3\n')
+  same(obs, 'held_back', said.filter((line) => line.includes(NOT_RECEIVED)).map((line) => line.trim()), [])
+  same(obs, 'stderr', said.filter((line) => !line.includes(NOT_RECEIVED)).join(''), 'err1\nerr2\nerr3\n')
   same(obs, 'on_stdout_joined', out.join(''), result.stdout)
   same(obs, 'on_stderr_joined', err.join(''), result.stderr)
   same(obs, 'exit_code', result.exitCode, 0)

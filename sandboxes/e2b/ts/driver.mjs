@@ -92,6 +92,22 @@ export function oneLine(text) {
   return flat.length <= 500 ? flat : `${flat.slice(0, 500)}...`
 }
 
+export const NOT_RECEIVED = 'not received by the client within'
+const RECEIPT_WAIT_S = 5 // at most (on a quiet host) for a client to receive a line and answer it with a command
+
+/**
+ * Shell that waits (at most RECEIPT_WAIT_S, scaled) for the file `gate`, made by the client once it has received
+ * `what`, and says on stderr when it did not come: so output that must be sent as it comes is written in lockstep
+ * with its receipt, and a host's load never merges it, while an endpoint that holds output back is named.
+ */
+export function waitUntilSeen(ctx, gate, what) {
+  const waitS = Math.ceil(RECEIPT_WAIT_S * ctx.slowness)
+  return (
+    `{ timeout ${waitS} sh -c 'until [ -e "$0" ]; do sleep 0.02; done' ${gate} ` +
+    `|| echo "${what} ${NOT_RECEIVED} ${waitS} s" >&2; }`
+  )
+}
+
 export function errorDetails(err) {
   const details = { exception: err?.name ?? typeof err, message: excerpt(String(err?.message ?? err)) }
   for (const key of ['statusCode', 'exitCode', 'error', 'stdout', 'stderr']) {
@@ -161,6 +177,11 @@ export class Context {
     this.created = []
     this.killed = new Set()
     this.state = {}
+  }
+
+  /** How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s). */
+  get slowness() {
+    return Math.max(1, this.sandboxTimeoutMs / 120_000)
   }
 
   /** The task's sandbox metadata: every sandbox of the run carries it. */

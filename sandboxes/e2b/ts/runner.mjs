@@ -7,7 +7,9 @@
 // the single source of the step list; this script holds one `step(...)` per id.
 
 import {
+  NOT_RECEIVED,
   RUN_TAG,
+  errorDetails,
   excerpt,
   expect,
   expectRejects,
@@ -17,6 +19,7 @@ import {
   show,
   step,
   until,
+  waitUntilSeen,
 } from './driver.mjs'
 
 const SUITE = 'quickstart'
@@ -63,12 +66,36 @@ step('ts04_run_stderr', async (ctx, obs) => {
   expect(result.stdout === '', `stdout is ${show(result.stdout)}, expected ""`)
 })
 
+// In lockstep: the command writes its next line only once the step has received the one before (onStdout runs a
+// second command that makes the file the first waits for), so each line is read and sent on its own however
+// loaded the endpoint's host is; an endpoint that holds output back until the end makes the command say so
+const STREAM_GATE = '/tmp/e2b-bench-ts05-seen'
+const streamed = (ctx) =>
+  `rm -f ${STREAM_GATE}.*; for i in 1 2 3; do echo $i; ` +
+  `[ $i = 3 ] || ${waitUntilSeen(ctx, `${STREAM_GATE}.$i`, 'line $i')}; done`
+
 step('ts05_run_streaming_onStdout', async (ctx, obs) => {
   const chunks = []
-  const result = await ctx.sandbox.commands.run('for i in 1 2 3; do echo $i; sleep 0.2; done', {
-    onStdout: (chunk) => chunks.push(chunk),
+  const signals = []
+  const result = await ctx.sandbox.commands.run(streamed(ctx), {
+    onStdout: (chunk) => {
+      chunks.push(chunk)
+      const received = Math.min(chunks.join('').split('\n').length - 1, 2) // the lines received so far, but the last
+      while (signals.length < received) {
+        const signal = ctx.sandbox.commands.run(`touch ${STREAM_GATE}.${signals.length + 1}`)
+        signals.push(signal.then(() => null, (error) => error)) // the step's own signal, said as such below
+      }
+    },
   })
-  Object.assign(obs, { chunks, exitCode: result.exitCode, stdout: excerpt(result.stdout) })
+  Object.assign(obs, { chunks, exitCode: result.exitCode, stdout: excerpt(result.stdout), stderr: excerpt(result.stderr) })
+  const refused = (await Promise.all(signals)).filter((error) => error !== null)
+  if (refused.length > 0) {
+    obs.signalRefused = refused.map(errorDetails)
+    const [first] = obs.signalRefused
+    expect(false, `the step's signal (commands.run('touch ...')) raised ${first.exception}: ${first.message}`)
+  }
+  const held = result.stderr.split('\n').filter((line) => line.includes(NOT_RECEIVED))
+  expect(held.length === 0, `output was not sent as it came: ${held.join('; ')} (onStdout got ${show(chunks)})`)
   expect(sameList(chunks, ['1\n', '2\n', '3\n']), `onStdout got ${show(chunks)}, expected ["1\\n","2\\n","3\\n"]`)
   expect(result.stdout === '1\n2\n3\n', `stdout is ${show(result.stdout)}, expected "1\\n2\\n3\\n"`)
   expect(result.exitCode === 0, `exitCode is ${show(result.exitCode)}, expected 0`)

@@ -105,30 +105,36 @@ def test_an_empty_selection_exits_5_naming_what_emptied_it(how: str, tmp_path: P
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_on_a_terminal_a_live_bar_shows_each_suite_and_runner_then_gives_way_to_the_verdict(tmp_path: Path) -> None:
-    session = f"e2b-bench-{tmp_path.name}"
+    # Everything the run writes to the terminal is kept (a bar drawn between two looks at the screen is seen):
+    # the command waits until tmux pipes the pane to a file. With -v each case's line redraws the bar below it,
+    # however quickly the cases pass (unasked, it is redrawn once a second).
+    session, written, go = f"e2b-bench-{tmp_path.name}", tmp_path / "terminal.out", tmp_path / "go"
     command = shlex.join(
-        [sys.executable, "-m", "bench.cli", "run", "--case", f"quickstart/{PY}/py0[1-4]_*", "--results-dir",
-         str(tmp_path)]
+        [sys.executable, "-m", "bench.cli", "run", "-v", "--case", f"quickstart/{PY}/py0[1-4]_*", "--results-dir",
+         str(tmp_path / "results")]
     )  # fmt: skip
+    waiting = f"until [ -e {go} ]; do sleep 0.05; done; {command}; sleep 600"
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40", "-c", str(REPO), f"{command}; sleep 600"],
-        check=True,
+        ["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "40", "-c", str(REPO), waiting], check=True
     )
-    screens: list[str] = []
+    screen = ""
     try:
+        subprocess.run(["tmux", "pipe-pane", "-o", "-t", session, f"cat >> {shlex.quote(str(written))}"], check=True)
+        go.touch()
         deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and not any("gate passed" in screen for screen in screens[-1:]):
+        while time.monotonic() < deadline and "gate passed" not in screen:
+            time.sleep(0.5)
             screen = subprocess.run(
                 ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
             ).stdout
-            screens.append(screen)
-            time.sleep(0.5)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False)
 
-    bars = [line for screen in screens for line in screen.splitlines() if re.search(r"\[[#-]{24}\] \d/4", line)]
-    final = screens[-1].splitlines()
+    lines = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", written.read_text(errors="replace")).replace("\r", "").splitlines()
+    bars = [line for line in lines if re.search(r"\[[#-]{24}\] \d/4", line)]
     assert bars and all(line.startswith(f"  quickstart/{PY} [") for line in bars)
+    assert re.search(r"\[#{24}\] 4/4", bars[-1])  # the last drawn: all four done
+    final = screen.splitlines()
     assert not [line for line in final if re.search(r"\[[#-]{24}\]", line)]  # the bar is gone at the end
     assert any(line.startswith("CONFORMANT: 5 cases; gate passed; report: ") for line in final)
 

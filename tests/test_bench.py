@@ -15,7 +15,7 @@ import httpx
 import pytest
 from run_cli import e2b_bench, only_run_dir
 
-from bench.benchdoc import ms, pool_text
+from bench.benchdoc import BENCH_JSON, ms, pool_text
 from bench.benchmark import (
     BenchOptions,
     _floor_target,
@@ -470,3 +470,20 @@ def test_a_measure_cut_by_the_limit_is_not_measured_never_missed(gate: bool, ver
     doc["target"] = {"text": "median <= 10x bare_spawn", "max_ratio": 10, "met": None}
     assert _verdict(doc, gate=gate) == verdict
     assert target_text(doc) == "not measured (limit 120 s)"
+
+
+def test_on_a_host_read_as_slow_a_long_run_still_settles_the_embedded_endpoint_before_each_measure(
+    tmp_path: Path,
+) -> None:
+    # There the pool's usual wait, scaled, is past the longest settle the endpoint grants (600 s), and a run this
+    # long does not cut it down to its time left: the harness asks at most what the endpoint grants
+    done = e2b_bench(
+        "bench", "-n", "2", "--modes", "sequential", "--transfer-mib", "1", "--runner", "py-e2b-2.63.0",
+        "--max-seconds", "900", "--results-dir", str(tmp_path), env={"E2B_BENCH_SLOWNESS": "8"}, timeout=scaled(300),
+    )  # fmt: skip
+
+    bench = json.loads((only_run_dir(tmp_path) / BENCH_JSON).read_text())
+    settles = {name: measure["settle"] for name, measure in bench["runners"]["py-e2b-2.63.0"]["measures"].items()}
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(settles) >= 8 and {name for name, settle in settles.items() if not settle["settled"]} == set()
+    assert not [note for note in bench["notes"] if "not settled" in note]

@@ -504,7 +504,8 @@ class PlainHttp:
             answer = self.client.get(url, headers=self.api_headers)
         else:
             answer = self.client.post(url, json=settle, headers=self.api_headers, timeout=settle["within_s"] + 30)
-        answer.raise_for_status()
+        if not answer.is_success:  # what the endpoint said, not only the status
+            raise RuntimeError(f"HTTP {answer.status_code}: {answer.text[:300]}")
         return dict(answer.json())
 
     def kill(self, sandbox_id: str) -> str:

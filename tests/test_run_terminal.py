@@ -28,7 +28,7 @@ PROGRESS = re.compile(r"^e2b-bench: (\d+)/2 cases done, 0 failing, \d+s")
 def test_a_run_prints_a_header_progress_lines_and_one_verdict_line(tmp_path: Path) -> None:
     done = e2b_bench(
         "run", "--case", f"quickstart/{PY}/py0[12]_*", "--results-dir", str(tmp_path),
-        env={"E2B_BENCH_PROGRESS_S": "0.5"},
+        env={"E2B_BENCH_PROGRESS_S": "0.01"},  # a run that starts a runner and a sandbox outlasts a few of those
     )  # fmt: skip
 
     run = only_run_dir(tmp_path)

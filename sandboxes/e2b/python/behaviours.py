@@ -1107,8 +1107,8 @@ async def kill_cuts_stream(fl: Flavour, obs: Observed) -> None:
     made = {"sandboxID": sbx.sandbox_id, "envdAccessToken": getattr(sbx, "_envd_access_token", None) or ""}
     # The cut comes with the kill: a stream still open this long after the kill answered was not cut (waiting for
     # the command to end instead cost an endpoint that ignores kills the command's whole run, twice a run).
-    cut_s = KILL_CUT_S * slowness(fl)
-    with httpx.Client(timeout=httpx.Timeout(30 * slowness(fl), read=cut_s)) as client:
+    cut_s = KILL_CUT_S * fl.ctx.slowness
+    with httpx.Client(timeout=httpx.Timeout(30 * fl.ctx.slowness, read=cut_s)) as client:
         raw = RpcStream(client, made, "/process.Process/Connect", {"process": {"pid": handle.pid}})
         try:
             opened = raw.next_event() or {}
@@ -1507,10 +1507,6 @@ async def pty_bytes(fl: Flavour, obs: Observed) -> None:
     same(obs, "exit_code", exit_code, 3)
 
 
-def slowness(fl: Flavour) -> float:
-    return fl.ctx.slowness
-
-
 def envd_headers(made: dict[str, Any], content_type: str, user: str = "user") -> dict[str, str]:
     import base64
 
@@ -1629,7 +1625,7 @@ async def process_selectors(fl: Flavour, obs: Observed) -> None:
             pid, cat_pid = ((stream.next_event() or {}).get("start", {}).get("pid") for stream in (shell, cat))
             errors = "; ".join(stream.error for stream in (shell, cat) if stream.error)
             expect(isinstance(pid, int) and isinstance(cat_pid, int), f"Start did not begin with a pid: {errors}")
-            wait = 20 * slowness(fl)
+            wait = 20 * fl.ctx.slowness
             shell.until(lambda: b"10 40" in shell.output, wait)
             watcher = RpcStream(client, made, "/process.Process/Connect", {"process": {"tag": pty_tag}})
             same(obs, "connect_by_tag_pid", (watcher.next_event() or {}).get("start", {}).get("pid"), pid)
@@ -1795,13 +1791,13 @@ async def rest_options(fl: Flavour, obs: Observed) -> None:
         for sid in (ids[0], pausing["sandboxID"]):  # now end them: what a timeout does is the lifecycle's
             api.post(f"/sandboxes/{sid}/timeout", json={"timeout": 2})
         ending = (ids[0], pausing["sandboxID"])
-        deadline = time.time() + 60 * slowness(fl)
+        deadline = time.time() + 60 * fl.ctx.slowness
         states: dict[str, Any] = {}
         while time.time() < deadline:
             # The list is a second view of their state, read before GET: once it says paused, GET gets a few
             # seconds to agree, not the whole minute (an endpoint whose GET never says paused answers the same).
             if set(ending) <= paused_listed(group):
-                deadline = min(deadline, time.time() + 5 * slowness(fl))
+                deadline = min(deadline, time.time() + 5 * fl.ctx.slowness)
             states = {sid: api.get(f"/sandboxes/{sid}").json().get("state") for sid in ending}
             if all(state == "paused" for state in states.values()):
                 break

@@ -52,6 +52,10 @@ SERVER_ONLY_QUIRKS = ("streams_outlive_clients",)
 # the rest as the endpoint's transient (tests/test_remote_conditions.py).
 # An unavailable route fails whatever cases use the route it is given (tests/test_remote_refused_route.py).
 CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "slow_create", "unavailable_route")
+# What a misbehaving third-party endpoint does to a whole run (the `hostile` profile's parts): each breaks
+# most cases at once, so no case list specifies it; tests/test_hostile.py checks that a run under it ends, blames
+# nothing of the harness's own and declares to a fixed point.
+HOSTILE_MUTATIONS = ("stream_no_end_frame",)
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",

@@ -51,6 +51,7 @@ class Mutation:
     response_message: Callable[[Any], None] | None = None  # a decoded unary RPC response, in place
     stream: Callable[[StreamState, Any], list[Any]] | None = None  # frames to send for one decoded frame
     response_bytes: Callable[[bytes], bytes] | None = None  # a whole GET /files body
+    drop_stream_end: bool = False  # a stream's end-of-stream envelope (Connect's EndStreamResponse) is never sent
 
     def applies(self, method: str, path: str) -> bool:
         return method == self.method and re.fullmatch(self.path, path) is not None
@@ -142,6 +143,10 @@ def _hold_output(state: StreamState, frame: Any) -> list[Any]:
         joined.append(first)
     held.clear()
     return [*joined, frame]
+
+
+def _keep(state: StreamState, frame: Any) -> list[Any]:
+    return [frame]
 
 
 def _drop_stderr(state: StreamState, frame: Any) -> list[Any]:
@@ -273,6 +278,9 @@ MUTATIONS: dict[str, Mutation] = {
                             stream=_hold_output),
     "exit_code_zeroed": Mutation("a non-zero exit is reported as exit 0", "POST", "/process.Process/Start",
                                  stream=_zero_exit_code),
+    "stream_no_end_frame": Mutation("process streams (Start, Connect) end without Connect's end-of-stream frame",
+                                    "POST", r"/process\.Process/(Start|Connect)", stream=_keep,
+                                    drop_stream_end=True),
     "connect_drops_end": Mutation("Connect streams end without their end event", "POST", "/process.Process/Connect",
                                   stream=_drop_end),
     "process_list_empty": Mutation("List answers no process", "POST", "/process.Process/List",
@@ -516,12 +524,14 @@ class Mutated:
         streams = [m.stream for m in active if m.stream]
         whole = [m for m in active if m.response_json or m.response_message or m.response_bytes]
         if streams:
-            return self._stream_sender(scope, send, streams)
+            return self._stream_sender(scope, send, streams, any(m.drop_stream_end for m in active))
         if whole:
             return self._buffered_sender(scope, send, whole)
         return send
 
-    def _stream_sender(self, scope: Scope, send: Send, streams: list[Callable[[StreamState, Any], list[Any]]]) -> Send:
+    def _stream_sender(
+        self, scope: Scope, send: Send, streams: list[Callable[[StreamState, Any], list[Any]]], drop_end: bool
+    ) -> Send:
         classes = _rpc_classes(scope["path"])
         buffer = bytearray()
         state = StreamState()
@@ -541,8 +551,8 @@ class Mutated:
             buffer.extend(message.get("body", b""))
             out = b""
             for flags, payload in _envelopes(buffer):
-                if flags & 2:  # the end-of-stream envelope (trailers, error): passed as it is
-                    out += _envelope(flags, payload)
+                if flags & 2:  # the end-of-stream envelope (trailers, error): passed as it is, or dropped
+                    out += b"" if drop_end else _envelope(flags, payload)
                     continue
                 frames = [codec.decode(payload, classes[1])]
                 for change in streams:

@@ -10,6 +10,7 @@ money on it), so no other module asks which kind it has.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from typing import ClassVar, Literal
 import httpx
 
 from .paths import CONFIG_PATH, EXPECTATIONS_DIR
-from .remote.budget import E2B_CLOUD_DOMAIN, E2B_FREE_TIER_SANDBOXES, Budget, BudgetError
+from .remote.budget import E2B_CLOUD_DOMAIN, E2B_FREE_TIER_SANDBOXES, NUMBER_KEYS, Budget, BudgetError
 from .remote.slowness import scaled
 from .remote.tls import verifying
 
@@ -191,13 +192,18 @@ def _from_config(name: str, config_path: Path) -> Endpoint:
         )
     try:
         with config_path.open("rb") as handle:
-            tables = tomllib.load(handle).get("endpoints", {})
+            document = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise EndpointError(f"{config_path} is not valid TOML: {exc}") from exc
+    stray = sorted(set(document) - {"endpoints"})
+    if stray:
+        raise EndpointError(f"{config_path}: unknown table or key {stray[0]!r}; endpoints are tables [endpoints.NAME]")
+    tables = document.get("endpoints", {})
     table = tables.get(name)
     if not isinstance(table, dict):
         known = ", ".join(sorted(["local", "env", *tables])) or "none"
         raise EndpointError(f"unknown endpoint {name!r} (known: {known}); define [endpoints.{name}] in {config_path}")
+    _check_table(table, f"[endpoints.{name}] in {config_path}")
     domain = table.get("domain")
     api_url = table.get("api_url") or (f"https://api.{domain}" if domain else None)
     if not api_url:
@@ -220,6 +226,38 @@ def _from_config(name: str, config_path: Path) -> Endpoint:
         expectations=(config_path.parent / expectations) if expectations else _default_expectations(name),
         budget=budget,
     )
+
+
+# The keys an endpoint's table may have (endpoints.toml.example documents each).
+TABLE_KEYS = frozenset({"api_url", "sandbox_url", "domain", "key_env", "expectations", "max_sandboxes", "currency",
+                        *NUMBER_KEYS})  # fmt: skip
+# Keys that would hold a secret: the file is read from the working directory and often committed.
+SECRET_KEYS = frozenset({"key", "api_key", "apikey", "e2b_api_key", "token", "access_token", "secret", "password"})
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+KEY_SHAPE = re.compile(r"e2b_[0-9a-f]{16,}", re.IGNORECASE)  # an E2B API key, pasted where its variable's name goes
+
+
+def _check_table(table: Mapping[str, object], where: str) -> None:
+    """A mistake in an endpoint's table is one sentence naming the key, never a key silently ignored."""
+    for key in table:
+        if key.lower() in SECRET_KEYS:
+            raise EndpointError(
+                f"{where}: {key!r} would put a secret in a file; endpoints.toml holds no secrets: keep the key in an "
+                f'environment variable and name that variable with key_env = "NAME"'
+            )
+        if key not in TABLE_KEYS:
+            near = difflib.get_close_matches(key, sorted(TABLE_KEYS), n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}?" if near else f"known keys: {', '.join(sorted(TABLE_KEYS))}"
+            raise EndpointError(f"{where}: unknown key {key!r}; {hint}")
+    key_env = table.get("key_env")
+    if key_env is not None and (
+        not isinstance(key_env, str) or not ENV_NAME.fullmatch(key_env) or KEY_SHAPE.fullmatch(key_env)
+    ):
+        # a key pasted where the variable's name goes: say so without repeating the value
+        raise EndpointError(
+            f'{where}: key_env names the environment variable holding the key (e.g. "E2B_API_KEY"); its value is '
+            f"not a variable name (is it the key itself? keep keys out of endpoints.toml)"
+        )
 
 
 def _e2b_quota(api_url: str) -> int | None:

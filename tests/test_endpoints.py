@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +88,54 @@ def test_unknown_endpoint_names_the_known_ones(tmp_path: Path) -> None:
 
     with pytest.raises(EndpointError, match=r"unknown endpoint 'nope' \(known: bydomain, env, local, staging\)"):
         resolve("nope", environ={}, config_path=config)
+
+
+TABLE_HEAD = (
+    '[endpoints.staging]\napi_url = "https://api.staging.example.com"\nsandbox_url = "https://sb.example.com"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_sandbox = 3", r"unknown key 'max_sandbox'; did you mean 'max_sandboxes'\?"),
+        ("keyenv = 'MY_KEY'", r"unknown key 'keyenv'; did you mean 'key_env'\?"),
+        ("colour = 'blue'", r"unknown key 'colour'; known keys: api_url, currency, domain, expectations, key_env"),
+        (f"key = '{KEY}'", r"'key' would put a secret in a file; endpoints.toml holds no secrets"),
+        (f"API_KEY = '{KEY}'", r"'API_KEY' would put a secret in a file"),
+        (f"key_env = '{KEY}'", r"key_env names the environment variable holding the key .*is it the key itself\?"),
+        ("key_env = 'not a name'", r"key_env names the environment variable holding the key"),
+    ],
+)
+def test_a_mistake_in_an_endpoint_table_is_named_not_ignored(tmp_path: Path, line: str, message: str) -> None:
+    config = tmp_path / "endpoints.toml"
+    config.write_text(TABLE_HEAD + line + "\n")
+
+    with pytest.raises(EndpointError, match=r"^\[endpoints.staging\] in .*endpoints.toml: " + message) as raised:
+        resolve("staging", environ={}, config_path=config)
+    assert KEY not in str(raised.value)  # a key pasted into the file is never repeated back
+
+
+def test_a_stray_table_of_endpoints_toml_is_named(tmp_path: Path) -> None:
+    config = tmp_path / "endpoints.toml"
+    config.write_text(TABLE_HEAD.replace("[endpoints.", "[endpoint."))
+
+    with pytest.raises(EndpointError, match=r"unknown table or key .endpoint.; endpoints are tables"):
+        resolve("staging", environ={}, config_path=config)
+
+
+def test_every_table_of_the_example_file_resolves_with_its_commented_keys_too(tmp_path: Path) -> None:
+    example = (Path(__file__).resolve().parents[1] / "endpoints.toml.example").read_text()
+    # every key the example shows commented out is one a table may have
+    uncommented = re.sub(r"^# (\w+ = )", r"\1", example, flags=re.MULTILINE)
+    config = tmp_path / "endpoints.toml"
+    config.write_text(uncommented)
+
+    names = re.findall(r"^\[endpoints\.([\w-]+)\]", example, flags=re.MULTILINE)
+    endpoints = [resolve(name, environ={}, config_path=config) for name in names]
+
+    assert uncommented.count("price_per_vcpu_second = ") == 1 and names == ["e2b-cloud", "staging"]
+    assert [e.budget.max_sandboxes for e in endpoints] == [100, None]
 
 
 def test_local_endpoint_is_bound_once_the_server_listens() -> None:

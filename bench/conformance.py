@@ -92,6 +92,7 @@ class BenchSession:
     transient: dict[tuple[str, str, str], tuple[StepResult, list[dict[str, Any]]]] = field(default_factory=dict)
     shard: Shard | None = None  # `--shard K/N`: this run is one of N shards
     shard_header: dict[str, Any] | None = None  # what the shard kept, for the run header
+    empty_shard_suites: list[str] = field(default_factory=list)  # a shard dealt no case: the selection's suites
     narrowing: list[tuple[str, int]] = field(default_factory=list)  # (what selected, cases left) in order
     progress: Callable[[str], None] = field(default=lambda line: print(f"e2b-bench: {line}", file=sys.stderr))
     on_step: Callable[[str, str, dict[str, Any]], None] | None = None  # (suite, runner, step event) as reported

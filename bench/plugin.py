@@ -207,8 +207,11 @@ def pytest_select_cases(config: pytest.Config, items: list[pytest.Item]) -> None
         _keep(config, items, named)
         session.narrowing.append(("--case", len(items)))
     if session.shard is not None:
+        before_shard = {case[0] for item in items if (case := _case(item)) is not None}
         session.shard_header = deselect_items(config, items, session.shard)
         session.narrowing.append(("--shard", len(items)))
+        if not items and before_shard:  # a shard dealt no group still records itself: an empty, valid shard
+            session.empty_shard_suites = sorted(before_shard)
     for item in items:
         if (case := _case(item)) is not None:
             suite, runner, step = case
@@ -220,7 +223,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     bench = _bench(session.config)
     if bench is None:
         return
-    if bench.suites and not bench.start(sorted(bench.suites)):
+    suites = sorted(bench.suites) or bench.empty_shard_suites
+    if suites and not bench.start(suites):
         pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
     # What the run has imported and booted lives to its end (the process ends with the run): kept out of every
     # later garbage collection (the endpoint's, and pytest's five at the end that look for unraisable exceptions)
@@ -270,7 +274,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         status = "aborted"
     code = bench.end(status, code)
     overriding = (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.HARNESS, ExitCode.USAGE)
-    if code != exitstatus and (code in overriding or exitstatus == pytest.ExitCode.OK):
+    empty_shard = bench.empty_shard_suites and exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED
+    if code != exitstatus and (code in overriding or exitstatus == pytest.ExitCode.OK or empty_shard):
         session.exitstatus = code
 
 

@@ -65,7 +65,7 @@ def run_problem(run: Run, status: str | None = None) -> str | None:
         return f"preflight failed, no case ran: {preflight}"
     if status in STATUS_REASONS:
         return f"{STATUS_REASONS[status]}; {len(run.cases)} case(s) recorded"
-    if not run.cases:
+    if not run.cases and not empty_shard(run):
         return "no case ran (the selection matched nothing)"
     return None
 
@@ -76,13 +76,20 @@ def verdict(runs: Sequence[Run], cases: Sequence[CaseRecord] | None = None) -> V
     records = list(cases) if cases is not None else [c for run in runs for c in {x.id: x for x in run.cases}.values()]
     problems = [f"{run.run_id}: {problem}" for run in runs if (problem := run_problem(run)) is not None]
     nonconformant = sum(not case.conformant for case in records)
-    passed = not problems and nonconformant == 0 and bool(records)
+    # no case at all fails the gate (run_problem), but for a shard dealt none: empty by design, its merge is judged
+    passed = not problems and nonconformant == 0 and (bool(records) or (bool(runs) and all(map(empty_shard, runs))))
     counts = f"{len(records)} case(s), {len(records) - nonconformant} conformant, {nonconformant} non-conformant"
     suffix = f"; {len(problems)} run(s) did not finish normally" if problems else ""
     missed = sum(missed_targets(run.path) for run in runs)
     if passed and missed:
         return Verdict(passed, f"TARGETS MISSED (not gated): {missed} target(s) missed; {counts}", problems, missed)
     return Verdict(passed, f"GATE {'PASSED' if passed else 'FAILED'}: {counts}{suffix}", problems, missed)
+
+
+def empty_shard(run: Run) -> bool:
+    """A shard of a sharded run that was dealt no case (more shards than the selection has groups)."""
+    shard = run.header.get("shard")
+    return isinstance(shard, dict) and shard.get("cases") == 0
 
 
 def missed_targets(run_path: Path) -> int:

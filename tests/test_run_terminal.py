@@ -87,7 +87,6 @@ EMPTY = {
     "-k": (["quickstart", "-k", "no_such_case"], "-k 'no_such_case' and -m 'not slow and not bench' left none"),
     "--runner": (["isolation", "--runner", "js-e2b-2.51.0"], "have no case for js-e2b-2.51.0"),
     "a path": (["docs"], "the suites or paths given have no case for the default runners"),
-    "--shard": (["--case", f"quickstart/{PY}/py01_create", "--shard", "2/2"], "shard 2/2 got none of the 1 case(s)"),
 }
 
 

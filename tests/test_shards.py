@@ -221,6 +221,37 @@ def test_two_shards_of_a_run_hold_its_cases_once_each_and_merge_into_one_report(
     assert sorted(p.name for p in (merged.path / "wire").iterdir()) == ["js-e2b-2.51.0.jsonl", "py-e2b-2.63.0.jsonl"]
 
 
+def test_a_shard_dealt_no_case_records_an_empty_valid_shard_and_the_merge_is_green(
+    tmp_path: Path, served: dict[str, str]
+) -> None:
+    # one runner's cases over two shards: shard 2 gets none (whole runners go to one shard), as the sharded recipe
+    # narrowed to one suite gets whenever it has more shards than runners
+    case = "quickstart/py-e2b-2.63.0/py01_create"
+    shard_dirs, verdicts = [], []
+    for index in (1, 2):
+        results = tmp_path / f"shard-{index}"
+        done = e2b_bench("run", "--case", case, "--shard", f"{index}/2", "--results-dir", str(results), env=served)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        shard_dirs.append(only_run_dir(results))
+        verdicts.append(done.stdout.strip().splitlines()[-1])
+
+    empty = read_run(shard_dirs[1])
+    assert empty.header["shard"] == {**empty.header["shard"], "index": 2, "total": 2, "cases": 0, "selected": 1}
+    assert (empty.status, empty.footer["exit_code"], empty.cases) == ("completed", 0, [])
+    assert verdicts[1].startswith("CONFORMANT: 0 cases: shard 2/2 was dealt none of the 1 selected")
+    assert verdicts[0].startswith("CONFORMANT: 2 cases; gate passed")  # the case and the leak check
+
+    done = e2b_bench("merge", *map(str, shard_dirs), "--results-dir", str(tmp_path / "merged"))
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    merged = read_run(only_run_dir(tmp_path / "merged"))
+    assert {c.id: c.outcome for c in merged.cases if c.suite in ("quickstart", "shards")} == {
+        case: "pass",
+        "shards/harness/shard_1_of_2": "pass",
+        "shards/harness/shard_2_of_2": "pass",
+    }
+
+
 def test_a_shard_spec_that_is_not_k_of_n_ends_the_run_with_a_usage_error(tmp_path: Path) -> None:
     done = e2b_bench("run", "sandboxes/e2b/test_quickstart.py", "--shard", "3/2", "--results-dir", str(tmp_path))
 

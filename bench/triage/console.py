@@ -109,6 +109,12 @@ def verdict_line(run_path: Path, report: Path | None) -> str:
         )
     if run.status != "completed":
         return f"{run.status.upper()}: {len(records)} case(s) recorded, {failing} not conformant; gate FAILED; {where}"
+    if gate.passed and not records and isinstance(shard := run.header.get("shard"), dict):
+        return (
+            f"CONFORMANT: 0 cases: shard {shard.get('index')}/{shard.get('total')} was dealt none of the "
+            f"{shard.get('selected')} selected (whole runners go to one shard); an empty shard, for merge; "
+            f"gate passed; {where}"
+        )
     if gate.passed:
         return f"CONFORMANT: {len(records)} cases; gate passed; {where}"
     causes = causes_count(run_path)
@@ -329,7 +335,7 @@ class Console:
         if self.ticker is not None and self.verbosity >= 0 and not self.tty:
             self.say(self.progress_line())
         bench = self.bench
-        if bench is not None and bench.narrowing and not session.items:
+        if bench is not None and bench.narrowing and not session.items and not bench.empty_shard_suites:
             self.empty_selection = empty_selection(bench.narrowing, session.config)
 
     @pytest.hookimpl(trylast=True, specname="pytest_sessionfinish")

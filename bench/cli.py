@@ -63,8 +63,17 @@ def _main(argv: list[str] | None) -> int:
         return ExitCode.USAGE
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown for every flag; epilogs kept as written."""
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Each flag's default said once: added where its help does not say it already and there is one to say
+    (no "(default: None)", "False" or "[]"); epilogs kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = action.help or ""
+        default = action.default
+        quiet = default is None or default is False or default == [] or default is argparse.SUPPRESS
+        if "default" in help.lower() or quiet or not action.option_strings or action.nargs == 0:
+            return help
+        return f"{help} (default: %(default)s)"
 
 
 def _command(

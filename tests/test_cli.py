@@ -3,6 +3,7 @@ work wherever they are given; `--help` documents flags, exit codes and environme
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -92,3 +93,21 @@ def test_help_lists_every_flag_with_its_default_the_exit_codes_and_the_environme
     assert "130 interrupted by Ctrl-C (SIGINT)" in text and "143 interrupted by SIGTERM" in text
     assert "2 configuration, environment or endpoint" in text
     assert "E2B_BENCH_ENDPOINT" in text and "E2B_API_KEY" in text
+
+
+def test_help_says_each_default_once_and_none_that_is_not_one() -> None:
+    from bench.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        text = " ".join(command.format_help().split())
+        for empty in ("(default: None)", "(default: False)", "(default: [])", "(default: ==SUPPRESS==)"):
+            assert empty not in text, (name, empty)
+        for action in command._actions:
+            said = re.findall(
+                r"(?<!%\()default", command._get_formatter()._get_help_string(action) or "", re.IGNORECASE
+            )
+            assert len(said) <= 1, (name, action.option_strings, action.help)
+    run_help = " ".join(commands.choices["run"].format_help().split())
+    assert "(default: the endpoint's) (default:" not in run_help and "(default: local)" in run_help

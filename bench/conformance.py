@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .endpoints import Endpoint
 from .exits import ExitCode
 from .expectations import Expectations, judge
-from .housekeeping import KILLED, kill_left
+from .housekeeping import ALREADY_GONE, KILLED, kill_left
 from .lifecycle import Lifecycle
 from .redaction import Redactor
 from .remote.budget import Budget, cost_line, retries_figure
@@ -509,8 +509,11 @@ class BenchSession:
             lines.append(f"retries: {retries['total']} ({shown})")
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")
-        if self.left:
-            shown = ", ".join(f"{sandbox} ({what})" for sandbox, what in self.left.items())
+        # a sandbox the ledger saw alive whose kill found it gone was not left (it ended by a way the wire did not
+        # show, e.g. its timeout): the footer keeps it, the terminal does not say it was left
+        left = {sandbox: what for sandbox, what in self.left.items() if what != ALREADY_GONE}
+        if left:
+            shown = ", ".join(f"{sandbox} ({what})" for sandbox, what in left.items())
             lines.append(f"left by this run and killed on the way out: {shown}")
         return lines
 

@@ -81,7 +81,8 @@ def sweep(
     return result
 
 
-KILLED = {200: "killed", 204: "killed", 404: "already gone"}
+ALREADY_GONE = "already gone"
+KILLED = {200: "killed", 204: "killed", 404: ALREADY_GONE}
 
 
 def _api_client(api_url: str, key: str | None, timeout: float) -> httpx.Client:

@@ -57,5 +57,5 @@ UPSTREAM_SOURCE = REFERENCE_DIR / "e2b-sdk-source"
 PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "pytest.ini"
 
 RESULTS_DIR = USER_ROOT / "results"
-REPORTS_OUT = USER_ROOT / "reports" / "out"
+REPORTS_OUT = RESULTS_DIR / "reports"  # `report`'s default --out: every output of the harness under results/
 CONFIG_PATH = USER_ROOT / "endpoints.toml"

@@ -111,3 +111,16 @@ def test_help_says_each_default_once_and_none_that_is_not_one() -> None:
             assert len(said) <= 1, (name, action.option_strings, action.help)
     run_help = " ".join(commands.choices["run"].format_help().split())
     assert "(default: the endpoint's) (default:" not in run_help and "(default: local)" in run_help
+
+
+def test_every_output_defaults_under_the_results_directory() -> None:
+    from bench.cli import build_parser
+    from bench.paths import RESULTS_DIR
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in commands.choices.items():
+        for action in command._actions:
+            if isinstance(action.default, Path) and action.dest in ("out", "results_dir"):
+                assert action.default.is_relative_to(RESULTS_DIR), (name, action.dest, action.default)
+    assert commands.choices["report"].get_default("out") == RESULTS_DIR / "reports"

@@ -29,6 +29,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("slow", False):
+        # no test path and no -m: the whole suite is what CI runs (a path given runs whatever it holds)
+        if not config.option.markexpr and config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+            config.option.markexpr = CI_SELECTION
         return
     if config.option.markexpr:
         raise pytest.UsageError("--slow is a selection of its own (-m 'not bench'): give it or -m, not both")

@@ -81,3 +81,48 @@ def test_selftest_compiles_the_checkouts_modules_that_no_process_would_keep(tmp_
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert [path.is_file() for path in compiled] == [True, True, True]
     assert all(path.stat().st_mtime >= source.stat().st_mtime for path, source in zip(compiled, sources, strict=True))
+
+
+# Records the options a selftest ends up with, then stops before anything is collected or any worker starts.
+OPTIONS_PLUGIN = """
+import json, os
+import pytest
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    with open(os.environ["OPTIONS_TO"], "w") as out:
+        json.dump({"n": config.option.numprocesses, "m": config.option.markexpr, "timeout": config.option.timeout,
+                   "dist": config.option.dist}, out)
+    pytest.exit("options recorded", returncode=0)
+"""
+
+
+def selftest_options(tmp_path: Path, *args: str) -> dict[str, object]:
+    (tmp_path / "options_plugin.py").write_text(OPTIONS_PLUGIN)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "OPTIONS_TO": str(tmp_path / "options.json")}
+    done = subprocess.run(
+        [str(REPO / "e2b-bench"), "selftest", "-p", "options_plugin", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((tmp_path / "options.json").read_text())
+
+
+def test_selftest_alone_runs_what_ci_runs_on_two_workers_per_core_and_a_path_runs_as_given(tmp_path: Path) -> None:
+    workers = min(2 * (os.cpu_count() or 1), 8)
+
+    assert selftest_options(tmp_path) == {
+        "n": workers,
+        "m": "not slow and not bench",
+        "timeout": 900.0,
+        "dist": "loadgroup",
+    }
+    assert selftest_options(tmp_path, "-n", "1")["n"] == 1
+    assert selftest_options(tmp_path, "--slow")["m"] == "not bench"
+    # a file runs as given: serially, every test of it, no timeout added
+    assert selftest_options(tmp_path, "tests/test_bench.py") == {
+        "n": None,
+        "m": "",
+        "timeout": None,
+        "dist": "loadgroup",
+    }

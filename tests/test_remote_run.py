@@ -76,6 +76,10 @@ def test_a_time_budget_ends_the_run_keeping_what_finished_and_names_the_budget_f
     latest = json.loads((tmp_path / "latest.json").read_text())
     assert Path(latest["run_dir"]) == run.path.resolve() and (run.path / "junit.xml").is_file()
     assert "budget of 0.5 min reached" in done.stdout
+    # the case not run is told apart from a non-conformant one, in the list and in the verdict
+    assert "1 case(s) not run (budget of 0.5 min reached): no verdict on them" in done.stdout
+    assert "✘ cause" not in done.stdout
+    assert done.stdout.splitlines()[-1].startswith("INTERRUPTED: 2 of 3 case(s) ran (1 not run), 0 not conformant;")
     assert "- cost: " in (run.path / "summary.md").read_text()
 
 

@@ -1,5 +1,5 @@
-"""What `e2b-bench run` says on the terminal: a header, progress, the failing cases with their re-run line, one
-verdict line; each preflight message once; `-q` only the verdict; an empty selection named; and the live bar
+"""What `e2b-bench run` says on the terminal: a header, progress, the causes with a re-run each and what to type
+next, one verdict line; each preflight message once; `-q` only the verdict; an empty selection named; and the live bar
 on a real terminal (tmux), looked at on its screen."""
 
 from __future__ import annotations
@@ -55,6 +55,30 @@ def test_quiet_prints_only_the_verdict_line_with_the_failures_counted(tmp_path: 
     run = only_run_dir(tmp_path)
     assert (done.returncode, done.stderr) == (1, "")
     assert done.stdout == f"NOT CONFORMANT: 1 of 3 cases in 1 cause; gate FAILED; report: {run / 'report.html'}\n"
+
+
+def test_a_failing_run_lists_its_causes_with_a_rerun_each_then_the_commands_to_type_next(tmp_path: Path) -> None:
+    cases = (f"quickstart/{PY}/py03_run_nonzero_exit_raises", "quickstart/js-e2b-2.51.0/ts03_run_exit_code_throws")
+    done = e2b_bench(
+        "run", "--quirk", "mutations=exit_code_zeroed", *(f"--case={case}" for case in cases),
+        "--results-dir", str(tmp_path),
+    )  # fmt: skip
+
+    run = only_run_dir(tmp_path)
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    causes = [line for line in lines if line.startswith("✘ cause ")]
+    assert len(causes) == 2 and all(re.match(r"✘ cause [12]: 1 case\(s\), fail, in (py|js)-e2b-", c) for c in causes)
+    assert any("instead of raising CommandExitException" in c for c in causes)
+    reruns = [line.split("  re-run: ", 1) for line in lines if "  re-run: " in line]
+    assert sorted(case.strip() for case, _ in reruns) == sorted(cases)
+    assert all(
+        f"--case {case.strip()}" in rerun and "--quirk mutations=exit_code_zeroed" in rerun for case, rerun in reruns
+    )
+    nexts = lines[lines.index("next:") + 1 :][:2]
+    assert nexts[0].startswith(f"  e2b-bench report --causes {run}")
+    assert nexts[1].startswith(f"  e2b-bench expectations {run} --write ")
+    assert lines[-1].startswith("NOT CONFORMANT: 2 of 3 cases in 2 causes; gate FAILED")
 
 
 def test_the_verdict_line_counts_causes_when_the_run_has_them(tmp_path: Path) -> None:

@@ -25,7 +25,8 @@ import pytest
 from bench.conformance import BenchSession
 from bench.expectations import judge
 from bench.plugin import STASH
-from bench.results import CaseRecord, RunError, case_id, read_run
+from bench.results import CaseRecord, Run, RunError, case_id, read_run
+from bench.triage.causes import cause_document, find_causes
 from bench.verdict import preflight_error, rerun_command, verdict
 
 CAUSES_JSON = "causes.json"
@@ -33,7 +34,9 @@ CI_INTERVAL_S = 30.0  # a progress line this often when the terminal is not a TT
 INTERVAL_ENV = "E2B_BENCH_PROGRESS_S"  # overrides it
 TTY_INTERVAL_S = 1.0  # the live bar's redraw
 BAR_WIDTH = 24
-LISTED_FAILURES = 10  # non-conformant cases shown with their re-run line before the verdict
+LISTED_CAUSES = 10  # causes of the non-conformant cases shown before the verdict
+LISTED_SUITE_RERUNS = 3  # re-run lines of one cause: its representative's, then one per other suite it shows in
+NOT_RUN = "not run"  # the message of a case the run never got to
 HARNESS_LOGGER = "e2b-bench"
 
 
@@ -108,7 +111,12 @@ def verdict_line(run_path: Path, report: Path | None) -> str:
             f"gate FAILED; {where}"
         )
     if run.status != "completed":
-        return f"{run.status.upper()}: {len(records)} case(s) recorded, {failing} not conformant; gate FAILED; {where}"
+        skipped = sum(not case.conformant and not_run(case) for case in records)
+        ran = f"{len(records) - skipped} of {len(records)} case(s) ran ({skipped} not run), " if skipped else ""
+        return (
+            f"{run.status.upper()}: {ran or f'{len(records)} case(s) recorded, '}{failing - skipped} not conformant; "
+            f"gate FAILED; {where}"
+        )
     if gate.passed and not records and isinstance(shard := run.header.get("shard"), dict):
         return (
             f"CONFORMANT: 0 cases: shard {shard.get('index')}/{shard.get('total')} was dealt none of the "
@@ -120,6 +128,46 @@ def verdict_line(run_path: Path, report: Path | None) -> str:
     causes = causes_count(run_path)
     grouped = f" in {causes} cause{'s' if causes != 1 else ''}" if causes is not None else ""
     return f"NOT CONFORMANT: {failing} of {len(records)} cases{grouped}; gate FAILED; {where}"
+
+
+def not_run(case: CaseRecord) -> bool:
+    """A case the run never got to (a budget, an interruption): no verdict on the endpoint."""
+    return case.outcome == "error" and (case.error or "").startswith(NOT_RUN)
+
+
+def cause_lines(run: Run, declarations: str | None = None, width: int = 160) -> list[str]:
+    """What the terminal lists after the progress: the top causes, the cases not run, the next commands."""
+    records = list({case.id: case for case in run.cases}.values())
+    skipped = [case for case in records if not case.conformant and not_run(case)]
+    causes = find_causes(case for case in records if not not_run(case))
+    lines = []
+    for number, cause in enumerate(causes[:LISTED_CAUSES], start=1):
+        document = cause_document(run, cause)
+        words = " ".join(str(document["message"]).split())
+        words = words if len(words) <= width else words[: width - 1] + "…"
+        runners = ", ".join(document["runners"])
+        lines.append(f"✘ cause {number}: {len(cause.cases)} case(s), {cause.outcome}, in {runners} — {words}")
+        by_suite: dict[str, CaseRecord] = {}
+        for case in cause.cases:
+            by_suite.setdefault(case.suite, case)
+        first = cause.representative
+        shown = [first, *(case for suite, case in by_suite.items() if suite != first.suite)]
+        for case in shown[:LISTED_SUITE_RERUNS]:
+            lines.append(f"    {case.id}  re-run: {rerun_command(run, case)}")
+        if len(shown) > LISTED_SUITE_RERUNS:
+            lines.append(f"    … and cases of {len(shown) - LISTED_SUITE_RERUNS} more suite(s)")
+    if len(causes) > LISTED_CAUSES:
+        lines.append(f"… and {len(causes) - LISTED_CAUSES} more cause(s)")
+    if skipped:
+        reasons = sorted({(case.error or "")[len(NOT_RUN) :].strip(" :") for case in skipped})
+        lines.append(f"{len(skipped)} case(s) not run ({'; '.join(reasons)[:width]}): no verdict on them")
+    if causes:
+        where = run.path
+        lines.append("next:")
+        lines.append(f"  e2b-bench report --causes {where}    every cause with its cases")
+        target = declarations or "expectations/ENDPOINT.toml"
+        lines.append(f"  e2b-bench expectations {where} --write {target}    declare them as known differences")
+    return lines
 
 
 class HarnessLog(logging.Handler):
@@ -356,21 +404,24 @@ class Console:
         self.write(verdict_line(run_path, report.html if report is not None else None))
 
     def failures(self, run_path: Path) -> list[str]:
-        """The non-conformant cases, each with its symptom and the command that re-runs it."""
+        """The causes of the non-conformant cases, largest first, each with its count, where it shows, the
+        endpoint's words and a re-run per suite; the cases not run apart; then the commands to type next."""
         try:
             run = read_run(run_path, allow_truncated=True)
         except RunError:
             return []
-        failing: list[CaseRecord] = [c for c in {c.id: c for c in run.cases}.values() if not c.conformant]
-        lines = []
-        for case in failing[:LISTED_FAILURES]:
-            symptom = " ".join((case.error or case.note or "").split())
-            symptom = f" — {symptom[:160]}{'…' if len(symptom) > 160 else ''}" if symptom else ""
-            lines.append(f"✘ {case.id}: {case.outcome} (declared {case.expected}){symptom}")
-            lines.append(f"    re-run: {rerun_command(run, case)}")
-        if len(failing) > LISTED_FAILURES:
-            lines.append(f"… and {len(failing) - LISTED_FAILURES} more non-conformant case(s) in the report")
-        return lines
+        return cause_lines(run, declarations=self.declarations())
+
+    def declarations(self) -> str | None:
+        """Where this endpoint's declarations go: the file it is judged by, else the one it would be by default."""
+        if self.bench is None:
+            return None
+        endpoint = self.bench.endpoint
+        path = endpoint.expectations or Path("expectations") / f"{endpoint.name}.toml"
+        try:
+            return str(path.relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
 
     @pytest.hookimpl(trylast=True)  # after the bench plugin stopped the embedded endpoint (its disks log here)
     def pytest_unconfigure(self, config: pytest.Config) -> None:

@@ -9,10 +9,16 @@ from collections.abc import Iterator
 from unittest import mock
 
 import pytest
+from hypothesis import HealthCheck, settings
 from shared_runs import shared  # noqa: F401  (a fixture of this conftest)
 from worker_groups import pytest_collection_modifyitems  # noqa: F401  (a hook of this conftest)
 
 from bench.localbox.server import LocalEndpoint, serving
+
+# Property tests judge what the code does, never how fast: hypothesis's default 200 ms deadline per example and its
+# too-slow health check fail a test on a busy host (test_redaction failed once so under load), whatever it checks.
+settings.register_profile("e2b-bench", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("e2b-bench")
 
 # What CI runs (.ci/run); `--slow` adds the slow-marked tests (the whole upstream suite among them).
 CI_SELECTION = "not slow and not bench"

@@ -29,6 +29,7 @@ from bench.runners.protocol import StepResult
 from bench.wire import WireProxy
 
 MISSING_TEMPLATE = {"templateID": "no-such-template", "timeout": 30}
+ROUNDS = 20  # of three creates at once, until one round is served within the rate limit's second
 
 
 @pytest.fixture
@@ -82,11 +83,19 @@ def test_rate_limit_answers_429_with_retry_after_past_n_creates_a_second_and_lat
     conditioned: LocalEndpoint,
 ) -> None:
     with api(conditioned) as client, ThreadPoolExecutor(3) as clients:
-        # Sent at once, the three arrive within the same second however busy the host (sent one after the
-        # other, a starved server could read the third a second after the first, which is then admitted).
-        started = time.monotonic()
-        answers = list(clients.map(lambda _: client.post("/sandboxes", json=MISSING_TEMPLATE), range(3)))
-        elapsed = time.monotonic() - started
+        # Three sent at once. The endpoint counts creates over the last second, so the third is refused only when
+        # all three reached it within one second: sure when every answer came back within a second of sending
+        # (each was admitted between the send and its answer), not otherwise: a host too busy to serve three
+        # requests in a second (CI once) admits the third. Such a round says nothing: it is sent again.
+        for _ in range(ROUNDS):
+            time.sleep(1.1)  # past the second: the earlier rounds' creates no longer count
+            started = time.monotonic()
+            answers = list(clients.map(lambda _: client.post("/sandboxes", json=MISSING_TEMPLATE), range(3)))
+            elapsed = time.monotonic() - started
+            if elapsed < 1:
+                break
+        else:
+            pytest.fail(f"no round of three creates was served within a second in {ROUNDS} rounds: the host is stalled")
         time.sleep(1.1)  # past the second: creates are admitted again
         started = time.monotonic()
         later = client.post("/sandboxes", json=MISSING_TEMPLATE)

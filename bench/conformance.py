@@ -26,6 +26,7 @@ from .housekeeping import ALREADY_GONE, KILLED, kill_left
 from .lifecycle import Lifecycle
 from .redaction import Redactor
 from .remote.budget import Budget, cost_line, retries_figure
+from .remote.faults import fault_options
 from .remote.ledger import SandboxLedger
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
@@ -299,7 +300,7 @@ class BenchSession:
                 deliver(result)
             return results
         factor = slowness()
-        options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor)}
+        options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor), **fault_options()}
         table = load_manifest()[suite][runner.table(suite)]
         extra: dict[str, Any] = {}
         if "steps_from" in table:  # E2B's own tests: their source, what this endpoint cannot serve, their domain
@@ -350,6 +351,7 @@ class BenchSession:
                 on_result=deliver,
                 on_event=lambda event: self._on_event(suite, runner, event, proxy),
                 evidence=lambda: dict(seen),
+                on_restart=self.progress,
             )
         for run in runs:
             self.created.update((run.footer or {}).get("cleanup") or {})

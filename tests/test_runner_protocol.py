@@ -55,6 +55,8 @@ def test_runner_that_dies_midway_leaves_error_steps_with_exit_code_and_stderr() 
         ("s4", "error", died),
     ]
     assert (result.footer, result.exit_code, result.timed_out) == (None, 3, False)
+    # One runner process; a run restarts it for the steps left (tests/test_runner_survives.py).
+    assert (result.died, result.in_step) == (True, None)
 
 
 def test_runner_that_hangs_is_killed_and_names_the_step_it_hung_in() -> None:

@@ -176,6 +176,8 @@ def test_a_runner_killed_mid_run_leaves_every_later_step_as_an_error_naming_the_
     crash_after = "ts05_run_streaming_onStdout"
     run_id = "crash-midway"
 
+    # One runner process on its own: a run restarts a runner that died for the steps left (the restart and the
+    # terminal's line: tests/test_runner_survives.py).
     result = run(NEWEST, task(run_id, endpoint.env(), crash_after=crash_after))
 
     done = STEP_IDS.index(crash_after) + 1

@@ -93,6 +93,7 @@ class RunnerResult:
     stopped: bool = False  # the harness stopped it (Ctrl-C)
     hung_in: str | None = None
     hung_after_s: float | None = None  # the deadline the hung step (or the silence) ran out of
+    in_step: str | None = None  # the step started and not reported yet (where a runner that died died)
     protocol_errors: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
     start_error: str | None = None  # its interpreter could not be executed at all
@@ -110,6 +111,23 @@ class RunnerResult:
     @property
     def completed(self) -> bool:
         return self.footer is not None and not self.timed_out
+
+    @property
+    def died(self) -> bool:
+        """It said hello, then ended without its footer while steps were left (a crash, a kill, an exit), not
+        stopped by the harness."""
+        return (
+            self.hello is not None
+            and self.footer is None
+            and not self.timed_out
+            and not self.stopped
+            and any(step not in self.steps for step in self.requested)
+        )
+
+    @property
+    def death(self) -> str:
+        """How it died: `exit code N; stderr tail: ...`."""
+        return f"exit code {self.exit_code}; stderr tail: {self.stderr_tail}"
 
     def step_results(self) -> Iterator[StepResult]:
         """One result per requested step, in request order; missing steps become `error`."""
@@ -138,7 +156,9 @@ class RunnerResult:
             return f"not run: the runner could not start ({self.start_failure})"
         if self.footer is not None:
             return f"runner finished without reporting this step: exit code {self.exit_code}"
-        return f"runner died before this step: exit code {self.exit_code}; stderr tail: {self.stderr_tail}"
+        if step_id == self.in_step:
+            return f"runner died in step {step_id}: {self.death}"
+        return f"runner died before this step: {self.death}"
 
     def _missing_details(self) -> dict[str, Any]:
         details: dict[str, Any] = {"exit_code": self.exit_code, "stderr_tail": self.stderr_tail}
@@ -309,7 +329,11 @@ def _record(event: Event, number: int, result: RunnerResult) -> None:
         result.hello = event
     elif kind == "footer":
         result.footer = event
+    elif kind == "start":
+        result.in_step = event["id"]
     elif kind == "step":
+        if result.in_step == event["id"]:
+            result.in_step = None
         if event["id"] in result.steps:
             result.protocol_errors.append(f"stdout line {number}: step {event['id']} reported twice")
         else:

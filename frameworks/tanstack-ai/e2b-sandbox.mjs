@@ -99,7 +99,7 @@ function handleFor(modules, sandbox, workdir) {
   const process = {
     async exec(command, options = {}) {
       const handle = await start(command, options, { stdin: false })
-      const abort = () => void killGroup(handle)
+      const abort = () => void killGroup(handle).catch(() => {})
       options.signal?.addEventListener('abort', abort, { once: true })
       try {
         const result = await settle(handle)
@@ -124,7 +124,7 @@ function handleFor(modules, sandbox, workdir) {
         stdout.end()
         stderr.end()
       })
-      options.signal?.addEventListener('abort', () => void killGroup(handle), { once: true })
+      options.signal?.addEventListener('abort', () => void killGroup(handle).catch(() => {}), { once: true })
       return {
         pid: handle.pid,
         stdout,

@@ -629,7 +629,10 @@ async def run_streams(fl: Flavour, obs: Observed) -> None:
         out.append(chunk)
         if not signals and "out1\n" in "".join(out):
             touched = sbx.commands.run(f"touch {gate}")
-            signals.append(asyncio.ensure_future(touched) if inspect.isawaitable(touched) else touched)
+            if inspect.isawaitable(touched):  # kept: its error is retrieved even when the main command fails first
+                touched = asyncio.ensure_future(touched)
+                touched.add_done_callback(lambda done: done.cancelled() or done.exception())
+            signals.append(touched)
 
     result = await got(sbx.commands.run(script, on_stdout=on_stdout, on_stderr=err.append))
     for signal in signals:

@@ -335,10 +335,13 @@ behaviour('run_streams', async (b, obs) => {
   const script = `rm -f ${gate}; for i in 1 2 3; do echo out$i; echo err$i >&2; [ $i = 1 ] && ${waits}; sleep 0.05; done`
   const onStdout = (d) => {
     out.push(d)
-    if (signals.length === 0 && out.join('').includes('out1\n')) signals.push(sbx.commands.run(`touch ${gate}`))
+    // a kept promise is handled at once (its error is the step's, below): one that rejects while the main command
+    // is still failing is never an unhandled rejection
+    if (signals.length === 0 && out.join('').includes('out1\n')) signals.push(sbx.commands.run(`touch ${gate}`).then(() => null, (e) => e))
   }
   const result = await sbx.commands.run(script, { onStdout, onStderr: (d) => err.push(d) })
-  await Promise.all(signals)
+  const refused = (await Promise.all(signals)).find((e) => e !== null)
+  if (refused !== undefined) throw refused
   const said = result.stderr.split(/(?<=\n)/)
   same(obs, 'stdout', result.stdout, 'out1\nout2\nout3\n')
   same(obs, 'held_back', said.filter((line) => line.includes(NOT_RECEIVED)).map((line) => line.trim()), [])

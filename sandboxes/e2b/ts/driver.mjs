@@ -243,15 +243,20 @@ async function runStep(ctx, id) {
     await run(ctx, obs)
     return { outcome: 'pass', error: null, details: obs }
   } catch (err) {
-    if (err instanceof Skip) throw err
-    if (err instanceof Fail) return { outcome: 'fail', error: oneLine(err.message), details: obs }
-    if (err instanceof Deviation) return { outcome: 'deviation', error: oneLine(err.message), details: obs }
-    if (err instanceof Refused) return { outcome: 'refused', error: oneLine(err.message), details: { ...obs, ...err.details } }
-    // Any SDK exception is an observed behaviour of the endpoint.
-    obs.raised = errorDetails(err)
-    obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
-    return { outcome: 'fail', error: oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`), details: obs }
+    return classify(err, obs)
   }
+}
+
+/** What a step's error says of the endpoint: its outcome, error line and observations (a `Skip` propagates). */
+function classify(err, obs = {}) {
+  if (err instanceof Skip) throw err
+  if (err instanceof Fail) return { outcome: 'fail', error: oneLine(err.message), details: obs }
+  if (err instanceof Deviation) return { outcome: 'deviation', error: oneLine(err.message), details: obs }
+  if (err instanceof Refused) return { outcome: 'refused', error: oneLine(err.message), details: { ...obs, ...err.details } }
+  // Any SDK exception is an observed behaviour of the endpoint.
+  obs.raised = errorDetails(err)
+  obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
+  return { outcome: 'fail', error: oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`), details: obs }
 }
 
 async function cleanup(ctx) {
@@ -300,6 +305,7 @@ export async function main(suite, packages = ['e2b']) {
     const hang = () => new Promise(() => setInterval(() => {}, 1 << 30))
     await runSteps(task, (id) => (id === hangIn ? hang() : runStep(ctx, id)), {
       stopped: () => terminating,
+      failed: (err) => classify(err), // an error the step did not await: judged as one it raised
       // Fault injection for the harness's own tests: die the hardest way right after this step.
       after: (id) => id === crashAfter && process.kill(process.pid, 'SIGKILL'),
     })

@@ -388,3 +388,26 @@ def test_a_green_run_with_declared_differences_shows_no_red(tmp_path: Path) -> N
     declared = select(html, "details", class_="declared-all")
     assert [(d.attrs.get("open"), " ".join(d.text.split()).startswith("3 declared difference(s) in 3 group(s)"))
             for d in declared] == [("", True)]  # fmt: skip
+
+
+def test_a_bench_report_opens_with_the_benchmark_and_conformance_follows(tmp_path: Path) -> None:
+    history = sorted((RUNS.parent / "bench-history").iterdir())
+    runs = []
+    for run in history:  # with coverage, as a bench run's conformance details have
+        runs.append(tmp_path / run.name)
+        shutil.copytree(run, runs[-1])
+        shutil.copy(RUNS / "nightly-02" / "coverage.json", runs[-1])
+
+    paths = render(runs, tmp_path / "out")
+    html, markdown = paths.html.read_text(), paths.markdown.read_text()
+
+    headings = [h.text for h in select(html, "h2")]
+    order = [html.index(marker) for marker in ('id="verdict"', 'class="bench comparison"', 'data-run="', 'id="runs"')]
+    assert headings[0] == "Benchmark" and headings.index("Matrix") < headings.index(f"Coverage · {history[0].name}")
+    assert order == sorted(order) and html.index('id="coverage-spec"') > html.index('id="matrix"')
+    sections = [line for line in markdown.splitlines() if line.startswith("### ")]
+    assert sections[:2] == [
+        "### Benchmark across runs: ratio to each run's baseline",
+        f"### Benchmark: local `{history[0].name}`",
+    ]
+    assert markdown.index("### Benchmark") < markdown.index("### Runs")

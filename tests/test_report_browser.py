@@ -17,6 +17,8 @@ from tests.browser import chromium
 pytestmark = [pytest.mark.chromium]
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
+# Apart from runs/, whose every run is a night of `report --history`
+B3OS_BETA = Path(__file__).parent / "fixtures" / "failing" / "b3os-beta"
 WIDTH, HEIGHT = 1400, 1000
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PY = "py-e2b-2.63.0"
@@ -37,7 +39,10 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """nightly-02 (3 causes, transcripts, wire logs) and a b3os-beta run judged by the faithful declarations (121
     failing cases in 48 causes over 14 runners, every runner's full pins)."""
     out = tmp_path_factory.mktemp("reports")
-    return {name: render([RUNS / name], out / name).html for name in ("nightly-02", "b3os-beta")}
+    return {
+        "nightly-02": render([RUNS / "nightly-02"], out / "nightly-02").html,
+        "b3os-beta": render([B3OS_BETA], out / "b3os-beta").html,
+    }
 
 
 def open_page(browser: Browser, report: Path, fragment: str = "") -> Page:

@@ -231,9 +231,19 @@ def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> di
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 
 
-def _state(outcome: str, conformant: bool) -> str:
+NOT_RUN = "not run"  # the error of a case the run never got to (a budget, an interruption): bench/conformance.py
+
+
+def _not_run(outcome: str, error: str | None) -> bool:
+    return outcome == "error" and (error or "").startswith(NOT_RUN)
+
+
+def _state(outcome: str, conformant: bool, error: str | None = None) -> str:
     """How a case reads: `pass`, `declared` (not a pass, but as declared: a known difference, not a failure),
-    `nc` (not as declared: the only red) or `skip`."""
+    `nc` (not as declared: the only red), `notrun` (the run never got to it: no verdict on the endpoint) or
+    `skip`."""
+    if _not_run(outcome, error):
+        return "notrun"
     if not conformant:
         return "nc"
     return outcome if outcome in ("pass", "skip") else "declared"
@@ -265,7 +275,7 @@ def _cell(anchor: str, record: pd.Series, label: str, run: Run, sources: CaseSou
         "outcome": record["outcome"],
         "expected": record["expected"],
         "conformant": bool(record["conformant"]),
-        "state": _state(str(record["outcome"]), bool(record["conformant"])),
+        "state": _state(str(record["outcome"]), bool(record["conformant"]), error),
         "symbol": SYMBOLS[record["outcome"]],
         "title": title,
         "duration": f"{duration:.1f} ms" if has_duration else "—",
@@ -355,7 +365,7 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             "columns": [asdict(column) for column in columns],
             "groups": [{**g, "columns": [asdict(c) for c in g["columns"]]} for g in _groups(frame, columns, cells)],
             "cells": cells,
-            "nonconformant": [cell for cell in cells if not cell["conformant"]],
+            "nonconformant": [cell for cell in cells if cell["state"] == "nc"],  # not the cases not run
             "failing": [cell for cell in cells if cell["symptom"]],
             "symbols": SYMBOLS,
             "causes": [_causes(run, by_case, number) for number, run in enumerate(runs, start=1)],
@@ -404,8 +414,10 @@ def _cause_rows(
 def _causes(run: Run, by_case: dict[tuple[str, str], dict[str, Any]], index: int) -> dict[str, Any]:
     """A run's causes, then its declared differences grouped the same way (conformant: as declared, not red)."""
     prefix = "cause-" if index == 1 else f"cause-{index}-"
-    causes = find_causes(run.cases)
     latest = {case.id: case for case in run.cases}
+    skipped = [case for case in latest.values() if _not_run(case.outcome, case.error)]
+    ran = [case for case in latest.values() if not _not_run(case.outcome, case.error)]
+    causes = find_causes(ran)
     differing = [
         replace(case, conformant=False)  # grouped as causes are; shown as declared
         for case in latest.values()
@@ -415,7 +427,9 @@ def _causes(run: Run, by_case: dict[tuple[str, str], dict[str, Any]], index: int
     return {
         "run_id": run.run_id,
         "headline": headline(causes),
-        "causes": _cause_rows(run, run.cases, by_case, prefix, declared=False),
+        "causes": _cause_rows(run, ran, by_case, prefix, declared=False),
+        "not_run": len(skipped),
+        "not_run_why": "; ".join(sorted({(case.error or "")[len(NOT_RUN) :].strip(" :") for case in skipped})),
         "declared": declared,
         "declared_count": sum(row["count"] for row in declared),
     }

@@ -411,3 +411,29 @@ def test_a_bench_report_opens_with_the_benchmark_and_conformance_follows(tmp_pat
         f"### Benchmark: local `{history[0].name}`",
     ]
     assert markdown.index("### Benchmark") < markdown.index("### Runs")
+
+
+def test_cases_not_run_are_told_apart_from_failing_ones(tmp_path: Path) -> None:
+    run = tmp_path / "cut-02"
+    shutil.copytree(RUNS / "nightly-02", run)
+    cases = [json.loads(line) for line in (run / "cases.jsonl").read_text().splitlines()]
+    for case in cases:
+        if case["case"] in ("pr10_metrics", "fw01_proof_task", "leak_check"):
+            case.update(outcome="error", conformant=False, error="not run: interrupted", details={}, note=None)
+    (run / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+
+    paths = render([run], tmp_path / "out")
+    html, markdown = paths.html.read_text(), paths.markdown.read_text()
+
+    cells = {c.attrs["data-case"]: c.attrs["data-state"] for c in select(html, "td", class_="cell")}
+    assert [h.text for h in select(html, "h2", class_="causes-headline")] == ["1 failing case, 1 cause"]
+    assert [p.text for p in select(html, "p", class_="not-run")] == [
+        "3 case(s) not run (interrupted): no verdict on them"
+    ]
+    assert [cells[case] for case in ("probes/pr10_metrics", "frameworks/fw01_proof_task")] == ["notrun", "notrun"]
+    assert cells["quickstart/py02_run_echo"] == "nc"
+    assert "3 case(s) not run (interrupted): no verdict on them." in markdown.splitlines()
+    assert [line for line in markdown.splitlines() if line.startswith("- `") and " expected " in line] == [
+        f"- `quickstart/{PY}/py02_run_echo`: fail, expected pass — declared pass; observed fail: "
+        "`CommandExitException: exit status 1 stderr: echo: write error`"
+    ]

@@ -9,7 +9,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from bench.remote.budget import cost_line
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
 from bench.runners.envs import default_cache_dir
 from bench.triage import evidence as case_evidence
-from bench.triage.causes import cause_document, find_causes, headline
+from bench.triage.causes import cause_document, endpoint_words, find_causes, headline, message
 from bench.verdict import rerun_command, run_problem, verdict
 
 if TYPE_CHECKING:
@@ -33,6 +33,8 @@ SYMBOLS = {"pass": "✔", "fail": "✘", "refused": "⊘", "deviation": "≠", "
 ERROR_PREVIEW = 200
 SYMPTOM_PREVIEW = 600  # what a failing cell shows of its error: enough for the observed symptom
 FAILING = ("fail", "error", "deviation")
+WORDS_PREVIEW = 160  # what a cause's row shows of the endpoint's words (the whole message is in its expansion)
+ROW_RUNNERS = 3  # runners a cause's row names before "+N"
 REGRESSION = 1.2  # a benchmark ratio this much above the first run's is flagged
 WIRE_EXCERPT_LINES = 30
 TRANSCRIPT_PREVIEW = 6000
@@ -229,12 +231,32 @@ def _click_through(record: pd.Series, sources: CaseSources, failing: bool) -> di
     return {"transcript": text, "wire_caption": caption if wire else None, "wire": wire}
 
 
-def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
+NOT_RUN = "not run"  # the error of a case the run never got to (a budget, an interruption): bench/conformance.py
+
+
+def _not_run(outcome: str, error: str | None) -> bool:
+    return outcome == "error" and (error or "").startswith(NOT_RUN)
+
+
+def _state(outcome: str, conformant: bool, error: str | None = None) -> str:
+    """How a case reads: `pass`, `declared` (not a pass, but as declared: a known difference, not a failure),
+    `nc` (not as declared: the only red), `notrun` (the run never got to it: no verdict on the endpoint) or
+    `skip`."""
+    if _not_run(outcome, error):
+        return "notrun"
+    if not conformant:
+        return "nc"
+    return outcome if outcome in ("pass", "skip") else "declared"
+
+
+def _cell(anchor: str, record: pd.Series, label: str, run: Run, sources: CaseSources) -> dict[str, Any]:
     duration = record["duration_ms"]
     has_duration = duration is not None and not (isinstance(duration, float) and math.isnan(duration))
     title = f"{record['outcome']} · {duration:.1f} ms" if has_duration else str(record["outcome"])
     if not record["conformant"]:
         title += f" · non-conformant (expected {record['expected']})"
+    elif record["outcome"] not in ("pass", "skip"):
+        title += " · declared difference (conformant)"
     error = record["error"] if isinstance(record["error"], str) else None
     symptom = _preview(error, SYMPTOM_PREVIEW) if record["outcome"] in FAILING else ""
     case = CaseRecord(
@@ -242,7 +264,7 @@ def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSour
         conformant=bool(record["conformant"]),
     )
     return {
-        "anchor": f"case-{index}",
+        "anchor": anchor,
         "id": record["id"],
         "row": record["row"],
         "suite": case.suite,
@@ -253,6 +275,7 @@ def _cell(index: int, record: pd.Series, label: str, run: Run, sources: CaseSour
         "outcome": record["outcome"],
         "expected": record["expected"],
         "conformant": bool(record["conformant"]),
+        "state": _state(str(record["outcome"]), bool(record["conformant"]), error),
         "symbol": SYMBOLS[record["outcome"]],
         "title": title,
         "duration": f"{duration:.1f} ms" if has_duration else "—",
@@ -296,6 +319,7 @@ def _groups(frame: pd.DataFrame, columns: list[Column], cells: list[dict[str, An
                 "case": case,
                 "cells": line,
                 "nc": any(not cell["conformant"] for cell in present),
+                "declared": any(cell["state"] == "declared" for cell in present),
             }
         )
     result = []
@@ -306,8 +330,9 @@ def _groups(frame: pd.DataFrame, columns: list[Column], cells: list[dict[str, An
                 "suite": suite,
                 "rows": rows,
                 "nonconformant": sum(r["nc"] for r in rows),
+                "declared": sum(r["declared"] for r in rows),
                 "columns": [columns[i] for i in used],
-                "md_rows": [{"case": r["case"], "cells": [r["cells"][i] for i in used]} for r in rows],
+                "md_rows": [{**r, "cells": [r["cells"][i] for i in used]} for r in rows],
             }
         )
     return result
@@ -319,13 +344,20 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
     labels = {column.key: column.label for column in columns}
     by_id = {run.run_id: run for run in runs}
     sources = CaseSources(runs)
+    single = len(runs) == 1
     cells = [
-        _cell(int(index), record, labels[record["column"]], by_id[record["run_id"]], sources)
-        for index, record in frame.iterrows()
+        _cell(
+            str(record["id"]) if single else f"{record['run_id']}/{record['id']}",  # a case's own id is its anchor
+            record,
+            labels[record["column"]],
+            by_id[record["run_id"]],
+            sources,
+        )
+        for _, record in frame.iterrows()
     ]
     gate = verdict(runs)
     bench = _bench_model(runs, redactor)
-    anchors = {(cell["run_id"], cell["id"]): cell["anchor"] for cell in cells}
+    by_case = {(cell["run_id"], cell["id"]): cell for cell in cells}
     model: dict[str, Any] = redactor.redact_obj(
         {
             "verdict": asdict(gate),
@@ -333,34 +365,74 @@ def _model(runs: Sequence[Run], redactor: Redactor) -> dict[str, Any]:
             "columns": [asdict(column) for column in columns],
             "groups": [{**g, "columns": [asdict(c) for c in g["columns"]]} for g in _groups(frame, columns, cells)],
             "cells": cells,
-            "nonconformant": [cell for cell in cells if not cell["conformant"]],
+            "nonconformant": [cell for cell in cells if cell["state"] == "nc"],  # not the cases not run
             "failing": [cell for cell in cells if cell["symptom"]],
             "symbols": SYMBOLS,
-            "causes": [_causes(run, anchors) for run in runs],
+            "causes": [_causes(run, by_case, number) for number, run in enumerate(runs, start=1)],
         }
     )
     model["bench"] = bench  # its charts are markup, already redacted
     return model
 
 
-def _causes(run: Run, anchors: dict[tuple[str, str], str]) -> dict[str, Any]:
-    """A run's causes (bench/triage/causes.py), largest first, each with its cases' anchors and its evidence."""
-    causes = find_causes(run.cases)
-    shown = []
-    for number, cause in enumerate(causes, start=1):
+def _short_runners(runners: Sequence[str]) -> str:
+    shown = ", ".join(runners[:ROW_RUNNERS])
+    return shown + (f" +{len(runners) - ROW_RUNNERS}" if len(runners) > ROW_RUNNERS else "")
+
+
+def _cause_rows(
+    run: Run, cases: Sequence[CaseRecord], by_case: dict[tuple[str, str], dict[str, Any]], prefix: str, declared: bool
+) -> list[dict[str, Any]]:
+    """One row per cause (bench/triage/causes.py), largest first: its count, suites, runners, the endpoint's
+    words and its first case; its cases (each with its re-run), the cause's re-run and wire evidence for the
+    expansion. Pins are not repeated here: the run section names them once."""
+    rows = []
+    for number, cause in enumerate(find_causes(cases), start=1):
         document = cause_document(run, cause)
-        example = document["representative"]
-        shown.append(
+        example = cause.representative
+        words = endpoint_words(example) or message(example)
+        linked = [by_case[(run.run_id, case)] for case in document["cases"] if (run.run_id, case) in by_case]
+        rows.append(
             {
-                **document,
+                **{key: document[key] for key in ("key", "outcome", "outcomes", "expected", "count", "suites")},
+                **{key: document[key] for key in ("runners", "message", "match", "representative")},
                 "number": number,
+                "id": f"{prefix}{number}",
+                "declared": declared,
+                "runners_short": _short_runners(document["runners"]),
+                "words": _preview(words, WORDS_PREVIEW),
                 "message_preview": _preview(document["message"], SYMPTOM_PREVIEW),
-                "anchor": anchors.get((run.run_id, example["id"]), ""),
-                "evidence_lines": case_evidence.lines(example["evidence"]),
-                "linked": [{"id": case, "anchor": anchors.get((run.run_id, case), "")} for case in document["cases"]],
+                "from_endpoint": endpoint_words(example) is not None,
+                "anchor": by_case.get((run.run_id, example.id), {}).get("anchor", ""),
+                "evidence_lines": case_evidence.lines(document["representative"]["evidence"]),
+                "linked": linked,
             }
         )
-    return {"run_id": run.run_id, "headline": headline(causes), "causes": shown}
+    return rows
+
+
+def _causes(run: Run, by_case: dict[tuple[str, str], dict[str, Any]], index: int) -> dict[str, Any]:
+    """A run's causes, then its declared differences grouped the same way (conformant: as declared, not red)."""
+    prefix = "cause-" if index == 1 else f"cause-{index}-"
+    latest = {case.id: case for case in run.cases}
+    skipped = [case for case in latest.values() if _not_run(case.outcome, case.error)]
+    ran = [case for case in latest.values() if not _not_run(case.outcome, case.error)]
+    causes = find_causes(ran)
+    differing = [
+        replace(case, conformant=False)  # grouped as causes are; shown as declared
+        for case in latest.values()
+        if case.conformant and case.outcome not in ("pass", "skip")
+    ]
+    declared = _cause_rows(run, differing, by_case, prefix.replace("cause", "declared"), declared=True)
+    return {
+        "run_id": run.run_id,
+        "headline": headline(causes),
+        "causes": _cause_rows(run, ran, by_case, prefix, declared=False),
+        "not_run": len(skipped),
+        "not_run_why": "; ".join(sorted({(case.error or "")[len(NOT_RUN) :].strip(" :") for case in skipped})),
+        "declared": declared,
+        "declared_count": sum(row["count"] for row in declared),
+    }
 
 
 def _coverage(run_path: Path) -> dict[str, Any] | None:
@@ -602,6 +674,44 @@ def render(
     model["load"] = load_view(runs, redactor)  # `e2b-bench load` runs: bench/loadview.py
     environment = template_environment(templates)
     paths = ReportPaths(html=out_dir / "report.html", markdown=out_dir / "summary.md")
-    for template, path in (("report.html.j2", paths.html), ("summary.md.j2", paths.markdown)):
-        publish(path, redactor.redact_text(environment.get_template(template).render(**model)))
+    publish(paths.html, redactor.redact_text(environment.get_template("report.html.j2").render(**model)))
+    publish(paths.markdown, summary_text(environment, model, redactor))
     return paths
+
+
+SUMMARY_BYTES = 64 * 1024  # a CI step summary is read in one screen (and its host cuts it off far above this)
+# What summary.md lists, from everything to the least: the first that fits SUMMARY_BYTES is written; the rest
+# of the run is in report.html, which each cut-off list names.
+EVERY = 10**9
+SUMMARY_LIMITS: tuple[dict[str, Any], ...] = (
+    {
+        "causes": EVERY,
+        "declared": EVERY,
+        "cases": EVERY,
+        "changes": EVERY,
+        "failing": EVERY,
+        "matrix": True,
+        "pins": True,
+    },
+    {"causes": 50, "declared": 20, "cases": 100, "changes": 100, "failing": 50, "matrix": True, "pins": False},
+    {"causes": 30, "declared": 10, "cases": 30, "changes": 50, "failing": 20, "matrix": False, "pins": False},
+    {"causes": 15, "declared": 5, "cases": 10, "changes": 20, "failing": 0, "matrix": False, "pins": False},
+    {"causes": 5, "declared": 0, "cases": 0, "changes": 5, "failing": 0, "matrix": False, "pins": False},
+)
+SUMMARY_CUT = "\n\n… (summary.md is cut at {limit} bytes: the rest is in report.html)\n"
+
+
+def summary_text(environment: jinja2.Environment, model: dict[str, Any], redactor: Redactor) -> str:
+    """summary.md for a CI step summary: verdict, causes, what changed, the runs, and as much of the cases
+    and the matrix as fits SUMMARY_BYTES (UTF-8), whatever the run."""
+    template = environment.get_template("summary.md.j2")
+    text = ""
+    for limits in SUMMARY_LIMITS:
+        text = redactor.redact_text(template.render(**model, limits=limits))
+        if len(text.encode()) <= SUMMARY_BYTES:
+            return text
+    # Still too long (a huge headline, problems or benchmark): cut at a line, and say so.
+    cut = SUMMARY_CUT.format(limit=SUMMARY_BYTES)
+    data = text.encode()[: SUMMARY_BYTES - len(cut.encode())]
+    kept = data.decode("utf-8", errors="ignore").rsplit("\n", 1)[0]
+    return kept + cut

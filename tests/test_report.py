@@ -9,7 +9,7 @@ import pytest
 
 from bench.redaction import Redactor
 from bench.report import ReportPaths, render
-from bench.results import CaseRecord, RunDir, make_header
+from bench.results import CaseRecord, RunDir, make_header, read_run
 
 KEY = "e2b_0123456789abcdef0123456789"
 RUNNER = "py-e2b-2.63.0"
@@ -61,7 +61,7 @@ class Page(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = {name: value or "" for name, value in attrs}
         classes = attributes.get("class", "").split()
-        if tag == "table" and attributes.get("id") == "matrix":
+        if tag == "section" and attributes.get("id") == "matrix":
             self.table = attributes
         if tag == "td" and "cell" in classes:
             self.cells.append(attributes)
@@ -163,7 +163,7 @@ def test_markdown_summary(report: Rendered) -> None:
     )
     assert f"| case | local · {RUNNER} · {stamp} | b3os-beta · {RUNNER} · {stamp} |" in lines
     assert "| `py02_run` | ✘ **NC** |  |" in lines
-    assert "| `py06_volumes` |  | ⊘ |" in lines
+    assert "| `py06_volumes` |  | ⊘ *D* |" in lines  # refused as declared: a declared difference, not red
     assert f"- **local** `{local.path.name}` — completed: 1 pass, 1 fail · 1 conformant, 1 non-conformant" in lines
     assert f"- **b3os-beta** `{b3os.path.name}` — truncated (no footer: the run did not finish): " in "\n".join(lines)
 
@@ -210,3 +210,67 @@ def test_a_run_without_cases_renders_and_does_not_read_as_green(tmp_path: Path) 
         ],
         False,
     )
+
+
+SUMMARY_BYTES = 64 * 1024
+
+
+def failing_run(root: Path, name: str, failing: int, error_bytes: int, passing: bool = False) -> RunDir:
+    """A run of `failing` cases, each failing its own way with an error of `error_bytes` (one cause each), over
+    ten suites; or all of them passing."""
+    header = make_header(endpoint(name), {RUNNER: {f"package-{n}": "1.0.0" for n in range(150)}}, ["e2b-bench", "run"])
+    run = RunDir.create(root, "many", name, header, Redactor([KEY]))
+    for n in range(failing):
+        suite, step = f"suite{n % 10}", f"case_{n:03d}_" + "long_name_" * 4
+        tag = "".join(chr(ord("a") + n // 26**i % 26) for i in range(3))  # a word of its own: a cause of its own
+        words = f"check {tag} failed: " + ("the sandbox answered something else " * (error_bytes // 36 + 1))
+        run.record(
+            CaseRecord(
+                id=f"{suite}/{RUNNER}/{step}",
+                suite=suite,
+                runner=RUNNER,
+                case=step,
+                outcome="pass" if passing else "fail",
+                expected="pass",
+                conformant=passing,
+                duration_ms=1.0,
+                error=None if passing else f"AssertionError: {words[:error_bytes]}",
+            )
+        )
+    run.finish("completed", 0 if passing else 1)
+    return run
+
+
+@pytest.mark.parametrize("error_bytes", [80, 5000])
+def test_summary_of_200_failing_cases_fits_a_ci_step_summary(tmp_path: Path, error_bytes: int) -> None:
+    from bench.compare import diff
+
+    baseline = failing_run(tmp_path / "results", "base", 200, error_bytes, passing=True)
+    run = failing_run(tmp_path / "results", "local", 200, error_bytes)
+    changes = diff(read_run(baseline.path), read_run(run.path)).to_model()
+
+    paths = render([run.path], tmp_path / "out", changes=changes)
+
+    text = paths.markdown.read_text()
+    lines = text.splitlines()
+    assert len(text.encode()) <= SUMMARY_BYTES
+    assert lines[0] == "## e2b-bench: ❌ GATE FAILED: 200 case(s), 0 conformant, 200 non-conformant"
+    assert [line for line in lines if line.startswith("### 200")] == ["### 200 failing cases, 200 causes"]
+    table = [line for line in lines if line.startswith("| ") and "🔴" in line]
+    # the largest causes first, the rest named with their count and where they are
+    assert 5 <= len(table) < 200 and table[0].startswith("| 1 | 1 | 🔴 ✘ fail | suite0 | py-e2b-2.63.0 | `")
+    more = [line for line in lines if "more cause(s): report.html" in line]
+    assert more == [f"| | {200 - len(table)} | | | | … and {200 - len(table)} more cause(s): report.html |"]
+    assert "### What changed since `" in text and "new failure" in text
+    assert text.index("failing cases, 200 causes") < text.index("### What changed since")
+    # everything is in the report
+    html = paths.html.read_text()
+    assert html.count('<details class="cause nc"') == 200
+
+
+def test_summary_keeps_everything_when_it_fits(tmp_path: Path) -> None:
+    run = failing_run(tmp_path / "results", "local", 5, 80)
+
+    text = render([run.path], tmp_path / "out").markdown.read_text()
+
+    assert ("more cause(s)" in text, "<summary>Pins</summary>" in text, text.count("\n- `suite")) == (False, True, 5)

@@ -12,7 +12,7 @@ from bench.junit import write_junit
 from bench.report import ReportPaths, render
 from bench.results import read_run
 from bench.verdict import rerun_command
-from tests.html_dom import select
+from tests.html_dom import elements, select
 
 RUNS = Path(__file__).parent / "fixtures" / "runs"
 PY = "py-e2b-2.63.0"
@@ -166,10 +166,23 @@ def test_matrix_groups_rows_by_suite_with_runners_as_columns(tmp_path: Path) -> 
     html = rendered(tmp_path, "nightly-02").html.read_text()
 
     suites = [(body.attrs["data-suite"], body.attrs["data-nc"]) for body in select(html, "tbody", class_="suite")]
-    headers = [th.text for th in select(html, "th", data_run="nightly-02")]
+    # one table per suite, with the runners that ran it as its columns: the matrix fits the width
+    headers = {
+        table: [th.text for th in select(part, "th", data_run="nightly-02")]
+        for table, part in zip(
+            [t.attrs["data-suite"] for t in select(html, "table", class_="matrix")],
+            html.split('<table class="matrix"')[1:],
+            strict=True,
+        )
+    }
 
     assert suites == [("frameworks", "true"), ("housekeeping", "false"), ("probes", "true"), ("quickstart", "true")]
-    assert headers == [PY, "js-e2b-2.51.0", "ag2-1.2.1", "harness"]
+    assert headers == {
+        "frameworks": ["ag2-1.2.1"],
+        "housekeeping": ["harness"],
+        "probes": [PY],
+        "quickstart": [PY, "js-e2b-2.51.0"],
+    }
 
 
 def test_pins_are_collapsed_and_not_redacted(tmp_path: Path) -> None:
@@ -307,3 +320,120 @@ def test_the_rerun_repeats_the_flags_that_decide_what_a_case_meets(argv: list[st
     case = next(record for record in run.cases if record.id == f"quickstart/{PY}/py02_run_echo")
 
     assert rerun_command(run, case) == f"./e2b-bench run --endpoint staging {flags} --case {case.id}"
+
+
+def declared_variant(tmp_path: Path, name: str, declared: set[str]) -> Path:
+    """nightly-02 with the cases named declared as they failed (conformant: a declared difference)."""
+    run = tmp_path / name
+    shutil.copytree(RUNS / "nightly-02", run)
+    cases = [json.loads(line) for line in (run / "cases.jsonl").read_text().splitlines()]
+    for case in cases:
+        if case["case"] in declared:
+            case.update(expected=case["outcome"], conformant=True, note=None)
+    (run / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+    return run
+
+
+def test_the_causes_come_first_one_row_each_and_pins_appear_once_in_the_run_section(tmp_path: Path) -> None:
+    html = rendered(tmp_path, "nightly-02").html.read_text()
+
+    rows = select(html, "details", class_="cause")
+    order = [html.index(marker) for marker in ('id="verdict"', 'id="failures"', 'id="runs"', 'id="matrix"')]
+
+    assert order == sorted(order)
+    assert [(row.attrs["id"], row.attrs["data-count"], row.attrs["data-declared"]) for row in rows] == [
+        ("cause-1", "1", "false"),
+        ("cause-2", "1", "false"),
+        ("cause-3", "1", "false"),
+    ]
+    first = rows[0]
+    summary = html.split('id="cause-1"', 1)[1].split("</summary>", 1)[0]
+    assert [span.text for span in select(summary, "span")] == [
+        *("1", "1", "✘ fail", "quickstart", PY),
+        "CommandExitException: exit status 1 stderr: echo: write error",
+        f"quickstart/{PY}/py02_run_echo",
+    ]
+    # expanding a row shows its cases with their re-runs and the cause's re-run; no pin list per cause
+    assert first.text.count(RERUN_PY02) == 2 and "httpx" not in first.text
+    assert html.count("httpx==0.28.1") == 1 and html.index("httpx==0.28.1") > html.index('id="runs"')
+
+
+def test_a_declared_difference_has_its_own_mark_and_only_undeclared_ones_are_red(tmp_path: Path) -> None:
+    run = declared_variant(tmp_path, "declared-02", {"pr10_metrics"})
+
+    paths = render([run], tmp_path / "out")
+    html, markdown = paths.html.read_text(), paths.markdown.read_text()
+
+    cells = {c.attrs["data-case"]: (c.attrs["data-state"], c.classes) for c in select(html, "td", class_="cell")}
+    rows = [
+        (r.attrs["id"], r.attrs["data-declared"], "nc" in r.classes) for r in select(html, "details", class_="cause")
+    ]
+    assert cells["probes/pr10_metrics"] == ("declared", ["cell", "refused", "declared"])
+    assert cells["quickstart/py02_run_echo"] == ("nc", ["cell", "fail", "nc"])
+    assert rows == [("cause-1", "false", True), ("cause-2", "false", True), ("declared-1", "true", False)]
+    assert [d.attrs.get("open") for d in select(html, "details", class_="declared-all")] == [None]  # failures first
+    assert "| `pr10_metrics` | ⊘ *D* |" in markdown.splitlines()
+    assert any(line.startswith("| 1 | 1 | 🔵 ⊘ refused (declared) | probes |") for line in markdown.splitlines())
+
+
+def test_a_green_run_with_declared_differences_shows_no_red(tmp_path: Path) -> None:
+    run = declared_variant(tmp_path, "green-02", {"pr10_metrics", "py02_run_echo", "fw01_proof_task"})
+
+    html = render([run], tmp_path / "out").html.read_text()
+
+    states = sorted(c.attrs["data-state"] for c in select(html, "td", class_="cell"))
+    assert select(html, "p", id="verdict")[0].attrs["data-passed"] == "true"
+    assert states == ["declared", "declared", "declared", "pass", "pass", "pass"]
+    assert [e for e in elements(html) if "nc" in e.classes and e.tag in ("td", "details", "tr")] == []
+    declared = select(html, "details", class_="declared-all")
+    assert [(d.attrs.get("open"), " ".join(d.text.split()).startswith("3 declared difference(s) in 3 group(s)"))
+            for d in declared] == [("", True)]  # fmt: skip
+
+
+def test_a_bench_report_opens_with_the_benchmark_and_conformance_follows(tmp_path: Path) -> None:
+    history = sorted((RUNS.parent / "bench-history").iterdir())
+    runs = []
+    for run in history:  # with coverage, as a bench run's conformance details have
+        runs.append(tmp_path / run.name)
+        shutil.copytree(run, runs[-1])
+        shutil.copy(RUNS / "nightly-02" / "coverage.json", runs[-1])
+
+    paths = render(runs, tmp_path / "out")
+    html, markdown = paths.html.read_text(), paths.markdown.read_text()
+
+    headings = [h.text for h in select(html, "h2")]
+    order = [html.index(marker) for marker in ('id="verdict"', 'class="bench comparison"', 'data-run="', 'id="runs"')]
+    assert headings[0] == "Benchmark" and headings.index("Matrix") < headings.index(f"Coverage · {history[0].name}")
+    assert order == sorted(order) and html.index('id="coverage-spec"') > html.index('id="matrix"')
+    sections = [line for line in markdown.splitlines() if line.startswith("### ")]
+    assert sections[:2] == [
+        "### Benchmark across runs: ratio to each run's baseline",
+        f"### Benchmark: local `{history[0].name}`",
+    ]
+    assert markdown.index("### Benchmark") < markdown.index("### Runs")
+
+
+def test_cases_not_run_are_told_apart_from_failing_ones(tmp_path: Path) -> None:
+    run = tmp_path / "cut-02"
+    shutil.copytree(RUNS / "nightly-02", run)
+    cases = [json.loads(line) for line in (run / "cases.jsonl").read_text().splitlines()]
+    for case in cases:
+        if case["case"] in ("pr10_metrics", "fw01_proof_task", "leak_check"):
+            case.update(outcome="error", conformant=False, error="not run: interrupted", details={}, note=None)
+    (run / "cases.jsonl").write_text("".join(json.dumps(case) + "\n" for case in cases))
+
+    paths = render([run], tmp_path / "out")
+    html, markdown = paths.html.read_text(), paths.markdown.read_text()
+
+    cells = {c.attrs["data-case"]: c.attrs["data-state"] for c in select(html, "td", class_="cell")}
+    assert [h.text for h in select(html, "h2", class_="causes-headline")] == ["1 failing case, 1 cause"]
+    assert [p.text for p in select(html, "p", class_="not-run")] == [
+        "3 case(s) not run (interrupted): no verdict on them"
+    ]
+    assert [cells[case] for case in ("probes/pr10_metrics", "frameworks/fw01_proof_task")] == ["notrun", "notrun"]
+    assert cells["quickstart/py02_run_echo"] == "nc"
+    assert "3 case(s) not run (interrupted): no verdict on them." in markdown.splitlines()
+    assert [line for line in markdown.splitlines() if line.startswith("- `") and " expected " in line] == [
+        f"- `quickstart/{PY}/py02_run_echo`: fail, expected pass — declared pass; observed fail: "
+        "`CommandExitException: exit status 1 stderr: echo: write error`"
+    ]

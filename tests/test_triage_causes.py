@@ -164,8 +164,8 @@ def test_causes_json_is_written_valid_and_the_report_opens_with_the_causes(tmp_p
     }
     # the causes come first: before the per-case list of the gate and the matrix
     assert html.index("3 failing cases, 3 causes") < html.index('class="gate-failures"') < html.index('id="matrix"')
-    assert html.count('<details class="cause-cases">') == 3
-    assert "--case probes/py-e2b-2.63.0/pr10_metrics" in html.split('class="gate-failures"')[0]
+    assert html.count('<details class="cause nc"') == 3
+    assert "--case probes/py-e2b-2.63.0/pr10_metrics" in html.split('id="matrix"')[0]
     assert markdown.index("### 3 failing cases, 3 causes") < markdown.index("### Runs")
 
 
@@ -212,4 +212,4 @@ def test_a_case_shows_its_own_exchanges_and_a_harness_cause_renders(tmp_path: Pa
     shown = "02:00:12.300 GET /sandboxes/x/metrics → 404 (3.5 ms)\n    response: {&#34;message&#34;: &#34;no metrics"
     assert shown in html
     assert "4 failing cases, 4 causes" in html
-    assert "runners: harness</p>" in html
+    assert '<span class="runners" title="harness">harness</span>' in html

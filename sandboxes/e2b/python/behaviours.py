@@ -154,10 +154,13 @@ class Flavour:
     async def shared(self) -> Any:
         """One sandbox per flavour for the behaviours that only add files and processes of their own."""
         key = f"shared-{self.name}"
-        if key not in self.ctx.state:
-            self.ctx.state[key] = await self.new(timeout=self.ctx.shared_timeout_s)
-            self.ctx.shared_created(self.ctx.state[key].sandbox_id)
-        return self.ctx.state[key]
+        state = self.ctx.state
+        if key not in state:
+            state[key] = await self.new(timeout=self.ctx.shared_timeout_s)
+            self.ctx.shared_created(state[key].sandbox_id)
+            self.ctx.watch(state[key].sandbox_id, lambda: state.get(key), lambda: state.pop(key, None))
+        self.ctx.uses(state[key].sandbox_id)
+        return state[key]
 
     async def sh(self, sandbox: Any, command: str, **options: Any) -> str:
         """The independent path inside the sandbox: a shell command's stdout (exit 0 required)."""

@@ -34,7 +34,13 @@ def sandbox(ctx: Context) -> Any:
         ctx.sandbox = ctx.new_sandbox(timeout=ctx.shared_timeout_s)
         ctx.sandbox_id = ctx.sandbox.sandbox_id
         ctx.shared_created(ctx.sandbox_id)
+        ctx.watch(ctx.sandbox_id, lambda: ctx.sandbox, lambda: forget_sandbox(ctx))
     return ctx.sandbox
+
+
+def forget_sandbox(ctx: Context) -> None:
+    """The shared sandbox is dropped (replaced): the next probe that needs one makes it."""
+    ctx.sandbox = ctx.sandbox_id = None
 
 
 REFUSALS = {"InvalidArgumentException", "NotFoundException", "FileNotFoundException", "SandboxNotFoundException"}

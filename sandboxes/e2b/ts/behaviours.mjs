@@ -85,10 +85,13 @@ class Behaviour {
 
   /** One sandbox shared by the behaviours that only add files and processes of their own. */
   async shared() {
-    if (!this.ctx.state.shared) {
-      this.ctx.state.shared = await this.fresh({ timeoutMs: this.ctx.sharedTimeoutMs })
-      this.ctx.sharedCreated(this.ctx.state.shared.sandboxId)
+    const state = this.ctx.state
+    if (!state.shared) {
+      state.shared = await this.fresh({ timeoutMs: this.ctx.sharedTimeoutMs })
+      this.ctx.sharedCreated(state.shared.sandboxId)
+      await this.ctx.watch(state.shared.sandboxId, () => state.shared, () => delete state.shared)
     }
+    this.ctx.uses(state.shared.sandboxId)
     return observed(this.ctx.state.shared, 'Sandbox', this.calls)
   }
 

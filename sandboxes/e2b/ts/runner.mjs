@@ -39,6 +39,7 @@ step('ts01_create', async (ctx, obs) => {
   ctx.sandboxId = sandbox.sandboxId
   ctx.created.push(sandbox.sandboxId)
   ctx.sharedCreated(sandbox.sandboxId)
+  await ctx.watch(sandbox.sandboxId, () => ctx.sandbox) // later steps need its state: never replaced
   obs.sandbox_id = sandbox.sandboxId
   expect(typeof sandbox.sandboxId === 'string' && sandbox.sandboxId !== '', 'sandboxId is empty')
 })

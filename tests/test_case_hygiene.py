@@ -1,0 +1,149 @@
+"""A case leaves nothing behind: the runner kits' checks between steps (sandboxes/e2b/python/hygiene.py,
+sandboxes/e2b/ts/hygiene.mjs) against the embedded endpoint.
+
+Each step's `details.hygiene` carries what the kit saw: envd's own process list of every shared sandbox after the
+step (a path of its own, beside the SDK calls the case made), what the step left running, the shared sandboxes
+replaced before it and the sandboxes it made for itself, killed when it ended. The tests check the sandboxes the
+kit says it killed through the REST API at the moment the step is reported.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from bench.localbox.server import LocalEndpoint
+from bench.runners.catalog import available_runners
+from bench.runners.manifest import load_steps, task_steps
+from bench.runners.protocol import Event, RunnerResult, make_task, run_runner
+from bench.triage.hygiene import hygiene_lines
+
+REPO = Path(__file__).resolve().parents[1]
+PY, JS = "py-e2b-2.63.0", "js-e2b-2.51.0"
+# The behaviours that start commands, ptys and streams on their flavour's shared sandbox (the ones that left
+# commands running on an endpoint whose streams misbehaved), and two that make sandboxes of their own.
+PROCESS_BEHAVIOURS = ("run_streams", "run_timeout", "background_list_kill", "stdin", "stream_input",
+                      "connect_command", "pty_resize_kill", "pty_connect_input")  # fmt: skip
+OWN_SANDBOXES = ("create_envs_metadata", "kill_cuts_stream")
+
+
+def step_ids(runner: str, names: tuple[str, ...]) -> list[str]:
+    table = available_runners()[runner].table("behaviours")
+    assert table is not None
+    known = {step.id for step in load_steps("behaviours", table)}
+    prefixes = ("sync_", "async_") if runner == PY else ("js_",)
+    return [f"{prefix}{name}" for prefix in prefixes for name in names if f"{prefix}{name}" in known]
+
+
+def run(endpoint: LocalEndpoint, runner_name: str, steps: list[str], **options: Any) -> tuple[RunnerResult, dict]:
+    """Run `steps` of the behaviours suite; returns the result and, per step, what REST said at its report about
+    each sandbox its hygiene says was killed (replaced or ended)."""
+    runner = available_runners()[runner_name]
+    table = runner.table("behaviours")
+    assert table is not None
+    planned = task_steps(load_steps("behaviours", table), steps)
+    task = make_task("behaviours", runner_name, f"hygiene-{runner_name}", steps=planned["steps"],
+                     depends=planned["depends"], env=endpoint.env(), options=options)  # fmt: skip
+    seen: dict[str, dict[str, int]] = {}
+
+    def on_event(event: Event) -> None:
+        report = (event.get("details") or {}).get("hygiene") or {}
+        if event.get("type") != "step" or not report:
+            return
+        killed = [*(report.get("sandboxes_ended") or {}), *(item["sandbox"] for item in report.get("replaced", []))]
+        with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}) as client:
+            seen[event["id"]] = {sid: client.get(f"/sandboxes/{sid}").status_code for sid in killed}
+
+    result = run_runner(runner.for_suite("behaviours"), runner.prepare(), task, step_timeout_s=120,
+                        env=runner.environment(endpoint.env()), on_event=on_event)  # fmt: skip
+    return result, seen
+
+
+def hygiene(result: RunnerResult, step: str) -> dict[str, Any]:
+    return dict(result.steps[step]["details"].get("hygiene") or {})
+
+
+@pytest.mark.parametrize("runner", [PY, JS])
+def test_no_behaviour_leaves_a_process_on_its_shared_sandbox_and_own_sandboxes_die_with_their_case(
+    endpoint: LocalEndpoint, runner: str
+) -> None:
+    steps = step_ids(runner, PROCESS_BEHAVIOURS + OWN_SANDBOXES)
+
+    result, seen = run(endpoint, runner, steps)
+
+    assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
+    for step in steps:
+        report = hygiene(result, step)
+        # envd's process list of each shared sandbox after the step (one exists once a step made it): nothing of
+        # the case's is left.
+        shared = step in step_ids(runner, PROCESS_BEHAVIOURS)
+        assert set(report.get("census", {0: 0}).values()) == {0} and (report.get("census") or not shared), report
+        assert not {"left_behind", "replaced", "kept", "crawl", "fault"} & report.keys(), (step, report)
+    ended = {step: hygiene(result, step).get("sandboxes_ended") for step in step_ids(runner, OWN_SANDBOXES)}
+    assert all(ended.values()), ended
+    # Each was gone from the REST API when its case was reported, not at the runner's end.
+    assert {step: set(seen[step].values()) for step in ended} == {step: {404} for step in ended}
+    assert result.footer is not None and len(result.footer["cleanup"]) == (2 if runner == PY else 1)
+
+
+@pytest.mark.parametrize("runner", [PY, JS])
+def test_a_case_that_leaves_a_command_running_gets_its_sandbox_replaced_before_the_next_and_is_named(
+    endpoint: LocalEndpoint, runner: str
+) -> None:
+    steps = step_ids(runner, ("run_streams", "run_exit_code", "stdin"))
+    poisoner, victim = steps[0], steps[1]
+
+    result, seen = run(endpoint, runner, steps, leave_after=poisoner)
+
+    assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
+    (replaced,) = hygiene(result, victim)["replaced"]
+    old = hygiene(result, poisoner)["census"]
+    assert replaced["left_by"] == poisoner and replaced["sandbox"] in old and replaced["killed"] == "killed"
+    assert replaced["reason"].startswith("left running: ") and "sleep 600" in replaced["reason"]
+    assert seen[victim] == {replaced["sandbox"]: 404}
+    # The next case ran on a fresh sandbox, which holds nothing after it.
+    fresh = hygiene(result, victim)["census"]
+    assert replaced["sandbox"] not in fresh and set(fresh.values()) == {0}
+    lines = hygiene_lines("behaviours", runner, result.steps[victim])
+    assert lines == [
+        f"sandbox {replaced['sandbox']} held what case behaviours/{runner}/{poisoner} left "
+        f"({replaced['reason'].removeprefix('left running: ')}): replaced it before case behaviours/{runner}/{victim}"
+    ]
+
+
+def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since_when(endpoint: LocalEndpoint) -> None:
+    """The kit's count, fed the results of steps that hit the SDK's timeout, on a real sandbox of the endpoint."""
+    from e2b import Sandbox, SandboxException
+
+    sys.path.insert(0, str(REPO / "sandboxes" / "e2b" / "python"))
+    from hygiene import CRAWL_IN_A_ROW, Hygiene  # type: ignore[import-not-found]
+
+    sandbox = Sandbox.create(timeout=120, metadata={"test": "hygiene"})
+    holder = {"shared": sandbox}
+    kit = Hygiene(1.0, set(), lambda sid: "killed" if Sandbox.kill(sid) else "already gone")
+    kit.watch(sandbox.sandbox_id, lambda: holder.get("shared"), lambda: holder.pop("shared", None))
+    timeout = ("fail", "TimeoutException: context deadline exceeded", {"raised": {"exception": "TimeoutException"}})
+    reports = []
+    try:
+        for number, (outcome, error, details) in enumerate([timeout, ("pass", None, {}), *[timeout] * 3], 1):
+            kit.before(f"s{number}", 0)
+            reports.append(kit.after(f"s{number}", outcome, error, details, 1.0, [], set()))
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+    assert CRAWL_IN_A_ROW == 3
+    assert [report.get("crawl") for report in reports] == [None] * 4 + [
+        [{"sandbox": sandbox.sandbox_id, "since": "s3", "in_a_row": 3, "replaced": True, "killed": "killed"}]
+    ]
+    assert holder == {}
+    with pytest.raises(SandboxException):
+        Sandbox.get_info(sandbox.sandbox_id)
+    event = {"type": "step", "id": "s5", "details": {"hygiene": reports[-1]}}
+    assert hygiene_lines("behaviours", PY, event) == [
+        f"cases on sandbox {sandbox.sandbox_id} keep timing out since case behaviours/{PY}/s3 (3 in a row): "
+        "replacing it"
+    ]

@@ -73,7 +73,7 @@ def test_no_behaviour_leaves_a_process_on_its_shared_sandbox_and_own_sandboxes_d
 ) -> None:
     steps = step_ids(runner, PROCESS_BEHAVIOURS + OWN_SANDBOXES)
 
-    result, seen = run(endpoint, runner, steps)
+    result, seen = run(endpoint, runner, steps, census=True)
 
     assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
     for step in steps:
@@ -97,7 +97,7 @@ def test_a_case_that_leaves_a_command_running_gets_its_sandbox_replaced_before_t
     steps = step_ids(runner, ("run_streams", "run_exit_code", "stdin"))
     poisoner, victim = steps[0], steps[1]
 
-    result, seen = run(endpoint, runner, steps, leave_after=poisoner)
+    result, seen = run(endpoint, runner, steps, leave_after=poisoner, census=True)
 
     assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
     (replaced,) = hygiene(result, victim)["replaced"]

@@ -26,7 +26,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hygiene import Hygiene, reachable
+from hygiene import Hygiene, handed_pids, reachable
 from runkit import EXCERPT_CHARS, Protocol, Skip, excerpt, exit_on_sigterm, one_line, read_task, run_steps
 
 __all__ = [
@@ -91,7 +91,7 @@ class Context:
         self.created: list[str] = []
         self.killed: set[str] = set()
         self.state: dict[str, Any] = {}
-        self.hygiene = Hygiene(self.slowness, self.killed, kill_one)
+        self.hygiene = Hygiene(self.slowness, self.killed, kill_one, census=bool(options.get("census")))
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -129,6 +129,10 @@ class Context:
     def kept(self) -> set[str]:
         """The sandboxes the context keeps for later steps: a step's other sandboxes are killed when it ends."""
         return reachable(self.sandbox) | reachable(self.state) | ({self.sandbox_id} if self.sandbox_id else set())
+
+    def handed(self) -> frozenset[int]:
+        """Pids of the command handles the context keeps for a later step (that step ends them)."""
+        return handed_pids(self.state)
 
     def lifetime_changed(self, sandbox_id: str) -> None:
         """A step gave a shared sandbox another lifetime (a resume's default): give it back before the next."""
@@ -231,7 +235,7 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
         return "error", f"runner has no implementation of step {step_id}", {}
     observed: Observed = {}
     ctx.keep_alive()
-    hygiene = guarded(lambda: ctx.hygiene.before(step_id, len(ctx.created)))
+    hygiene = guarded(lambda: ctx.hygiene.before(step_id, len(ctx.created), ctx.handed()))
     started = time.perf_counter()
     try:
         outcome, error, details = judged(ctx, function, observed)
@@ -240,7 +244,8 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
     else:
         skip = None
     duration_s = time.perf_counter() - started
-    after = guarded(lambda: ctx.hygiene.after(step_id, outcome, error, details, duration_s, ctx.created, ctx.kept()))
+    kept, handed = ctx.kept(), ctx.handed()
+    after = guarded(lambda: ctx.hygiene.after(step_id, outcome, error, details, duration_s, ctx.created, kept, handed))
     for key, value in after.items():
         hygiene[key] = hygiene.get(key, []) + value if isinstance(value, list) else value
     if skip is not None:

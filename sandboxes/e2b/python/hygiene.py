@@ -9,8 +9,11 @@ JSON), a second path beside whatever SDK call a step made, so what it sees never
   that holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait,
   is replaced: killed, and dropped from the suite's state so the next step that needs it makes a fresh one
   (`replaced` in the details of the step about to run, naming the step that left it so).
+- A command whose handle the context keeps for a later step (`handed`) is that step's to end.
 - A sandbox a step made for itself (not watched and not kept in the context for later steps) is killed when the
   step ends (`sandboxes_ended`), not when the runner ends.
+- With task option `census: true`, each step's details say how many processes each shared sandbox holds after it
+  (`census`): the kit's second path, for the harness's own tests.
 - Steps that keep hitting the SDK's request timeout on one sandbox (CRAWL_IN_A_ROW in a row) make it `crawl`:
   named in the details (which sandbox, since which step) and replaced.
 Everything observed goes into the step's `details["hygiene"]`; the harness prints a line for each event.
@@ -72,8 +75,9 @@ class Census(Exception):
 
 
 class Hygiene:
-    def __init__(self, slowness: float, killed: set[str], kill: Callable[[str], str]) -> None:
+    def __init__(self, slowness: float, killed: set[str], kill: Callable[[str], str], census: bool = False) -> None:
         self.slowness = slowness
+        self.record_census = census  # every step's details say how many processes each shared sandbox has after it
         self.killed = killed  # the context's: sandboxes known killed
         self.kill = kill  # kills one sandbox, says what happened
         self.watched: dict[str, Watched] = {}
@@ -179,7 +183,7 @@ class Hygiene:
         self.killed.add(entry.sandbox_id)
         return what
 
-    def before(self, step_id: str, created: int) -> dict[str, Any]:
+    def before(self, step_id: str, created: int, handed: frozenset[int] = frozenset()) -> dict[str, Any]:
         """Check each watched sandbox; one holding leftovers or not answering is replaced. Details for the step."""
         self.touched = set()
         self.created_before = created
@@ -191,7 +195,7 @@ class Hygiene:
             except Census as exc:
                 problem = f"gone: {exc}" if exc.gone else f"no answer: {exc}"
             else:
-                extra = [(pid, command) for pid, command in listed if pid not in entry.baseline]
+                extra = [(pid, command) for pid, command in listed if pid not in entry.baseline | handed]
                 entry.before = {pid for pid, _ in listed}
                 if extra:
                     problem = "left running: " + "; ".join(f"{command} (pid {pid})" for pid, command in extra)
@@ -204,7 +208,7 @@ class Hygiene:
                 continue
             # Later steps need its state: what was left is ended instead; one that does not answer is left alone.
             if problem.startswith("left running"):
-                extra_pids = set(entry.before or ()) - entry.baseline
+                extra_pids = set(entry.before or ()) - entry.baseline - handed
                 found["ended"] = self.end_processes(entry, extra_pids)
                 entry.before = entry.before - extra_pids if found["ended"] and entry.before is not None else None
             else:
@@ -213,7 +217,7 @@ class Hygiene:
         return report
 
     def after(self, step_id: str, outcome: str, error: str | None, details: dict[str, Any], duration_s: float,
-              created: list[str], keep: set[str]) -> dict[str, Any]:  # fmt: skip
+              created: list[str], keep: set[str], handed: frozenset[int] = frozenset()) -> dict[str, Any]:  # fmt: skip
         """End what the step left running on the watched sandboxes and the sandboxes it made for itself; count
         timeouts. Details for the step."""
         report: dict[str, Any] = {}
@@ -228,7 +232,8 @@ class Hygiene:
                 if not exc.gone:
                     self._count(entry, step_id, True, report)
                 continue
-            new = [(pid, command) for pid, command in listed if pid not in (entry.before or entry.baseline)]
+            known = (entry.before or entry.baseline) | handed
+            new = [(pid, command) for pid, command in listed if pid not in known]
             if new:
                 ended = self.end_processes(entry, {pid for pid, _ in new})
                 report.setdefault("left_behind", []).extend(
@@ -239,7 +244,7 @@ class Hygiene:
                 census[entry.sandbox_id] = len(self.census(entry)) if new else len(listed)
             if not self.touched or entry.sandbox_id in self.touched:
                 self._count(entry, step_id, slow, report)
-        if census:
+        if census and self.record_census:
             report["census"] = census
         mine = [sid for sid in dict.fromkeys(created[self.created_before :])
                 if sid not in self.killed and sid not in keep and sid not in self.watched]  # fmt: skip
@@ -266,6 +271,15 @@ class Hygiene:
             crawl["replaced"] = False
             entry.timeouts, entry.since = 0, None
         report.setdefault("crawl", []).append(crawl)
+
+
+def handed_pids(value: Any, depth: int = 2) -> frozenset[int]:
+    """Pids of the command handles a value holds (an object with an integer `pid`, inside containers)."""
+    pid = getattr(value, "pid", None)
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return frozenset({pid})
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    return frozenset().union(*(handed_pids(item, depth - 1) for item in items)) if depth > 0 else frozenset()
 
 
 def reachable(value: Any, depth: int = 3) -> set[str]:

@@ -23,7 +23,7 @@ import { createRequire } from 'node:module'
 import { delimiter, dirname } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
-import { Hygiene, reachable } from './hygiene.mjs'
+import { Hygiene, handedPids, reachable } from './hygiene.mjs'
 import { Skip, emit, footer, hello, readStdin, readTask, runSteps } from './runkit.mjs'
 
 export { Skip, emit, readStdin }
@@ -179,7 +179,7 @@ export class Context {
     this.created = []
     this.killed = new Set()
     this.state = {}
-    this.hygiene = new Hygiene(this.slowness, this.killed, (id) => killOne(this, id))
+    this.hygiene = new Hygiene(this.slowness, this.killed, (id) => killOne(this, id), Boolean(options.census))
   }
 
   /**
@@ -201,6 +201,12 @@ export class Context {
     const kept = reachable(this.state, 3, reachable(this.sandbox))
     if (this.sandboxId) kept.add(this.sandboxId)
     return kept
+  }
+
+  /** Pids of the command handles the context keeps for a later step (that step ends them). */
+  handed() {
+    const own = Object.entries(this).filter(([key]) => !['sdk', 'hygiene', 'sandbox', 'killed', 'created'].includes(key))
+    return handedPids(Object.fromEntries(own))
   }
 
   /** How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s). */
@@ -262,7 +268,7 @@ async function runStep(ctx, id) {
   const run = STEPS.get(id)
   if (run === undefined) return { outcome: 'error', error: `no implementation for step ${id}`, details: {} }
   await ctx.keepAlive()
-  const hygiene = await guarded(() => ctx.hygiene.before(id, ctx.created.length))
+  const hygiene = await guarded(() => ctx.hygiene.before(id, ctx.created.length, ctx.handed()))
   const started = performance.now()
   let result
   let skip = null
@@ -275,7 +281,7 @@ async function runStep(ctx, id) {
   }
   const { outcome, error, details } = result
   const durationMs = performance.now() - started
-  const after = await guarded(() => ctx.hygiene.after(id, outcome, error, details, durationMs, ctx.created, ctx.kept()))
+  const after = await guarded(() => ctx.hygiene.after(id, outcome, error, details, durationMs, ctx.created, ctx.kept(), ctx.handed()))
   for (const [key, value] of Object.entries(after)) hygiene[key] = Array.isArray(value) ? [...(hygiene[key] ?? []), ...value] : value
   if (skip !== null) throw skip
   return Object.keys(hygiene).length ? { outcome, error, details: { ...details, hygiene } } : result

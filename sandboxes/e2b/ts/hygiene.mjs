@@ -8,9 +8,12 @@
 //   holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait, is
 //   replaced: killed and dropped from the suite's state, so the next step that needs it makes a fresh one
 //   (`replaced`, naming the step that left it so).
+// - A command whose handle the context keeps for a later step (`handed`) is that step's to end.
 // - A sandbox a step made for itself (not watched, not kept in the context) is killed when the step ends.
 // - Steps that keep hitting the SDK's request timeout on one sandbox (CRAWL_IN_A_ROW in a row) make it `crawl`:
 //   named in the details (which sandbox, since which step) and replaced.
+// - With task option `census: true`, each step's details say how many processes each shared sandbox holds after it
+//   (`census`): the kit's second path, for the harness's own tests.
 // Everything observed goes into the step's `details.hygiene`; the harness prints a line for each event.
 
 const ENVD_PORT = 49983
@@ -36,6 +39,14 @@ class Census extends Error {
   }
 }
 
+/** Pids of the command handles a value holds (an object with an integer `pid`, inside plain containers). */
+export function handedPids(value, depth = 2, found = new Set()) {
+  if (value === null || typeof value !== 'object') return found
+  if (Number.isInteger(value.pid)) found.add(value.pid)
+  else if (depth > 0) for (const item of Array.isArray(value) ? value : Object.values(value)) handedPids(item, depth - 1, found)
+  return found
+}
+
 /** Sandbox ids a value holds (an SDK object's `sandboxId`, ids as strings, inside plain containers). */
 export function reachable(value, depth = 3, found = new Set()) {
   if (value === null || value === undefined) return found
@@ -53,8 +64,9 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
 
 export class Hygiene {
   /** `kill(id)` kills one sandbox and says what happened; `killed` is the context's set of killed ids. */
-  constructor(slowness, killed, kill) {
+  constructor(slowness, killed, kill, census = false) {
     this.slowness = slowness
+    this.recordCensus = census // every step's details say how many processes each shared sandbox has after it
     this.killed = killed
     this.kill = kill
     this.watched = new Map()
@@ -177,7 +189,7 @@ export class Hygiene {
   }
 
   /** Check each watched sandbox; one holding leftovers or not answering is replaced. Details for the step. */
-  async before(stepId, created) {
+  async before(stepId, created, handed = new Set()) {
     this.touched = new Set()
     this.createdBefore = created
     const report = {}
@@ -186,7 +198,7 @@ export class Hygiene {
       try {
         const listed = await this.census(entry)
         entry.before = new Set(listed.map(([pid]) => pid))
-        const extra = listed.filter(([pid]) => !entry.baseline.has(pid))
+        const extra = listed.filter(([pid]) => !entry.baseline.has(pid) && !handed.has(pid))
         if (extra.length) problem = `left running: ${extra.map(([pid, command]) => `${command} (pid ${pid})`).join('; ')}`
       } catch (err) {
         problem = err.gone ? `gone: ${err.message}` : `no answer: ${err.message}`
@@ -200,7 +212,7 @@ export class Hygiene {
       }
       // Later steps need its state: what was left is ended instead; one that does not answer is left alone.
       if (problem.startsWith('left running')) {
-        const extra = new Set([...(entry.before ?? [])].filter((pid) => !entry.baseline.has(pid)))
+        const extra = new Set([...(entry.before ?? [])].filter((pid) => !entry.baseline.has(pid) && !handed.has(pid)))
         found.ended = await this.endProcesses(entry, extra)
         entry.before = found.ended ? new Set([...entry.before].filter((pid) => !extra.has(pid))) : null
       } else {
@@ -212,7 +224,7 @@ export class Hygiene {
   }
 
   /** End what the step left running on the watched sandboxes and the sandboxes it made for itself; count timeouts. */
-  async after(stepId, outcome, error, details, durationMs, created, keep) {
+  async after(stepId, outcome, error, details, durationMs, created, keep, handed = new Set()) {
     const report = {}
     const slow = timedOut(outcome, error, details, durationMs)
     const census = {}
@@ -227,7 +239,7 @@ export class Hygiene {
         continue
       }
       const known = entry.before ?? entry.baseline
-      const fresh = listed.filter(([pid]) => !known.has(pid))
+      const fresh = listed.filter(([pid]) => !known.has(pid) && !handed.has(pid))
       census[entry.sandboxId] = listed.length
       if (fresh.length) {
         const ended = await this.endProcesses(entry, new Set(fresh.map(([pid]) => pid)))
@@ -236,7 +248,7 @@ export class Hygiene {
       }
       if (this.touched.size === 0 || this.touched.has(entry.sandboxId)) await this.count(entry, stepId, slow, report)
     }
-    if (Object.keys(census).length) report.census = census
+    if (Object.keys(census).length && this.recordCensus) report.census = census
     const mine = [...new Set(created.slice(this.createdBefore))].filter((id) => !this.killed.has(id) && !keep.has(id) && !this.watched.has(id))
     if (mine.length) {
       report.sandboxes_ended = {}

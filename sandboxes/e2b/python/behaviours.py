@@ -143,7 +143,7 @@ class Flavour:
         return e2b.Sandbox if self.name == "sync" else e2b.AsyncSandbox
 
     async def new(self, **options: Any) -> Any:
-        """A fresh sandbox tagged with the run (killed at the end)."""
+        """A fresh sandbox tagged with the run (killed when the step ends, unless the context keeps it)."""
         metadata = {**self.ctx.metadata, **options.pop("metadata", {})}
         timeout = options.pop("timeout", self.ctx.sandbox_timeout_s)
         creating = self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options)

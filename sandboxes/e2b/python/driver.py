@@ -104,7 +104,7 @@ class Context:
         return max(1.0, self.sandbox_timeout_s / 120)
 
     def new_sandbox(self, **options: Any) -> Any:
-        """A sandbox tagged with the run (always killed at the end)."""
+        """A sandbox tagged with the run (killed when the step ends, unless the context keeps it for later steps)."""
         from e2b import Sandbox
 
         options.setdefault("timeout", self.sandbox_timeout_s)

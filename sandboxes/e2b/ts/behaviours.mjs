@@ -74,7 +74,7 @@ class Behaviour {
     this.Sandbox = observed(ctx.sdk.Sandbox, 'Sandbox', calls)
   }
 
-  /** A fresh sandbox tagged with the run (killed at the end). */
+  /** A fresh sandbox tagged with the run (killed when the step ends, unless the context keeps it). */
   async fresh(options = {}) {
     const metadata = { ...this.ctx.metadata, ...(options.metadata ?? {}) }
     const opts = { timeoutMs: this.ctx.sandboxTimeoutMs, ...options, metadata }

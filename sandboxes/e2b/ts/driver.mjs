@@ -219,7 +219,7 @@ export class Context {
     return { ...this.tags }
   }
 
-  /** A sandbox tagged with the run (always killed at the end). */
+  /** A sandbox tagged with the run (killed when the step ends, unless the context keeps it for later steps). */
   async newSandbox(options = {}) {
     const opts = { timeoutMs: this.sandboxTimeoutMs, metadata: this.metadata, ...options }
     const sandbox = this.template
@@ -255,7 +255,7 @@ export class Context {
     }
   }
 
-  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed at the end. */
+  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed when the step ends. */
   async adopt(creating) {
     const stray = await creating
     this.created.push(stray.sandboxId)

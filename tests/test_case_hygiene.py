@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.localbox.server import LocalEndpoint
+from bench.localbox.quirks import build
+from bench.localbox.server import LocalEndpoint, serving
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps, task_steps
 from bench.runners.protocol import Event, RunnerResult, make_task, run_runner
@@ -146,4 +147,29 @@ def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since
     assert hygiene_lines("behaviours", PY, event) == [
         f"cases on sandbox {sandbox.sandbox_id} keep timing out since case behaviours/{PY}/s3 (3 in a row): "
         "replacing it"
+    ]
+
+
+@pytest.mark.parametrize("runner", [PY, JS])
+def test_an_envd_that_refuses_the_process_list_keeps_its_shared_sandbox_and_says_it_goes_unchecked(
+    runner: str,
+) -> None:
+    steps = step_ids(runner, ("run_streams", "run_exit_code", "stdin"))
+
+    with serving(quirks=build("e2b", ["unavailable_route=POST /process.Process/List"])) as endpoint:
+        result, _ = run(endpoint, runner, steps, leave_after=steps[0])
+
+    assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
+    reports = {step: hygiene(result, step) for step in steps}
+    said = [(step, item) for step, report in reports.items() for item in report.get("unlisted", [])]
+    # Said once per shared sandbox (one per client flavour), on the first case that used it; never replaced for it.
+    flavours = 2 if runner == PY else 1
+    assert len({item["sandbox"] for _, item in said}) == len(said) == flavours
+    assert all(item["reason"].startswith("List: HTTP 503: ") for _, item in said)
+    assert all(report.keys() <= {"unlisted"} for report in reports.values())
+    step, unlisted = said[0]
+    assert step == steps[0]
+    assert hygiene_lines("behaviours", runner, result.steps[step]) == [
+        f"sandbox {unlisted['sandbox']} gives no list of its processes ({unlisted['reason']}): "
+        "what cases leave on it goes unchecked"
     ]

@@ -5,7 +5,8 @@ The kits (sandboxes/e2b/python/hygiene.py, sandboxes/e2b/ts/hygiene.mjs) put it 
 sandbox found holding leftovers or not answering before the step, replaced by a fresh one; `left_by` names the
 step that ran on it last), `kept` (the same for a sandbox later steps need: its leftovers ended instead),
 `crawl` (steps in a row that kept timing out on one sandbox, and whether it was replaced), `sandboxes_ended`
-(sandboxes the step made for itself, killed when it ended) and `census` (processes listed after the step).
+(sandboxes the step made for itself, killed when it ended), `unlisted` (a shared sandbox whose envd answers
+the process list with an error: its processes go unchecked) and `census` (processes listed after the step).
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ def hygiene_lines(suite: str, runner: str, event: dict[str, Any]) -> list[str]:
         lines.append(
             f"cases on sandbox {item.get('sandbox')} keep timing out since case {since} "
             f"({item.get('in_a_row')} in a row): {done}"
+        )
+    for item in _items(report, "unlisted"):
+        lines.append(
+            f"sandbox {item.get('sandbox')} gives no list of its processes ({item.get('reason')}): "
+            "what cases leave on it goes unchecked"
         )
     if report.get("fault"):
         lines.append(f"the runner's check between cases failed in case {step}: {report['fault']}")

@@ -8,7 +8,8 @@ JSON), a second path beside whatever SDK call a step made, so what it sees never
   the step (`left_behind` in the step's details, confirmed by listing again). Before each step a watched sandbox
   that holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait,
   is replaced: killed, and dropped from the suite's state so the next step that needs it makes a fresh one
-  (`replaced` in the details of the step about to run, naming the step that left it so).
+  (`replaced` in the details of the step about to run, naming the step that left it so). One whose envd answers
+  the list with an error is kept and its processes go unchecked (`unlisted`, said once).
 - A command whose handle the context keeps for a later step (`handed`) is that step's to end.
 - A sandbox a step made for itself (not watched and not kept in the context for later steps) is killed when the
   step ends (`sandboxes_ended`), not when the runner ends.
@@ -64,14 +65,17 @@ class Watched:
     last_step: str | None = None  # the last step that ran while it was watched
     timeouts: int = 0
     since: str | None = None  # the first step of the current run of timeouts
+    unlisted: str | None = None  # why its envd gives no process list (its processes then go unchecked)
+    unlisted_said: bool = False
 
 
 class Census(Exception):
-    """A watched sandbox's envd did not give its processes; `gone` when the sandbox no longer exists."""
+    """A watched sandbox's envd did not give its processes: `answered` with an error (it does not list them: its
+    processes go unchecked, the sandbox is kept), or not at all (no answer in time: the sandbox is replaced)."""
 
-    def __init__(self, message: str, gone: bool = False) -> None:
+    def __init__(self, message: str, answered: bool = False) -> None:
         super().__init__(message)
-        self.gone = gone
+        self.answered = answered
 
 
 class Hygiene:
@@ -88,8 +92,10 @@ class Hygiene:
     def watch(self, sandbox_id: str, current: Callable[[], Any], replace: Callable[[], None] | None) -> None:
         entry = Watched(sandbox_id, current, replace)
         self.watched[sandbox_id] = entry
-        with contextlib.suppress(Census):
+        try:
             entry.baseline = {pid for pid, _ in self.census(entry)}
+        except Census as exc:
+            entry.unlisted = str(exc)[:300] if exc.answered else None
         entry.before = set(entry.baseline)
         self.touched.add(sandbox_id)
 
@@ -120,13 +126,11 @@ class Hygiene:
         except httpx.HTTPError as exc:
             raise Census(f"{rpc}: {type(exc).__name__}: {exc}" if str(exc) else f"{rpc}: {type(exc).__name__}") from exc
         if answer.status_code != 200:
-            text = answer.text[:200]
-            gone = answer.status_code in (404, 410) or "not found" in text.lower()
-            raise Census(f"{rpc}: HTTP {answer.status_code}: {text}", gone=gone)
+            raise Census(f"{rpc}: HTTP {answer.status_code}: {answer.text[:200]}", answered=True)
         try:
             return dict(answer.json())
         except (ValueError, TypeError) as exc:
-            raise Census(f"{rpc}: not JSON: {answer.text[:200]}") from exc
+            raise Census(f"{rpc}: not JSON: {answer.text[:200]}", answered=True) from exc
 
     def census(self, entry: Watched) -> list[tuple[int, str]]:
         """(pid, command line) of each process envd lists on the sandbox."""
@@ -190,10 +194,14 @@ class Hygiene:
         report: dict[str, Any] = {}
         for entry in self._live():
             problem = None
+            if self._unlisted(entry, report):
+                continue
             try:
                 listed = self.census(entry)
             except Census as exc:
-                problem = f"gone: {exc}" if exc.gone else f"no answer: {exc}"
+                if self._unlisted(entry, report, exc):
+                    continue
+                problem = f"no answer: {exc}"
             else:
                 extra = [(pid, command) for pid, command in listed if pid not in entry.baseline | handed]
                 entry.before = {pid for pid, _ in listed}
@@ -225,11 +233,16 @@ class Hygiene:
         census: dict[str, int | str] = {}
         for entry in self._live():
             entry.last_step = step_id
+            used = not self.touched or entry.sandbox_id in self.touched
+            if self._unlisted(entry, report):
+                if used:
+                    self._count(entry, step_id, slow, report)
+                continue
             try:
                 listed = self.census(entry)
             except Census as exc:
                 census[entry.sandbox_id] = str(exc)[:200]
-                if not exc.gone:
+                if not self._unlisted(entry, report, exc):
                     self._count(entry, step_id, True, report)
                 continue
             known = (entry.before or entry.baseline) | handed
@@ -242,7 +255,7 @@ class Hygiene:
                 )
             with contextlib.suppress(Census):
                 census[entry.sandbox_id] = len(self.census(entry)) if new else len(listed)
-            if not self.touched or entry.sandbox_id in self.touched:
+            if used:
                 self._count(entry, step_id, slow, report)
         if census and self.record_census:
             report["census"] = census
@@ -254,6 +267,15 @@ class Hygiene:
                 report["sandboxes_ended"][sandbox_id] = self.kill(sandbox_id)
                 self.killed.add(sandbox_id)
         return report
+
+    def _unlisted(self, entry: Watched, report: dict[str, Any], exc: Census | None = None) -> bool:
+        """Whether the sandbox's envd gives no process list (said once in the details)."""
+        if exc is not None and exc.answered:
+            entry.unlisted = str(exc)[:300]
+        if entry.unlisted and not entry.unlisted_said:
+            entry.unlisted_said = True
+            report.setdefault("unlisted", []).append({"sandbox": entry.sandbox_id, "reason": entry.unlisted})
+        return entry.unlisted is not None
 
     def _count(self, entry: Watched, step_id: str, slow: bool, report: dict[str, Any]) -> None:
         if not slow:

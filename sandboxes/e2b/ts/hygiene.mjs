@@ -7,7 +7,8 @@
 //   (`left_behind` in the step's details, confirmed by listing again). Before each step a watched sandbox that
 //   holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait, is
 //   replaced: killed and dropped from the suite's state, so the next step that needs it makes a fresh one
-//   (`replaced`, naming the step that left it so).
+//   (`replaced`, naming the step that left it so). One whose envd answers the list with an error is kept and its
+//   processes go unchecked (`unlisted`, said once).
 // - A command whose handle the context keeps for a later step (`handed`) is that step's to end.
 // - A sandbox a step made for itself (not watched, not kept in the context) is killed when the step ends.
 // - Steps that keep hitting the SDK's request timeout on one sandbox (CRAWL_IN_A_ROW in a row) make it `crawl`:
@@ -32,10 +33,11 @@ export function timedOut(outcome, error, details, durationMs) {
   return TIMEOUT_WORDS.test(words) || durationMs >= REQUEST_TIMEOUT_MS
 }
 
+/** No process list: `answered` with an error (kept, unchecked), or no answer in time (replaced). */
 class Census extends Error {
-  constructor(message, gone = false) {
+  constructor(message, answered = false) {
     super(message)
-    this.gone = gone
+    this.answered = answered
   }
 }
 
@@ -76,12 +78,12 @@ export class Hygiene {
 
   /** `current()` is the SDK object standing for it now (null once dropped); `replace()` drops it (null: kept). */
   async watch(sandboxId, current, replace = null) {
-    const entry = { sandboxId, current, replace, baseline: new Set(), before: null, lastStep: null, timeouts: 0, since: null }
+    const entry = { sandboxId, current, replace, baseline: new Set(), before: null, lastStep: null, timeouts: 0, since: null, unlisted: null, unlistedSaid: false }
     this.watched.set(sandboxId, entry)
     try {
       entry.baseline = new Set((await this.census(entry)).map(([pid]) => pid))
-    } catch {
-      // not answering now: the next check says so
+    } catch (err) {
+      if (err.answered) entry.unlisted = err.message.slice(0, 300) // else not answering now: the next check says so
     }
     entry.before = new Set(entry.baseline)
     this.touched.add(sandboxId)
@@ -115,13 +117,12 @@ export class Hygiene {
     }
     const text = await answer.text().catch((err) => `(body: ${err?.name})`)
     if (answer.status !== 200) {
-      const gone = answer.status === 404 || answer.status === 410 || /not found/i.test(text)
-      throw new Census(`${rpc}: HTTP ${answer.status}: ${text.slice(0, 200)}`, gone)
+      throw new Census(`${rpc}: HTTP ${answer.status}: ${text.slice(0, 200)}`, true)
     }
     try {
       return JSON.parse(text)
     } catch {
-      throw new Census(`${rpc}: not JSON: ${text.slice(0, 200)}`)
+      throw new Census(`${rpc}: not JSON: ${text.slice(0, 200)}`, true)
     }
   }
 
@@ -195,13 +196,15 @@ export class Hygiene {
     const report = {}
     for (const entry of this.live()) {
       let problem = null
+      if (this.unlisted(entry, report)) continue
       try {
         const listed = await this.census(entry)
         entry.before = new Set(listed.map(([pid]) => pid))
         const extra = listed.filter(([pid]) => !entry.baseline.has(pid) && !handed.has(pid))
         if (extra.length) problem = `left running: ${extra.map(([pid, command]) => `${command} (pid ${pid})`).join('; ')}`
       } catch (err) {
-        problem = err.gone ? `gone: ${err.message}` : `no answer: ${err.message}`
+        if (this.unlisted(entry, report, err)) continue
+        problem = `no answer: ${err.message}`
       }
       if (problem === null) continue
       const found = { sandbox: entry.sandboxId, reason: problem.slice(0, 300), left_by: entry.lastStep }
@@ -230,12 +233,17 @@ export class Hygiene {
     const census = {}
     for (const entry of this.live()) {
       entry.lastStep = stepId
+      const used = this.touched.size === 0 || this.touched.has(entry.sandboxId)
+      if (this.unlisted(entry, report)) {
+        if (used) await this.count(entry, stepId, slow, report)
+        continue
+      }
       let listed
       try {
         listed = await this.census(entry)
       } catch (err) {
         census[entry.sandboxId] = err.message.slice(0, 200)
-        if (!err.gone) await this.count(entry, stepId, true, report)
+        if (!this.unlisted(entry, report, err)) await this.count(entry, stepId, true, report)
         continue
       }
       const known = entry.before ?? entry.baseline
@@ -246,7 +254,7 @@ export class Hygiene {
         ;(report.left_behind ??= []).push(...fresh.map(([pid, command]) => ({ sandbox: entry.sandboxId, pid, command: command.slice(0, 200), ended })))
         census[entry.sandboxId] = await this.census(entry).then((now) => now.length, (err) => err.message.slice(0, 200))
       }
-      if (this.touched.size === 0 || this.touched.has(entry.sandboxId)) await this.count(entry, stepId, slow, report)
+      if (used) await this.count(entry, stepId, slow, report)
     }
     if (Object.keys(census).length && this.recordCensus) report.census = census
     const mine = [...new Set(created.slice(this.createdBefore))].filter((id) => !this.killed.has(id) && !keep.has(id) && !this.watched.has(id))
@@ -258,6 +266,16 @@ export class Hygiene {
       }
     }
     return report
+  }
+
+  /** Whether the sandbox's envd gives no process list (said once in the details). */
+  unlisted(entry, report, err = null) {
+    if (err?.answered) entry.unlisted = err.message.slice(0, 300)
+    if (entry.unlisted && !entry.unlistedSaid) {
+      entry.unlistedSaid = true
+      ;(report.unlisted ??= []).push({ sandbox: entry.sandboxId, reason: entry.unlisted })
+    }
+    return entry.unlisted !== null
   }
 
   async count(entry, stepId, slow, report) {

@@ -9,6 +9,7 @@ kit says it killed through the REST API at the moment the step is reported.
 
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from bench.localbox.server import LocalEndpoint, serving
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps, task_steps
 from bench.runners.protocol import Event, RunnerResult, make_task, run_runner
+from bench.triage.console import Console
 from bench.triage.hygiene import hygiene_lines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,11 +111,17 @@ def test_a_case_that_leaves_a_command_running_gets_its_sandbox_replaced_before_t
     # The next case ran on a fresh sandbox, which holds nothing after it.
     fresh = hygiene(result, victim)["census"]
     assert replaced["sandbox"] not in fresh and set(fresh.values()) == {0}
-    lines = hygiene_lines("behaviours", runner, result.steps[victim])
-    assert lines == [
+    line = (
         f"sandbox {replaced['sandbox']} held what case behaviours/{runner}/{poisoner} left "
         f"({replaced['reason'].removeprefix('left running: ')}): replaced it before case behaviours/{runner}/{victim}"
-    ]
+    )
+    assert hygiene_lines("behaviours", runner, result.steps[victim]) == [line]
+    # The run's terminal says it as the case is reported.
+    terminal = io.StringIO()
+    console = Console(stream=terminal, tty=False)
+    for step in steps:
+        console.step_reported("behaviours", runner, result.steps[step])
+    assert terminal.getvalue() == f"e2b-bench: {line}\n"
 
 
 def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since_when(endpoint: LocalEndpoint) -> None:
@@ -129,23 +137,26 @@ def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since
     kit.watch(sandbox.sandbox_id, lambda: holder.get("shared"), lambda: holder.pop("shared", None))
     timeout = ("fail", "TimeoutException: context deadline exceeded", {"raised": {"exception": "TimeoutException"}})
     reports = []
+    # A check named `timeout` that failed is no timeout; a pass ends a run of timeouts too.
+    other = ("fail", "timeout: got 1, expected 2", {})
+    steps = [timeout, ("pass", None, {}), timeout, other, *[timeout] * 3]
     try:
-        for number, (outcome, error, details) in enumerate([timeout, ("pass", None, {}), *[timeout] * 3], 1):
+        for number, (outcome, error, details) in enumerate(steps, 1):
             kit.before(f"s{number}", 0)
             reports.append(kit.after(f"s{number}", outcome, error, details, 1.0, [], set()))
     finally:
         Sandbox.kill(sandbox.sandbox_id)
 
     assert CRAWL_IN_A_ROW == 3
-    assert [report.get("crawl") for report in reports] == [None] * 4 + [
-        [{"sandbox": sandbox.sandbox_id, "since": "s3", "in_a_row": 3, "replaced": True, "killed": "killed"}]
+    assert [report.get("crawl") for report in reports] == [None] * 6 + [
+        [{"sandbox": sandbox.sandbox_id, "since": "s5", "in_a_row": 3, "replaced": True, "killed": "killed"}]
     ]
     assert holder == {}
     with pytest.raises(SandboxException):
         Sandbox.get_info(sandbox.sandbox_id)
-    event = {"type": "step", "id": "s5", "details": {"hygiene": reports[-1]}}
+    event = {"type": "step", "id": "s7", "details": {"hygiene": reports[-1]}}
     assert hygiene_lines("behaviours", PY, event) == [
-        f"cases on sandbox {sandbox.sandbox_id} keep timing out since case behaviours/{PY}/s3 (3 in a row): "
+        f"cases on sandbox {sandbox.sandbox_id} keep timing out since case behaviours/{PY}/s5 (3 in a row): "
         "replacing it"
     ]
 

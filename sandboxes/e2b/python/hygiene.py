@@ -39,7 +39,8 @@ CENSUS_WAIT_S = 10.0  # a list of processes answers in milliseconds; this bounds
 GONE_WAIT_S = 5.0  # for a killed process to leave the list (quiet host)
 CRAWL_IN_A_ROW = 3  # steps in a row timing out on one sandbox before it is replaced
 REQUEST_TIMEOUT_S = 60.0  # the SDKs' default request timeout: a failing step this long hit it
-TIMEOUT_WORDS = re.compile(r"timed? ?out|timeout|deadline exceeded", re.IGNORECASE)
+# What a timeout's exception says: its class (TimeoutException, ReadTimeout, TimeoutError) or its message.
+TIMEOUT_WORDS = re.compile(r"(?i:timed? out|deadline[ _]exceeded)|\b\w*Timeout(?:Exception|Error)?\b")
 LEAVE_RUNNING = "sleep 600"  # what task option `leave_after: <id>` leaves running (the kit's own tests)
 
 

@@ -22,7 +22,9 @@ const CENSUS_WAIT_MS = 10_000 // a list of processes answers in milliseconds; th
 const GONE_WAIT_MS = 5_000 // for a killed process to leave the list (quiet host)
 export const CRAWL_IN_A_ROW = 3
 const REQUEST_TIMEOUT_MS = 60_000 // the SDKs' default request timeout: a failing step this long hit it
-const TIMEOUT_WORDS = /timed? ?out|timeout|deadline exceeded/i
+// What a timeout's error says: its class (TimeoutError) or its message.
+const TIMEOUT_WORDS = /timed? out|deadline[ _]exceeded/i
+const TIMEOUT_CLASS = /\b\w*Timeout(?:Exception|Error)?\b/
 export const LEAVE_RUNNING = 'sleep 600' // what task option `leave_after: <id>` leaves running (the kit's own tests)
 
 /** A step that failed on a timeout: the error's class or message says so, or it lasted the SDK's timeout. */
@@ -30,7 +32,7 @@ export function timedOut(outcome, error, details, durationMs) {
   if (outcome === 'pass' || outcome === 'skip') return false
   const raised = details?.raised ?? {}
   const words = [error, raised.exception, raised.message].filter(Boolean).join(' ')
-  return TIMEOUT_WORDS.test(words) || durationMs >= REQUEST_TIMEOUT_MS
+  return TIMEOUT_WORDS.test(words) || TIMEOUT_CLASS.test(words) || durationMs >= REQUEST_TIMEOUT_MS
 }
 
 /** No process list: `answered` with an error (kept, unchecked), or no answer in time (replaced). */

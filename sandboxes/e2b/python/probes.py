@@ -241,10 +241,12 @@ def watch_dir(ctx: Context, obs: Observed) -> None:
         handle = sbx.files.watch_dir("/home/user/watched")
     except Exception as exc:
         raise refused(exc, "files.watch_dir") from None
-    sbx.files.write("/home/user/watched/new.txt", "x")
-    time.sleep(0.5)
-    events = handle.get_new_events()
-    handle.stop()
+    try:
+        sbx.files.write("/home/user/watched/new.txt", "x")
+        time.sleep(0.5)
+        events = handle.get_new_events()
+    finally:
+        handle.stop()
     observe(obs, ("new.txt", "CREATE") in {(e.name, e.type.name) for e in events}, True)
 
 

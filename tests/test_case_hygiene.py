@@ -184,3 +184,24 @@ def test_an_envd_that_refuses_the_process_list_keeps_its_shared_sandbox_and_says
         f"sandbox {unlisted['sandbox']} gives no list of its processes ({unlisted['reason']}): "
         "what cases leave on it goes unchecked"
     ]
+
+
+def test_a_shared_sandbox_the_endpoint_no_longer_has_is_replaced_before_the_next_step(endpoint: LocalEndpoint) -> None:
+    from e2b import Sandbox
+
+    sys.path.insert(0, str(REPO / "sandboxes" / "e2b" / "python"))
+    from hygiene import Hygiene
+
+    sandbox = Sandbox.create(timeout=120, metadata={"test": "hygiene"})
+    holder = {"shared": sandbox}
+    kit = Hygiene(1.0, set(), lambda sid: "killed" if Sandbox.kill(sid) else "already gone")
+    kit.watch(sandbox.sandbox_id, lambda: holder.get("shared"), lambda: holder.pop("shared", None))
+    kit.after("s1", "pass", None, {}, 1.0, [], set())
+    Sandbox.kill(sandbox.sandbox_id)  # behind the kit's back: it expired, or the endpoint lost it
+
+    report = kit.before("s2", 0)
+
+    (replaced,) = report["replaced"]
+    assert (replaced["sandbox"], replaced["left_by"], replaced["killed"]) == (sandbox.sandbox_id, "s1", "already gone")
+    assert replaced["reason"].startswith("gone: List: HTTP ")
+    assert holder == {} and report.keys() == {"replaced"}

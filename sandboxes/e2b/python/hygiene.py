@@ -6,10 +6,11 @@ JSON), a second path beside whatever SDK call a step made, so what it sees never
 - A shared sandbox (one several steps use) is *watched* (`Hygiene.watch`): its processes are listed when it is
   made (its baseline), before each step and after it. What a step started and left running on it is killed after
   the step (`left_behind` in the step's details, confirmed by listing again). Before each step a watched sandbox
-  that holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait,
-  is replaced: killed, and dropped from the suite's state so the next step that needs it makes a fresh one
-  (`replaced` in the details of the step about to run, naming the step that left it so). One whose envd answers
-  the list with an error is kept and its processes go unchecked (`unlisted`, said once).
+  that holds processes beyond its baseline, whose envd does not answer within a bounded, slowness-scaled wait, or
+  that the control plane no longer knows (GET answers 404), is replaced: killed, and dropped from the suite's
+  state so the next step that needs it makes a fresh one (`replaced` in the details of the step about to run,
+  naming the step that left it so). One whose envd answers the list with an error is kept and its processes go
+  unchecked (`unlisted`, said once).
 - A command whose handle the context keeps for a later step (`handed`) is that step's to end.
 - A sandbox a step made for itself (not watched and not kept in the context for later steps) is killed when the
   step ends (`sandboxes_ended`), not when the runner ends.
@@ -133,6 +134,16 @@ class Hygiene:
         except (ValueError, TypeError) as exc:
             raise Census(f"{rpc}: not JSON: {answer.text[:200]}", answered=True) from exc
 
+    def gone(self, entry: Watched) -> bool:
+        """Whether the control plane says the sandbox no longer exists (404 to its GET)."""
+        try:
+            answer = httpx.get(f"{os.environ['E2B_API_URL'].rstrip('/')}/sandboxes/{entry.sandbox_id}",
+                               headers={"X-API-KEY": os.environ.get("E2B_API_KEY", "")},
+                               timeout=CENSUS_WAIT_S * self.slowness)  # fmt: skip
+        except (httpx.HTTPError, KeyError):
+            return False
+        return answer.status_code == 404
+
     def census(self, entry: Watched) -> list[tuple[int, str]]:
         """(pid, command line) of each process envd lists on the sandbox."""
         listed = self._call(entry, "List", {}).get("processes") or []
@@ -200,9 +211,12 @@ class Hygiene:
             try:
                 listed = self.census(entry)
             except Census as exc:
-                if self._unlisted(entry, report, exc):
+                if exc.answered and self.gone(entry):
+                    problem = f"gone: {exc}"
+                elif self._unlisted(entry, report, exc):
                     continue
-                problem = f"no answer: {exc}"
+                else:
+                    problem = f"no answer: {exc}"
             else:
                 extra = [(pid, command) for pid, command in listed if pid not in entry.baseline | handed]
                 entry.before = {pid for pid, _ in listed}

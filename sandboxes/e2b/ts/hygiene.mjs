@@ -5,8 +5,8 @@
 // - A shared sandbox (one several steps use) is *watched* (`watch`): its processes are listed when it is made (its
 //   baseline), before each step and after it. What a step started and left running on it is killed after the step
 //   (`left_behind` in the step's details, confirmed by listing again). Before each step a watched sandbox that
-//   holds processes beyond its baseline, or whose envd does not answer within a bounded, slowness-scaled wait, is
-//   replaced: killed and dropped from the suite's state, so the next step that needs it makes a fresh one
+//   holds processes beyond its baseline, whose envd does not answer within a bounded, slowness-scaled wait, or that
+//   the control plane no longer knows (GET answers 404), is replaced: killed and dropped from the suite's state, so the next step that needs it makes a fresh one
 //   (`replaced`, naming the step that left it so). One whose envd answers the list with an error is kept and its
 //   processes go unchecked (`unlisted`, said once).
 // - A command whose handle the context keeps for a later step (`handed`) is that step's to end.
@@ -128,6 +128,20 @@ export class Hygiene {
     }
   }
 
+  /** Whether the control plane says the sandbox no longer exists (404 to its GET). */
+  async gone(entry) {
+    try {
+      const answer = await fetch(`${String(process.env.E2B_API_URL).replace(/\/+$/, '')}/sandboxes/${entry.sandboxId}`, {
+        headers: { 'X-API-KEY': process.env.E2B_API_KEY ?? '' },
+        signal: AbortSignal.timeout(CENSUS_WAIT_MS * this.slowness),
+      })
+      await answer.arrayBuffer().catch(() => null)
+      return answer.status === 404
+    } catch {
+      return false
+    }
+  }
+
   /** [pid, command line] of each process envd lists on the sandbox. */
   async census(entry) {
     const listed = (await this.call(entry, 'List', {})).processes ?? []
@@ -205,8 +219,9 @@ export class Hygiene {
         const extra = listed.filter(([pid]) => !entry.baseline.has(pid) && !handed.has(pid))
         if (extra.length) problem = `left running: ${extra.map(([pid, command]) => `${command} (pid ${pid})`).join('; ')}`
       } catch (err) {
-        if (this.unlisted(entry, report, err)) continue
-        problem = `no answer: ${err.message}`
+        if (err.answered && (await this.gone(entry))) problem = `gone: ${err.message}`
+        else if (this.unlisted(entry, report, err)) continue
+        else problem = `no answer: ${err.message}`
       }
       if (problem === null) continue
       const found = { sandbox: entry.sandboxId, reason: problem.slice(0, 300), left_by: entry.lastStep }

@@ -85,10 +85,16 @@ export class Hygiene {
     try {
       entry.baseline = new Set((await this.census(entry)).map(([pid]) => pid))
     } catch (err) {
+      if (!(err instanceof Census)) throw err
       if (err.answered) entry.unlisted = err.message.slice(0, 300) // else not answering now: the next check says so
     }
     entry.before = new Set(entry.baseline)
     this.touched.add(sandboxId)
+  }
+
+  /** The bound of one envd or REST call: CENSUS_WAIT_MS scaled by the slowness (a whole number of ms). */
+  waitMs() {
+    return Math.ceil(CENSUS_WAIT_MS * this.slowness)
   }
 
   used(sandboxId) {
@@ -112,9 +118,12 @@ export class Hygiene {
         method: 'POST',
         headers: { ...headers, 'Content-Type': 'application/json' },
         body: JSON.stringify(body),
-        signal: AbortSignal.timeout(CENSUS_WAIT_MS * this.slowness),
+        signal: AbortSignal.timeout(this.waitMs()),
       })
     } catch (err) {
+      // Only what the transport says is the sandbox's silence; any other error is the kit's own fault.
+      const silent = ['TimeoutError', 'AbortError'].includes(err?.name) || (err?.name === 'TypeError' && err?.cause !== undefined)
+      if (!silent) throw err
       throw new Census(`${rpc}: ${err?.name}: ${err?.cause?.message ?? err?.message}`)
     }
     const text = await answer.text().catch((err) => `(body: ${err?.name})`)
@@ -133,7 +142,7 @@ export class Hygiene {
     try {
       const answer = await fetch(`${String(process.env.E2B_API_URL).replace(/\/+$/, '')}/sandboxes/${entry.sandboxId}`, {
         headers: { 'X-API-KEY': process.env.E2B_API_KEY ?? '' },
-        signal: AbortSignal.timeout(CENSUS_WAIT_MS * this.slowness),
+        signal: AbortSignal.timeout(this.waitMs()),
       })
       await answer.arrayBuffer().catch(() => null)
       return answer.status === 404
@@ -174,7 +183,7 @@ export class Hygiene {
     for (const entry of this.live()) {
       const { url, headers } = this.envd(entry)
       const aborting = new AbortController()
-      const timer = setTimeout(() => aborting.abort(), CENSUS_WAIT_MS * this.slowness)
+      const timer = setTimeout(() => aborting.abort(), this.waitMs())
       try {
         const answer = await fetch(`${url}/process.Process/Start`, {
           method: 'POST',
@@ -219,6 +228,7 @@ export class Hygiene {
         const extra = listed.filter(([pid]) => !entry.baseline.has(pid) && !handed.has(pid))
         if (extra.length) problem = `left running: ${extra.map(([pid, command]) => `${command} (pid ${pid})`).join('; ')}`
       } catch (err) {
+        if (!(err instanceof Census)) throw err
         if (err.answered && (await this.gone(entry))) problem = `gone: ${err.message}`
         else if (this.unlisted(entry, report, err)) continue
         else problem = `no answer: ${err.message}`
@@ -259,6 +269,7 @@ export class Hygiene {
       try {
         listed = await this.census(entry)
       } catch (err) {
+        if (!(err instanceof Census)) throw err
         census[entry.sandboxId] = err.message.slice(0, 200)
         if (!this.unlisted(entry, report, err)) await this.count(entry, stepId, true, report)
         continue

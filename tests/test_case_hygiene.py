@@ -206,3 +206,26 @@ def test_a_shared_sandbox_the_endpoint_no_longer_has_is_replaced_before_the_next
     assert (replaced["sandbox"], replaced["left_by"], replaced["killed"]) == (sandbox.sandbox_id, "s1", "already gone")
     assert replaced["reason"].startswith("gone: List: HTTP ")
     assert holder == {} and report.keys() == {"replaced"}
+
+
+@pytest.mark.parametrize("runner", [PY, JS])
+def test_a_command_a_case_leaves_running_is_ended_when_the_case_ends_and_the_case_is_named(
+    endpoint: LocalEndpoint, runner: str
+) -> None:
+    steps = step_ids(runner, ("run_streams", "run_exit_code"))
+    leaver = steps[0]
+
+    result, _ = run(endpoint, runner, steps, leave_in=leaver, census=True)
+
+    assert [(s, result.steps[s]["outcome"]) for s in steps] == [(s, "pass") for s in steps]
+    report = hygiene(result, leaver)
+    (left,) = report["left_behind"]
+    (shared,) = report["census"]
+    assert (left["sandbox"], left["command"], left["ended"]) == (shared, "/bin/bash -l -c sleep 600", True)
+    # Ended before the case was reported: envd's list after it holds nothing, and the next case keeps the sandbox.
+    assert report["census"] == {shared: 0}
+    assert hygiene(result, steps[1]) == {"census": {shared: 0}}
+    assert hygiene_lines("behaviours", runner, result.steps[leaver]) == [
+        f"case behaviours/{runner}/{leaver} left 1 command(s) running on sandbox {shared}: "
+        f"/bin/bash -l -c sleep 600 (pid {left['pid']}); ended them"
+    ]

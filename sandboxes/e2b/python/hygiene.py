@@ -42,7 +42,7 @@ CRAWL_IN_A_ROW = 3  # steps in a row timing out on one sandbox before it is repl
 REQUEST_TIMEOUT_S = 60.0  # the SDKs' default request timeout: a failing step this long hit it
 # What a timeout's exception says: its class (TimeoutException, ReadTimeout, TimeoutError) or its message.
 TIMEOUT_WORDS = re.compile(r"(?i:timed? out|deadline[ _]exceeded)|\b\w*Timeout(?:Exception|Error)?\b")
-LEAVE_RUNNING = "sleep 600"  # what task option `leave_after: <id>` leaves running (the kit's own tests)
+LEAVE_RUNNING = "sleep 600"  # what task options `leave_after`/`leave_in: <id>` leave running (the kit's own tests)
 
 
 def timed_out(outcome: str, error: str | None, details: dict[str, Any], duration_s: float) -> bool:

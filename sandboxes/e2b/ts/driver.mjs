@@ -8,7 +8,7 @@
 // of sandboxes/e2b/manifest.toml, and the sandbox `metadata` tagging the run; an id without a
 // `step(...)` is an error. Option `crash_after: <id>` makes the runner SIGKILL itself after that step
 // (and `hang_in: <id>` makes it go silent in that step, `leave_after: <id>` leaves a command running on the
-// shared sandboxes after that step)
+// shared sandboxes after that step, `leave_in: <id>` in that step)
 // (fault injection). Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the
 // process environment, plus the task's `env`, so the SDK configures itself exactly as for a user.
 //
@@ -179,6 +179,7 @@ export class Context {
     this.created = []
     this.killed = new Set()
     this.state = {}
+    this.leaveIn = options.leave_in
     this.hygiene = new Hygiene(this.slowness, this.killed, (id) => killOne(this, id), Boolean(options.census))
   }
 
@@ -281,6 +282,8 @@ async function runStep(ctx, id) {
   }
   const { outcome, error, details } = result
   const durationMs = performance.now() - started
+  // Fault injection for the kit's own tests: the step leaves a command running (`leave_in: <id>`).
+  if (id === ctx.leaveIn) await ctx.hygiene.leaveRunning()
   const after = await guarded(() => ctx.hygiene.after(id, outcome, error, details, durationMs, ctx.created, ctx.kept(), ctx.handed()))
   for (const [key, value] of Object.entries(after)) hygiene[key] = Array.isArray(value) ? [...(hygiene[key] ?? []), ...value] : value
   if (skip !== null) throw skip

@@ -25,7 +25,7 @@ const REQUEST_TIMEOUT_MS = 60_000 // the SDKs' default request timeout: a failin
 // What a timeout's error says: its class (TimeoutError) or its message.
 const TIMEOUT_WORDS = /timed? out|deadline[ _]exceeded/i
 const TIMEOUT_CLASS = /\b\w*Timeout(?:Exception|Error)?\b/
-export const LEAVE_RUNNING = 'sleep 600' // what task option `leave_after: <id>` leaves running (the kit's own tests)
+export const LEAVE_RUNNING = 'sleep 600' // what task options `leave_after`/`leave_in: <id>` leave running (own tests)
 
 /** A step that failed on a timeout: the error's class or message says so, or it lasted the SDK's timeout. */
 export function timedOut(outcome, error, details, durationMs) {

@@ -27,6 +27,7 @@ from bench.expectations import judge
 from bench.plugin import STASH
 from bench.results import CaseRecord, Run, RunError, case_id, read_run
 from bench.triage.causes import cause_document, find_causes
+from bench.triage.hygiene import hygiene_lines
 from bench.verdict import preflight_error, rerun_command, verdict
 
 CAUSES_JSON = "causes.json"
@@ -274,6 +275,8 @@ class Console:
     # --- progress ---------------------------------------------------------------------------------
     def step_reported(self, suite: str, runner: str, event: dict[str, Any]) -> None:
         """A runner reported a step (from its thread): counted when selected, judged by the declarations."""
+        for line in hygiene_lines(suite, runner, event):  # what the runner's kit did between cases, as it happens
+            self.say(line)
         pair, step = self.pairs.get((suite, runner)), str(event.get("id"))
         if pair is None or self.bench is None or step not in self.bench.selected.get((suite, runner), ()):
             return

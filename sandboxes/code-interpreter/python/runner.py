@@ -112,6 +112,7 @@ def create(ctx: Context, obs: Observed) -> None:
         raise Refused(f"create on {TEMPLATE} refused: {exc}", status_code=status, message=str(exc)) from exc
     ctx.sandbox, ctx.sandbox_id = sandbox, sandbox.sandbox_id
     ctx.created.append(sandbox.sandbox_id)
+    ctx.watch(sandbox.sandbox_id, lambda: ctx.sandbox)  # later steps need its contexts: never replaced
     obs["sandbox_id"] = sandbox.sandbox_id
     info = sandbox.get_info()
     obs["info"] = {"template_id": info.template_id, "name": info.name}

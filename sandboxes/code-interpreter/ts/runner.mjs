@@ -97,6 +97,7 @@ step('ci01_create', async (ctx, obs) => {
   ctx.sandbox = sandbox
   ctx.sandboxId = sandbox.sandboxId
   ctx.created.push(sandbox.sandboxId)
+  await ctx.watch(sandbox.sandboxId, () => ctx.sandbox) // later steps need its contexts: never replaced
   obs.sandbox_id = sandbox.sandboxId
   const info = await sandbox.getInfo()
   obs.info = { templateId: info.templateId, name: info.name }

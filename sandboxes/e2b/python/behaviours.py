@@ -143,7 +143,7 @@ class Flavour:
         return e2b.Sandbox if self.name == "sync" else e2b.AsyncSandbox
 
     async def new(self, **options: Any) -> Any:
-        """A fresh sandbox tagged with the run (killed at the end)."""
+        """A fresh sandbox tagged with the run (killed when the step ends, unless the context keeps it)."""
         metadata = {**self.ctx.metadata, **options.pop("metadata", {})}
         timeout = options.pop("timeout", self.ctx.sandbox_timeout_s)
         creating = self.Sandbox.create(template=self.ctx.template, timeout=timeout, metadata=metadata, **options)
@@ -154,10 +154,13 @@ class Flavour:
     async def shared(self) -> Any:
         """One sandbox per flavour for the behaviours that only add files and processes of their own."""
         key = f"shared-{self.name}"
-        if key not in self.ctx.state:
-            self.ctx.state[key] = await self.new(timeout=self.ctx.shared_timeout_s)
-            self.ctx.shared_created(self.ctx.state[key].sandbox_id)
-        return self.ctx.state[key]
+        state = self.ctx.state
+        if key not in state:
+            state[key] = await self.new(timeout=self.ctx.shared_timeout_s)
+            self.ctx.shared_created(state[key].sandbox_id)
+            self.ctx.watch(state[key].sandbox_id, lambda: state.get(key), lambda: state.pop(key, None))
+        self.ctx.uses(state[key].sandbox_id)
+        return state[key]
 
     async def sh(self, sandbox: Any, command: str, **options: Any) -> str:
         """The independent path inside the sandbox: a shell command's stdout (exit 0 required)."""
@@ -947,15 +950,17 @@ async def watch_recursive(fl: Flavour, obs: Observed) -> None:
         handle = sbx.files.watch_dir(base, recursive=True)
     else:
         handle = await sbx.files.watch_dir(base, on_event=events.append, recursive=True)
-    await fl.sh(sbx, f"echo x > {base}/sub/deep.txt; echo y > {base}/top.txt; rm {base}/top.txt")
-    for _ in range(50):  # events are delivered asynchronously: poll until they arrive
-        if fl.name == "sync":
-            events.extend(handle.get_new_events())
-        names = {(e.name, e.type.name) for e in events}
-        if {("sub/deep.txt", "CREATE"), ("top.txt", "REMOVE")} <= names:
-            break
-        await asyncio.sleep(0.1)
-    await got(handle.stop())
+    try:
+        await fl.sh(sbx, f"echo x > {base}/sub/deep.txt; echo y > {base}/top.txt; rm {base}/top.txt")
+        for _ in range(50):  # events are delivered asynchronously: poll until they arrive
+            if fl.name == "sync":
+                events.extend(handle.get_new_events())
+            names = {(e.name, e.type.name) for e in events}
+            if {("sub/deep.txt", "CREATE"), ("top.txt", "REMOVE")} <= names:
+                break
+            await asyncio.sleep(0.1)
+    finally:  # a watcher left open holds a stream of the shared sandbox's envd
+        await got(handle.stop())
     obs["events"] = sorted(f"{e.type.name} {e.name}" for e in events)
     names = {(e.name, e.type.name) for e in events}
     for wanted in (("sub/deep.txt", "CREATE"), ("top.txt", "CREATE"), ("top.txt", "REMOVE")):
@@ -1332,44 +1337,46 @@ async def watch_events_match_envd(fl: Flavour, obs: Observed) -> None:
         handle = sbx.files.watch_dir(base, recursive=True)
     else:
         handle = await sbx.files.watch_dir(base, on_event=events.append, recursive=True)
+    try:
 
-    async def until(done: Callable[[list[tuple[str, str]]], bool]) -> list[tuple[str, str]]:
-        deadline = time.monotonic() + WATCH_WAIT_S
-        while True:
-            if fl.name == "sync":
-                events.extend(handle.get_new_events())
-            seen = [(e.type.name, e.name) for e in events]
-            if done(seen) or time.monotonic() > deadline:
-                return seen
-            await asyncio.sleep(0.05)
+        async def until(done: Callable[[list[tuple[str, str]]], bool]) -> list[tuple[str, str]]:
+            deadline = time.monotonic() + WATCH_WAIT_S
+            while True:
+                if fl.name == "sync":
+                    events.extend(handle.get_new_events())
+                seen = [(e.type.name, e.name) for e in events]
+                if done(seen) or time.monotonic() > deadline:
+                    return seen
+                await asyncio.sleep(0.05)
 
-    actions: list[Callable[[], Any]] = [
-        lambda: sbx.files.write(f"{base}/up.txt", "hello"),
-        lambda: sbx.commands.run(f"printf more >> {base}/up.txt"),
-        lambda: sbx.files.rename(f"{base}/up.txt", f"{base}/moved.txt"),
-        lambda: sbx.commands.run(f"chmod 600 {base}/moved.txt"),
-        lambda: sbx.files.make_dir(f"{base}/made"),
-        lambda: sbx.files.remove(f"{base}/moved.txt"),
-        lambda: sbx.files.write(f"{base}/sub/in.txt", "nested"),
-    ]
-    got_events: dict[str, list[tuple[str, str]]] = {}
-    for n, ((label, _), action) in enumerate(zip(WATCH_OPERATIONS, actions, strict=True)):
-        await got(action())
-        marker = ("CREATE", f"mark-{n}")
-        await fl.sh(sbx, f"mkdir {base}/mark-{n}")
-        seen = await until(lambda seen, marker=marker: marker in seen)
-        expect(marker in seen, f"{label}: no event arrived in {WATCH_WAIT_S} s")
-        cut = seen.index(marker)
-        got_events[label] = [e for e in seen[:cut] if not e[1].startswith("mark-")]
-        del events[: cut + 1]
-    obs["events"] = {label: [" ".join(e) for e in found] for label, found in got_events.items()}
-    same(obs, "events_per_operation", got_events, {label: wanted for label, wanted in WATCH_OPERATIONS})
-    await got(sbx.files.remove(base))
-    seen = await until(lambda seen: ("REMOVE", ".") in seen)
-    obs["events_of_removal"] = [" ".join(e) for e in seen]
-    expect(bool(seen) and seen[-1] == ("REMOVE", "."), "removing the watched directory did not end with REMOVE '.'")
-    expect({kind for kind, _ in seen} == {"REMOVE"}, f"removing the watched directory gave {seen}")
-    await got(handle.stop())
+        actions: list[Callable[[], Any]] = [
+            lambda: sbx.files.write(f"{base}/up.txt", "hello"),
+            lambda: sbx.commands.run(f"printf more >> {base}/up.txt"),
+            lambda: sbx.files.rename(f"{base}/up.txt", f"{base}/moved.txt"),
+            lambda: sbx.commands.run(f"chmod 600 {base}/moved.txt"),
+            lambda: sbx.files.make_dir(f"{base}/made"),
+            lambda: sbx.files.remove(f"{base}/moved.txt"),
+            lambda: sbx.files.write(f"{base}/sub/in.txt", "nested"),
+        ]
+        got_events: dict[str, list[tuple[str, str]]] = {}
+        for n, ((label, _), action) in enumerate(zip(WATCH_OPERATIONS, actions, strict=True)):
+            await got(action())
+            marker = ("CREATE", f"mark-{n}")
+            await fl.sh(sbx, f"mkdir {base}/mark-{n}")
+            seen = await until(lambda seen, marker=marker: marker in seen)
+            expect(marker in seen, f"{label}: no event arrived in {WATCH_WAIT_S} s")
+            cut = seen.index(marker)
+            got_events[label] = [e for e in seen[:cut] if not e[1].startswith("mark-")]
+            del events[: cut + 1]
+        obs["events"] = {label: [" ".join(e) for e in found] for label, found in got_events.items()}
+        same(obs, "events_per_operation", got_events, {label: wanted for label, wanted in WATCH_OPERATIONS})
+        await got(sbx.files.remove(base))
+        seen = await until(lambda seen: ("REMOVE", ".") in seen)
+        obs["events_of_removal"] = [" ".join(e) for e in seen]
+        expect(bool(seen) and seen[-1] == ("REMOVE", "."), "removing the watched directory did not end with REMOVE '.'")
+        expect({kind for kind, _ in seen} == {"REMOVE"}, f"removing the watched directory gave {seen}")
+    finally:
+        await got(handle.stop())
 
 
 # --- fidelity: field table and second-path checks ------------------------------------------------

@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from hygiene import Hygiene, handed_pids, reachable
 from runkit import EXCERPT_CHARS, Protocol, Skip, excerpt, exit_on_sigterm, one_line, read_task, run_steps
 
 __all__ = [
@@ -90,6 +91,7 @@ class Context:
         self.created: list[str] = []
         self.killed: set[str] = set()
         self.state: dict[str, Any] = {}
+        self.hygiene = Hygiene(self.slowness, self.killed, kill_one, census=bool(options.get("census")))
 
     @property
     def metadata(self) -> dict[str, str]:
@@ -102,7 +104,7 @@ class Context:
         return max(1.0, self.sandbox_timeout_s / 120)
 
     def new_sandbox(self, **options: Any) -> Any:
-        """A sandbox tagged with the run (always killed at the end)."""
+        """A sandbox tagged with the run (killed when the step ends, unless the context keeps it for later steps)."""
         from e2b import Sandbox
 
         options.setdefault("timeout", self.sandbox_timeout_s)
@@ -113,6 +115,24 @@ class Context:
     def shared_created(self, sandbox_id: str) -> None:
         """`sandbox_id` (created with `shared_timeout_s`) is shared by later steps: keep it alive for them."""
         self.refreshed[sandbox_id] = time.monotonic()
+
+    def watch(self, sandbox_id: str, current: Callable[[], Any], replace: Callable[[], None] | None = None) -> None:
+        """`sandbox_id` is shared by later steps: each step's leftovers on it are ended, and it is checked before
+        each step (hygiene.py). `current()` is the SDK object standing for it now (None once dropped); `replace()`
+        drops it so the next step that needs it makes a fresh one (None: later steps need this one's state)."""
+        self.hygiene.watch(sandbox_id, current, replace)
+
+    def uses(self, sandbox_id: str) -> None:
+        """The running step uses this watched sandbox (so its timeouts are counted against that sandbox)."""
+        self.hygiene.used(sandbox_id)
+
+    def kept(self) -> set[str]:
+        """The sandboxes the context keeps for later steps: a step's other sandboxes are killed when it ends."""
+        return reachable(self.sandbox) | reachable(self.state) | ({self.sandbox_id} if self.sandbox_id else set())
+
+    def handed(self) -> frozenset[int]:
+        """Pids of the command handles the context keeps for a later step (that step ends them)."""
+        return handed_pids(self.state)
 
     def lifetime_changed(self, sandbox_id: str) -> None:
         """A step gave a shared sandbox another lifetime (a resume's default): give it back before the next."""
@@ -215,6 +235,36 @@ def run_step(ctx: Context, step_id: str) -> tuple[str, str | None, Observed]:
         return "error", f"runner has no implementation of step {step_id}", {}
     observed: Observed = {}
     ctx.keep_alive()
+    hygiene = guarded(lambda: ctx.hygiene.before(step_id, len(ctx.created), ctx.handed()))
+    started = time.perf_counter()
+    try:
+        outcome, error, details = judged(ctx, function, observed)
+    except Skip as exc:
+        outcome, error, details, skip = "skip", None, observed, exc
+    else:
+        skip = None
+    duration_s = time.perf_counter() - started
+    if step_id == ctx.options.get("leave_in"):  # fault injection for the kit's own tests: the step leaves a command
+        ctx.hygiene.leave_running()
+    kept, handed = ctx.kept(), ctx.handed()
+    after = guarded(lambda: ctx.hygiene.after(step_id, outcome, error, details, duration_s, ctx.created, kept, handed))
+    for key, value in after.items():
+        hygiene[key] = hygiene.get(key, []) + value if isinstance(value, list) else value
+    if skip is not None:
+        raise skip
+    return outcome, error, {**details, "hygiene": hygiene} if hygiene else details
+
+
+def guarded(check: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What a check between steps found; a fault of the check itself is noted, never the step's outcome."""
+    try:
+        return check()
+    except Exception as exc:
+        return {"fault": one_line(f"{type(exc).__name__}: {exc}")}
+
+
+def judged(ctx: Context, function: StepFunction, observed: Observed) -> tuple[str, str | None, Observed]:
+    """Run a step body: its outcome, error line and observations (`Skip` propagates)."""
     try:
         function(ctx, observed)
         return "pass", None, observed
@@ -287,6 +337,11 @@ def kill_sandboxes(created: list[str], killed: set[str]) -> dict[str, str]:
     return report
 
 
+def kill_one(sandbox_id: str) -> str:
+    """Kill one sandbox now (what happened, in the footer's words)."""
+    return kill_sandboxes([sandbox_id], set())[sandbox_id]
+
+
 def cleanup(ctx: Context) -> dict[str, str]:
     """Kill every sandbox this run created and did not see killed."""
     return kill_sandboxes(ctx.created, ctx.killed)
@@ -308,8 +363,16 @@ def main(suites: set[str], packages: tuple[str, ...] = ("e2b",)) -> int:
     options = dict(task.get("options") or {})
     ctx = Context(run_id=str(task["run_id"]), options=options, metadata=task.get("metadata"))
     started = time.perf_counter()
+    leave_after = options.get("leave_after")
+
+    def run(step_id: str) -> tuple[str, str | None, Observed]:
+        result = run_step(ctx, step_id)
+        if step_id == leave_after:  # fault injection for the kit's own tests: a step that leaves a command running
+            ctx.hygiene.leave_running()
+        return result
+
     try:
-        run_steps(protocol, task, lambda step_id: run_step(ctx, step_id))
+        run_steps(protocol, task, run)
     finally:
         cleaned = cleanup(ctx)
     protocol.footer(True, duration_ms=round((time.perf_counter() - started) * 1000, 3), cleanup=cleaned)

@@ -34,7 +34,13 @@ def sandbox(ctx: Context) -> Any:
         ctx.sandbox = ctx.new_sandbox(timeout=ctx.shared_timeout_s)
         ctx.sandbox_id = ctx.sandbox.sandbox_id
         ctx.shared_created(ctx.sandbox_id)
+        ctx.watch(ctx.sandbox_id, lambda: ctx.sandbox, lambda: forget_sandbox(ctx))
     return ctx.sandbox
+
+
+def forget_sandbox(ctx: Context) -> None:
+    """The shared sandbox is dropped (replaced): the next probe that needs one makes it."""
+    ctx.sandbox = ctx.sandbox_id = None
 
 
 REFUSALS = {"InvalidArgumentException", "NotFoundException", "FileNotFoundException", "SandboxNotFoundException"}
@@ -235,10 +241,12 @@ def watch_dir(ctx: Context, obs: Observed) -> None:
         handle = sbx.files.watch_dir("/home/user/watched")
     except Exception as exc:
         raise refused(exc, "files.watch_dir") from None
-    sbx.files.write("/home/user/watched/new.txt", "x")
-    time.sleep(0.5)
-    events = handle.get_new_events()
-    handle.stop()
+    try:
+        sbx.files.write("/home/user/watched/new.txt", "x")
+        time.sleep(0.5)
+        events = handle.get_new_events()
+    finally:
+        handle.stop()
     observe(obs, ("new.txt", "CREATE") in {(e.name, e.type.name) for e in events}, True)
 
 

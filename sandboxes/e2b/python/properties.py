@@ -48,6 +48,7 @@ SEGMENTS = st.lists(st.tuples(st.sampled_from(["stdout", "stderr"]), st.integers
 def sandbox(ctx: Context) -> Any:
     if ctx.sandbox is None:
         ctx.sandbox = ctx.new_sandbox()
+        ctx.watch(ctx.sandbox.sandbox_id, lambda: ctx.sandbox, lambda: setattr(ctx, "sandbox", None))
     return ctx.sandbox
 
 

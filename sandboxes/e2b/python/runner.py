@@ -40,6 +40,7 @@ def create(ctx: Context, obs: Observed) -> None:
     ctx.sandbox, ctx.sandbox_id = sandbox, sandbox.sandbox_id
     ctx.created.append(sandbox.sandbox_id)
     ctx.shared_created(sandbox.sandbox_id)
+    ctx.watch(sandbox.sandbox_id, lambda: ctx.sandbox)  # later steps need its state: never replaced
     obs["sandbox_id"] = sandbox.sandbox_id
     expect(isinstance(sandbox.sandbox_id, str) and sandbox.sandbox_id != "", "sandbox_id is empty")
 

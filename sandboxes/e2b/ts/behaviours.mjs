@@ -74,7 +74,7 @@ class Behaviour {
     this.Sandbox = observed(ctx.sdk.Sandbox, 'Sandbox', calls)
   }
 
-  /** A fresh sandbox tagged with the run (killed at the end). */
+  /** A fresh sandbox tagged with the run (killed when the step ends, unless the context keeps it). */
   async fresh(options = {}) {
     const metadata = { ...this.ctx.metadata, ...(options.metadata ?? {}) }
     const opts = { timeoutMs: this.ctx.sandboxTimeoutMs, ...options, metadata }
@@ -85,10 +85,13 @@ class Behaviour {
 
   /** One sandbox shared by the behaviours that only add files and processes of their own. */
   async shared() {
-    if (!this.ctx.state.shared) {
-      this.ctx.state.shared = await this.fresh({ timeoutMs: this.ctx.sharedTimeoutMs })
-      this.ctx.sharedCreated(this.ctx.state.shared.sandboxId)
+    const state = this.ctx.state
+    if (!state.shared) {
+      state.shared = await this.fresh({ timeoutMs: this.ctx.sharedTimeoutMs })
+      this.ctx.sharedCreated(state.shared.sandboxId)
+      await this.ctx.watch(state.shared.sandboxId, () => state.shared, () => delete state.shared)
     }
+    this.ctx.uses(state.shared.sandboxId)
     return observed(this.ctx.state.shared, 'Sandbox', this.calls)
   }
 
@@ -581,10 +584,13 @@ behaviour('watch_recursive', async (b, obs) => {
   await b.sh(sbx, `mkdir -p ${base}/sub`)
   const events = []
   const handle = await sbx.files.watchDir(base, (event) => events.push(event), { recursive: true })
-  await b.sh(sbx, `echo x > ${base}/sub/deep.txt; echo y > ${base}/top.txt; rm ${base}/top.txt`)
   const names = () => new Set(events.map((e) => `${e.type} ${e.name}`))
-  for (let i = 0; i < 50 && !(names().has('create sub/deep.txt') && names().has('remove top.txt')); i++) await sleep(100)
-  await handle.stop()
+  try {
+    await b.sh(sbx, `echo x > ${base}/sub/deep.txt; echo y > ${base}/top.txt; rm ${base}/top.txt`)
+    for (let i = 0; i < 50 && !(names().has('create sub/deep.txt') && names().has('remove top.txt')); i++) await sleep(100)
+  } finally {
+    await handle.stop() // a watcher left open holds a stream of the shared sandbox's envd
+  }
   obs.events = [...names()].sort()
   for (const wanted of ['create sub/deep.txt', 'create top.txt', 'remove top.txt']) {
     expect(names().has(wanted), `no '${wanted}' event (recursive watch)`)
@@ -869,41 +875,44 @@ behaviour('watch_events_match_envd', async (b, obs) => {
   await b.sh(sbx, `rm -rf ${base}; mkdir -p ${base}/sub`)
   const events = []
   const handle = await sbx.files.watchDir(base, (event) => events.push(event), { recursive: true })
-  const seenNow = () => events.map((e) => [String(e.type), e.name])
-  const until = async (done) => {
-    const deadline = Date.now() + WATCH_WAIT_MS
-    while (!done(seenNow()) && Date.now() < deadline) await sleep(50)
-    return seenNow()
+  try {
+    const seenNow = () => events.map((e) => [String(e.type), e.name])
+    const until = async (done) => {
+      const deadline = Date.now() + WATCH_WAIT_MS
+      while (!done(seenNow()) && Date.now() < deadline) await sleep(50)
+      return seenNow()
+    }
+    const actions = [
+      () => sbx.files.write(`${base}/up.txt`, 'hello'),
+      () => sbx.commands.run(`printf more >> ${base}/up.txt`),
+      () => sbx.files.rename(`${base}/up.txt`, `${base}/moved.txt`),
+      () => sbx.commands.run(`chmod 600 ${base}/moved.txt`),
+      () => sbx.files.makeDir(`${base}/made`),
+      () => sbx.files.remove(`${base}/moved.txt`),
+      () => sbx.files.write(`${base}/sub/in.txt`, 'nested'),
+    ]
+    const found = {}
+    for (const [n, [label]] of WATCH_OPERATIONS.entries()) {
+      await actions[n]()
+      await b.sh(sbx, `mkdir ${base}/mark-${n}`)
+      const isMarker = (e) => e[0] === 'create' && e[1] === `mark-${n}`
+      const seen = await until((list) => list.some(isMarker))
+      const cut = seen.findIndex(isMarker)
+      expect(cut >= 0, `${label}: no event arrived in ${WATCH_WAIT_MS / 1000} s`)
+      found[label] = seen.slice(0, cut).filter((e) => !e[1].startsWith('mark-'))
+      events.splice(0, cut + 1)
+    }
+    obs.events = Object.fromEntries(Object.entries(found).map(([label, list]) => [label, list.map((e) => e.join(' '))]))
+    same(obs, 'events_per_operation', found, Object.fromEntries(WATCH_OPERATIONS))
+    await sbx.files.remove(base)
+    const seen = await until((list) => list.some((e) => e[0] === 'remove' && e[1] === '.'))
+    obs.events_of_removal = seen.map((e) => e.join(' '))
+    const last = seen.at(-1)
+    expect(last?.[0] === 'remove' && last?.[1] === '.', "removing the watched directory did not end with remove '.'")
+    expect(seen.every((e) => e[0] === 'remove'), `removing the watched directory gave ${show(seen)}`)
+  } finally {
+    await handle.stop()
   }
-  const actions = [
-    () => sbx.files.write(`${base}/up.txt`, 'hello'),
-    () => sbx.commands.run(`printf more >> ${base}/up.txt`),
-    () => sbx.files.rename(`${base}/up.txt`, `${base}/moved.txt`),
-    () => sbx.commands.run(`chmod 600 ${base}/moved.txt`),
-    () => sbx.files.makeDir(`${base}/made`),
-    () => sbx.files.remove(`${base}/moved.txt`),
-    () => sbx.files.write(`${base}/sub/in.txt`, 'nested'),
-  ]
-  const found = {}
-  for (const [n, [label]] of WATCH_OPERATIONS.entries()) {
-    await actions[n]()
-    await b.sh(sbx, `mkdir ${base}/mark-${n}`)
-    const isMarker = (e) => e[0] === 'create' && e[1] === `mark-${n}`
-    const seen = await until((list) => list.some(isMarker))
-    const cut = seen.findIndex(isMarker)
-    expect(cut >= 0, `${label}: no event arrived in ${WATCH_WAIT_MS / 1000} s`)
-    found[label] = seen.slice(0, cut).filter((e) => !e[1].startsWith('mark-'))
-    events.splice(0, cut + 1)
-  }
-  obs.events = Object.fromEntries(Object.entries(found).map(([label, list]) => [label, list.map((e) => e.join(' '))]))
-  same(obs, 'events_per_operation', found, Object.fromEntries(WATCH_OPERATIONS))
-  await sbx.files.remove(base)
-  const seen = await until((list) => list.some((e) => e[0] === 'remove' && e[1] === '.'))
-  obs.events_of_removal = seen.map((e) => e.join(' '))
-  const last = seen.at(-1)
-  expect(last?.[0] === 'remove' && last?.[1] === '.', "removing the watched directory did not end with remove '.'")
-  expect(seen.every((e) => e[0] === 'remove'), `removing the watched directory gave ${show(seen)}`)
-  await handle.stop()
 })
 
 // --- fidelity: field table and second-path checks ----------------------------------------------

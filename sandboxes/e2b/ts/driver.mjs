@@ -7,7 +7,8 @@
 // prerequisites included) and their prerequisites (`depends`, id -> [ids]) from the suite's `ts` table
 // of sandboxes/e2b/manifest.toml, and the sandbox `metadata` tagging the run; an id without a
 // `step(...)` is an error. Option `crash_after: <id>` makes the runner SIGKILL itself after that step
-// (and `hang_in: <id>` makes it go silent in that step)
+// (and `hang_in: <id>` makes it go silent in that step, `leave_after: <id>` leaves a command running on the
+// shared sandboxes after that step, `leave_in: <id>` in that step)
 // (fault injection). Endpoint settings (E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL) come from the
 // process environment, plus the task's `env`, so the SDK configures itself exactly as for a user.
 //
@@ -22,6 +23,7 @@ import { createRequire } from 'node:module'
 import { delimiter, dirname } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 
+import { Hygiene, handedPids, reachable } from './hygiene.mjs'
 import { Skip, emit, footer, hello, readStdin, readTask, runSteps } from './runkit.mjs'
 
 export { Skip, emit, readStdin }
@@ -177,6 +179,35 @@ export class Context {
     this.created = []
     this.killed = new Set()
     this.state = {}
+    this.leaveIn = options.leave_in
+    this.hygiene = new Hygiene(this.slowness, this.killed, (id) => killOne(this, id), Boolean(options.census))
+  }
+
+  /**
+   * `sandboxId` is shared by later steps: each step's leftovers on it are ended, and it is checked before each step
+   * (hygiene.mjs). `current()` is the SDK object standing for it now (null once dropped); `replace()` drops it so
+   * the next step that needs it makes a fresh one (null: later steps need this one's state).
+   */
+  async watch(sandboxId, current, replace = null) {
+    await this.hygiene.watch(sandboxId, current, replace)
+  }
+
+  /** The running step uses this watched sandbox (so its timeouts are counted against that sandbox). */
+  uses(sandboxId) {
+    this.hygiene.used(sandboxId)
+  }
+
+  /** The sandboxes the context keeps for later steps: a step's other sandboxes are killed when it ends. */
+  kept() {
+    const kept = reachable(this.state, 3, reachable(this.sandbox))
+    if (this.sandboxId) kept.add(this.sandboxId)
+    return kept
+  }
+
+  /** Pids of the command handles the context keeps for a later step (that step ends them). */
+  handed() {
+    const own = Object.entries(this).filter(([key]) => !['sdk', 'hygiene', 'sandbox', 'killed', 'created'].includes(key))
+    return handedPids(Object.fromEntries(own))
   }
 
   /** How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s). */
@@ -189,7 +220,7 @@ export class Context {
     return { ...this.tags }
   }
 
-  /** A sandbox tagged with the run (always killed at the end). */
+  /** A sandbox tagged with the run (killed when the step ends, unless the context keeps it for later steps). */
   async newSandbox(options = {}) {
     const opts = { timeoutMs: this.sandboxTimeoutMs, metadata: this.metadata, ...options }
     const sandbox = this.template
@@ -225,7 +256,7 @@ export class Context {
     }
   }
 
-  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed at the end. */
+  /** A create that is expected to fail: if it succeeds anyway, its sandbox is killed when the step ends. */
   async adopt(creating) {
     const stray = await creating
     this.created.push(stray.sandboxId)
@@ -237,8 +268,40 @@ export class Context {
 async function runStep(ctx, id) {
   const run = STEPS.get(id)
   if (run === undefined) return { outcome: 'error', error: `no implementation for step ${id}`, details: {} }
-  const obs = {}
   await ctx.keepAlive()
+  const hygiene = await guarded(() => ctx.hygiene.before(id, ctx.created.length, ctx.handed()))
+  const started = performance.now()
+  let result
+  let skip = null
+  try {
+    result = await judged(ctx, run)
+  } catch (err) {
+    if (!(err instanceof Skip)) throw err
+    skip = err
+    result = { outcome: 'skip', error: null, details: {} }
+  }
+  const { outcome, error, details } = result
+  const durationMs = performance.now() - started
+  // Fault injection for the kit's own tests: the step leaves a command running (`leave_in: <id>`).
+  if (id === ctx.leaveIn) await ctx.hygiene.leaveRunning()
+  const after = await guarded(() => ctx.hygiene.after(id, outcome, error, details, durationMs, ctx.created, ctx.kept(), ctx.handed()))
+  for (const [key, value] of Object.entries(after)) hygiene[key] = Array.isArray(value) ? [...(hygiene[key] ?? []), ...value] : value
+  if (skip !== null) throw skip
+  return Object.keys(hygiene).length ? { outcome, error, details: { ...details, hygiene } } : result
+}
+
+/** What a check between steps found; a fault of the check itself is noted, never the step's outcome. */
+async function guarded(check) {
+  try {
+    return await check()
+  } catch (err) {
+    return { fault: oneLine(`${err?.name}: ${err?.message}`) }
+  }
+}
+
+/** Run a step body: its outcome, error line and observations (a `Skip` propagates). */
+async function judged(ctx, run) {
+  const obs = {}
   try {
     await run(ctx, obs)
     return { outcome: 'pass', error: null, details: obs }
@@ -257,6 +320,15 @@ function classify(err, obs = {}) {
   obs.raised = errorDetails(err)
   obs.stack = excerpt(String(err?.stack ?? '').split('\n').slice(0, 6).join('\n'))
   return { outcome: 'fail', error: oneLine(`${err?.name ?? 'Error'}: ${err?.message ?? err}`), details: obs }
+}
+
+/** Kill one sandbox now: what happened, in the footer's words. */
+async function killOne(ctx, id) {
+  try {
+    return (await ctx.sdk.Sandbox.kill(id)) ? 'killed' : 'already gone'
+  } catch (err) {
+    return oneLine(`${err?.name}: ${err?.message}`)
+  }
 }
 
 async function cleanup(ctx) {
@@ -291,6 +363,7 @@ export async function main(suite, packages = ['e2b']) {
   }
   const ctx = new Context(sdk, task)
   const crashAfter = task.options?.crash_after
+  const leaveAfter = task.options?.leave_after
   const started = performance.now()
   // A harness that gives up on a hung step sends SIGTERM: kill the sandboxes, report nothing more.
   let terminating = false
@@ -303,7 +376,13 @@ export async function main(suite, packages = ['e2b']) {
     // Fault injection for the harness's own tests: go silent for good in this step (`hang_in: <id>`).
     const hangIn = task.options?.hang_in
     const hang = () => new Promise(() => setInterval(() => {}, 1 << 30))
-    await runSteps(task, (id) => (id === hangIn ? hang() : runStep(ctx, id)), {
+    const runOne = async (id) => {
+      const result = await runStep(ctx, id)
+      // Fault injection for the kit's own tests: a step that leaves a command running on the shared sandboxes.
+      if (id === leaveAfter) await ctx.hygiene.leaveRunning()
+      return result
+    }
+    await runSteps(task, (id) => (id === hangIn ? hang() : runOne(id)), {
       stopped: () => terminating,
       failed: (err) => classify(err), // an error the step did not await: judged as one it raised
       // Fault injection for the harness's own tests: die the hardest way right after this step.

@@ -27,6 +27,10 @@ async function sandbox(ctx) {
     ctx.sandbox = await ctx.newSandbox({ timeoutMs: ctx.sharedTimeoutMs })
     ctx.sandboxId = ctx.sandbox.sandboxId
     ctx.sharedCreated(ctx.sandboxId)
+    await ctx.watch(ctx.sandboxId, () => ctx.sandbox, () => {
+      ctx.sandbox = null
+      ctx.sandboxId = null
+    })
   }
   return ctx.sandbox
 }

@@ -39,6 +39,7 @@ step('ts01_create', async (ctx, obs) => {
   ctx.sandboxId = sandbox.sandboxId
   ctx.created.push(sandbox.sandboxId)
   ctx.sharedCreated(sandbox.sandboxId)
+  await ctx.watch(sandbox.sandboxId, () => ctx.sandbox) // later steps need its state: never replaced
   obs.sandbox_id = sandbox.sandboxId
   expect(typeof sandbox.sandboxId === 'string' && sandbox.sandboxId !== '', 'sandboxId is empty')
 })
@@ -145,6 +146,7 @@ step('ts09_commands_list', async (ctx, obs) => {
 step('ts10_commands_kill', async (ctx, obs) => {
   const { commands } = ctx.sandbox
   const handle = ctx.sleeper
+  ctx.sleeper = null // this step ends it: once it has run, the kit ends what is left
   const killed = await commands.kill(handle.pid)
   obs.kill = killed
   expect(killed === true, `commands.kill(${handle.pid}) returned ${show(killed)}, expected true`)

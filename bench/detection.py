@@ -58,7 +58,7 @@ CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "s
 HOSTILE_MUTATIONS = ("stream_no_end_frame",)
 # Its quirks of the same kind: commands served by a small pool, a cap on running sandboxes, a 502 after delete,
 # `user` ignored (each shown alone by tests/test_hostile.py).
-HOSTILE_QUIRKS = ("envd_pool", "max_running", "deleted_502", "ignore_user")
+HOSTILE_QUIRKS = ("envd_pool", "pool_until_exit", "max_running", "deleted_502", "ignore_user")
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",

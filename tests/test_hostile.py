@@ -50,7 +50,8 @@ def test_the_hostile_profile_combines_its_quirks_and_is_judged_as_local_hostile(
         "ignore_user": True,
         "mutations": frozenset({"output_held", "stream_no_end_frame"}),
     }
-    assert set(HOSTILE_QUIRKS) | set(HOSTILE_MUTATIONS) <= {*PROFILES["hostile"].active(), "stream_no_end_frame"}
+    assert set(PROFILES["hostile"].active()) - {"mutations"} <= set(HOSTILE_QUIRKS)
+    assert set(HOSTILE_MUTATIONS) <= PROFILES["hostile"].mutations
     quirks = build("e2b", ["envd_pool=3", "max_running=7", "deleted_502", "ignore_user"])
     assert (quirks.envd_pool, quirks.max_running, quirks.deleted_502, quirks.ignore_user) == (3, 7, True, True)
     local = PROVIDERS["local"]
@@ -100,21 +101,54 @@ def test_envd_pool_holds_a_second_command_until_the_first_ends_while_the_server_
 def test_envd_pool_frees_the_slot_of_a_client_that_went_away(hostile: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
-        headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token or ""}
-        start = json.dumps({"process": {"cmd": "/bin/sleep", "args": ["600"]}}).encode()
-        with (
-            httpx.Client(base_url=hostile.sandbox_url, headers=headers, timeout=scaled(60)) as envd,
-            envd.stream(
-                "POST",
-                "/process.Process/Start",
-                content=b"\0" + len(start).to_bytes(4, "big") + start,
-                headers={"Content-Type": "application/connect+json"},
-            ) as answer,
-        ):
-            next(answer.iter_raw())  # its start event: it holds the one slot
+        _start_and_leave(hostile, sbx, "sleep 600")  # it held the one slot
         # Its client went away (the sleep runs on): the slot is free for the next command.
         assert sbx.commands.run("echo next", timeout=scaled(60)).stdout == "next\n"
         assert len(sbx.commands.list()) == 1
+    finally:
+        sbx.kill()
+
+
+def _start_and_leave(local: LocalEndpoint, sbx: Sandbox, command: str) -> None:
+    """Start `command` over a raw envd stream, read its start event and go away (the command runs on)."""
+    headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token or ""}
+    start = json.dumps({"process": {"cmd": "/bin/sh", "args": ["-c", command]}}).encode()
+    with (
+        httpx.Client(base_url=local.sandbox_url, headers=headers, timeout=scaled(60)) as envd,
+        envd.stream(
+            "POST",
+            "/process.Process/Start",
+            content=b"\0" + len(start).to_bytes(4, "big") + start,
+            headers={"Content-Type": "application/connect+json"},
+        ) as answer,
+    ):
+        next(answer.iter_raw())
+
+
+@pytest.fixture
+def pooled_until_exit(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEndpoint]:
+    server = LocalServer(quirks=build("e2b", ["envd_pool=1", "pool_until_exit"]), pool_size=0)
+    with in_thread(server) as local:
+        for key, value in local.env().items():
+            monkeypatch.setenv(key, value)
+        yield local
+
+
+def test_pool_until_exit_keeps_the_slot_of_a_left_command_until_it_ends(pooled_until_exit: LocalEndpoint) -> None:
+    sbx = Sandbox.create(timeout=120)
+    try:
+        _start_and_leave(pooled_until_exit, sbx, "until [ -e /home/user/go ]; do sleep 0.05; done")
+        later: dict[str, object] = {}
+        worker = threading.Thread(
+            target=lambda: later.update(result=sbx.commands.run("echo later", timeout=scaled(120))), daemon=True
+        )
+        worker.start()
+        window = time.monotonic() + scaled(3)
+        while time.monotonic() < window:  # the left command still runs: its slot is not given back
+            assert len(sbx.commands.list()) == 1 and "result" not in later
+        sbx.files.write("/home/user/go", "")  # it ends, and with it its slot
+        worker.join(scaled(120))
+        assert getattr(later.get("result"), "stdout", None) == "later\n"
     finally:
         sbx.kill()
 

@@ -45,27 +45,53 @@ def request_user(headers, sandbox: Sandbox) -> str:
     return DEFAULT_USER
 
 
+class StreamSlot:
+    """A process stream's place in its sandbox's `envd_pool`: released when the stream ends, or (`pool_until_exit`)
+    once its command has ended too."""
+
+    def __init__(self, pool: asyncio.Semaphore | None) -> None:
+        self.pool = pool
+        self.kept = False
+
+    def keep_until_done(self, record: ProcessRecord) -> None:
+        """Under `pool_until_exit`: hold the slot past the stream, until the command ends (or the sandbox stops,
+        which ends it), as a pool thread reading a silent command's output never notices its client left."""
+        if self.pool is None or record.done.is_set():
+            return
+        self.kept = True
+        record.done_callbacks.append(self.release)
+
+    def release(self) -> None:
+        if self.pool is not None:
+            self.pool.release()
+            self.pool = None
+
+
 @contextlib.asynccontextmanager
-async def stream_slot(sandbox: Sandbox, ctx: RequestContext) -> AsyncIterator[None]:
+async def stream_slot(sandbox: Sandbox, ctx: RequestContext) -> AsyncIterator[StreamSlot]:
     """One of the sandbox's `envd_pool` process streams, held while the stream is served (no bound without the
     quirk). A stream past the pool waits, sending nothing, until one ends (its command ended, its client went away,
     the sandbox stopped: each closes the stream, which releases its slot) or its own deadline passes."""
     size = sandbox.quirks.envd_pool
     if not size:
-        yield
+        yield StreamSlot(None)
         return
     if sandbox.stream_pool is None:
         sandbox.stream_pool = asyncio.Semaphore(size)
     pool = sandbox.stream_pool
     remaining = ctx.timeout_ms
     try:
-        await asyncio.wait_for(pool.acquire(), None if remaining is None else max(remaining / 1000, 0))
+        # asyncio.timeout cancels the acquire itself, which hands a wake-up it got on (no slot is lost).
+        async with asyncio.timeout(None if remaining is None else max(remaining / 1000, 0)):
+            await pool.acquire()
     except TimeoutError:
         raise ConnectError(Code.DEADLINE_EXCEEDED, "context deadline exceeded") from None
+    slot = StreamSlot(pool)
     try:
-        yield
+        yield slot
     finally:
-        pool.release()
+        if not slot.kept:
+            slot.release()
 
 
 class EnvdBase:
@@ -128,7 +154,7 @@ class ProcessService(EnvdBase, Process):
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
         user = request_user(ctx.request_headers, sandbox)
         await self.home(sandbox, user)
-        async with stream_slot(sandbox, ctx):
+        async with stream_slot(sandbox, ctx) as slot:
             pty = None
             if request.pty:
                 size = request.pty.size  # a pty without a size gets envd's 0 x 0, so the defaults
@@ -147,6 +173,8 @@ class ProcessService(EnvdBase, Process):
             except AgentError as exc:
                 raise connect_error(exc) from exc
             sandbox.last_cwd = config.cwd or None
+            if sandbox.quirks.pool_until_exit:
+                slot.keep_until_done(record)
             queue = record.subscribe()
             deadline_ms = ctx.timeout_ms
             if deadline_ms is not None:
@@ -162,7 +190,9 @@ class ProcessService(EnvdBase, Process):
     async def connect(self, request: pb.ConnectRequest, ctx: RequestContext) -> AsyncIterator[pb.ConnectResponse]:
         sandbox = self.sandbox(ctx)
         record = self.find(sandbox, request.process)
-        async with stream_slot(sandbox, ctx):
+        async with stream_slot(sandbox, ctx) as slot:
+            if sandbox.quirks.pool_until_exit:
+                slot.keep_until_done(record)
             queue = record.subscribe()
             yield pb.ConnectResponse(event=_start_event(record.pid))
             async for event in self.events(sandbox, record, queue, ctx):

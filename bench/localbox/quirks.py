@@ -83,6 +83,7 @@ class Quirks:
     unavailable_route: str | None = None
     # Hostile: what a misbehaving third-party endpoint does to a whole run (bench/localbox/hostile.py).
     envd_pool: int = 0  # per sandbox, at most N process streams (Start, Connect) served at once; the next waits
+    pool_until_exit: bool = False  # with envd_pool: a slot is held until its command ends, even after its client left
     max_running: int = 0  # a create (or a resume) past N running sandboxes answers 429 "at most N sandboxes at once"
     deleted_502: bool = False  # every later request about a DELETEd sandbox answers 502 "sandbox not found"
     ignore_user: bool = False  # commands and file operations run as the default user whatever user they ask

@@ -45,6 +45,7 @@ def api(local: LocalEndpoint) -> httpx.Client:
 def test_the_hostile_profile_combines_its_quirks_and_is_judged_as_local_hostile() -> None:
     assert PROFILES["hostile"].active() == {
         "envd_pool": 2,
+        "pool_until_exit": True,
         "max_running": 40,
         "deleted_502": True,
         "ignore_user": True,

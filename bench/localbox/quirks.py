@@ -184,11 +184,12 @@ B3OS_BETA = Quirks(
 # creates. Conformance verdicts under it are those of `e2b`: only the wall clock differs.
 REMOTE_E2B = Quirks(rate_limit=4, transient_5xx=0.01, latency=50, slow_create=(1000, 2000))
 
-# A misbehaving third-party endpoint: commands served by a small pool (a few left running block the rest), a cap
-# on running sandboxes, a deterministic 502 after a delete, `user` ignored, output delivered in one chunk at a
-# command's end, and process streams that end without Connect's end-of-stream frame.
+# A misbehaving third-party endpoint: commands served by a small pool whose slots commands left running keep (a
+# few such block the rest), a cap on running sandboxes, a deterministic 502 after a delete, `user` ignored, output
+# delivered in one chunk at a command's end, and process streams that end without Connect's end-of-stream frame.
 HOSTILE = Quirks(
     envd_pool=2,
+    pool_until_exit=True,
     max_running=40,
     deleted_502=True,
     ignore_user=True,

@@ -237,13 +237,15 @@ def test_a_full_default_run_against_the_hostile_profile_ends_within_three_faithf
     runs: dict[str, Path] = {}
     for profile in ("e2b", "hostile"):
         results = tmp_path / profile
+        # Past its time a run is stopped and `StillRunning` raised: it did not end on its own.
         done = e2b_bench("run", "--profile", profile, "--results-dir", str(results), timeout=scaled(3600))
-        assert done.returncode in (0, 1), done.stderr[-2000:]
         runs[profile] = only_run_dir(results)
+        assert (read_run(runs[profile]).footer or {}).get("status") == "completed", done.stderr[-2000:]
+    # A deviating endpoint is non-conformant (1), never unusable (2): its deviations are reproducible.
+    assert done.returncode == 1, done.stdout[-2000:]
     faithful, hostile = _elapsed(runs["e2b"]), _elapsed(runs["hostile"])
     cases = read_run(runs["hostile"]).cases
     died = [c.id for c in cases if "runner died" in (c.error or "")]
-    not_run = [c.id for c in cases if "not run" in (c.error or "")]
+    not_run = [c.id for c in cases if (c.error or "").startswith("not run")]
     assert (died, not_run) == ([], [])
-    assert (read_run(runs["hostile"]).footer or {}).get("status") == "completed"
     assert hostile <= 3 * faithful, (hostile, faithful)

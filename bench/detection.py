@@ -56,6 +56,9 @@ CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "s
 # most cases at once, so no case list specifies it; tests/test_hostile.py checks that a run under it ends, blames
 # nothing of the harness's own and declares to a fixed point.
 HOSTILE_MUTATIONS = ("stream_no_end_frame",)
+# Its quirks of the same kind: commands served by a small pool, a cap on running sandboxes, a 502 after delete,
+# `user` ignored (each shown alone by tests/test_hostile.py).
+HOSTILE_QUIRKS = ("envd_pool", "pool_until_exit", "max_running", "deleted_502", "ignore_user")
 OPTION_CASES = {
     "mcp": "rf01_create_mcp",
     "autoResume": "rf02_create_auto_resume",

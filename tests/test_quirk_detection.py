@@ -23,6 +23,7 @@ from bench.detection import (
     CONDITION_QUIRKS,
     DETECTED_BY,
     HOSTILE_MUTATIONS,
+    HOSTILE_QUIRKS,
     IDENTITY_QUIRKS,
     QUIRKS,
     SERVER_ONLY_QUIRKS,
@@ -53,7 +54,12 @@ def in_b3os_beta(quirk: str) -> bool:
 
 
 def test_every_behavioural_quirk_and_refused_option_has_a_specification() -> None:
-    behavioural = {f.name for f in fields(Quirks)} - {*IDENTITY_QUIRKS, *SERVER_ONLY_QUIRKS, *CONDITION_QUIRKS}
+    behavioural = {f.name for f in fields(Quirks)} - {
+        *IDENTITY_QUIRKS,
+        *SERVER_ONLY_QUIRKS,
+        *CONDITION_QUIRKS,
+        *HOSTILE_QUIRKS,
+    }
 
     assert {quirk.split("=")[0] for quirk in QUIRKS} == behavioural
     assert {quirk.split("=")[1] for quirk in QUIRKS if quirk.startswith("refuse_create_options=")} == set(OPTION_FIELDS)

@@ -34,15 +34,64 @@ KILL_LATE_S = 3.0  # with the kill_returns_early quirk: when the kill lands afte
 SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM}
 
 
-def request_user(headers) -> str:
-    """The user an RPC acts as: `Authorization: Basic base64(user:)`, else the default user."""
+def request_user(headers, sandbox: Sandbox) -> str:
+    """The user an RPC acts as: `Authorization: Basic base64(user:)`, else (or under `ignore_user`) the default."""
     auth = headers.get("authorization", "")
     if auth.lower().startswith("basic "):
         with contextlib.suppress(ValueError):
             name = base64.b64decode(auth[6:].strip()).decode().split(":", 1)[0]
             if name:
-                return name
+                return sandbox.quirks.user(name, DEFAULT_USER)
     return DEFAULT_USER
+
+
+class StreamSlot:
+    """A process stream's place in its sandbox's `envd_pool`: released when the stream ends, or (`pool_until_exit`)
+    once its command has ended too."""
+
+    def __init__(self, pool: asyncio.Semaphore | None) -> None:
+        self.pool = pool
+        self.kept = False
+
+    def keep_until_done(self, record: ProcessRecord) -> None:
+        """Under `pool_until_exit`: hold the slot past the stream, until the command ends (or the sandbox stops,
+        which ends it), as a pool thread reading a silent command's output never notices its client left."""
+        if self.pool is None or record.done.is_set():
+            return
+        self.kept = True
+        record.done_callbacks.append(self.release)
+
+    def release(self) -> None:
+        if self.pool is not None:
+            self.pool.release()
+            self.pool = None
+
+
+@contextlib.asynccontextmanager
+async def stream_slot(sandbox: Sandbox, ctx: RequestContext) -> AsyncIterator[StreamSlot]:
+    """One of the sandbox's `envd_pool` process streams, held while the stream is served (no bound without the
+    quirk). A stream past the pool waits, sending nothing, until one ends (its command ended, its client went away,
+    the sandbox stopped: each closes the stream, which releases its slot) or its own deadline passes."""
+    size = sandbox.quirks.envd_pool
+    if not size:
+        yield StreamSlot(None)
+        return
+    if sandbox.stream_pool is None:
+        sandbox.stream_pool = asyncio.Semaphore(size)
+    pool = sandbox.stream_pool
+    remaining = ctx.timeout_ms
+    try:
+        # asyncio.timeout cancels the acquire itself, which hands a wake-up it got on (no slot is lost).
+        async with asyncio.timeout(None if remaining is None else max(remaining / 1000, 0)):
+            await pool.acquire()
+    except TimeoutError:
+        raise ConnectError(Code.DEADLINE_EXCEEDED, "context deadline exceeded") from None
+    slot = StreamSlot(pool)
+    try:
+        yield slot
+    finally:
+        if not slot.kept:
+            slot.release()
 
 
 class EnvdBase:
@@ -67,7 +116,7 @@ class EnvdBase:
             raise ConnectError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
         if len(path.encode()) >= PATH_MAX:
             raise ConnectError(Code.INVALID_ARGUMENT, f"path is longer than {PATH_MAX - 1} bytes")
-        user = request_user(ctx.request_headers)
+        user = request_user(ctx.request_headers, sandbox)
         home = await self.home(sandbox, user)
         return sandbox.box.resolve(path, home), user
 
@@ -103,45 +152,51 @@ class ProcessService(EnvdBase, Process):
         config = request.process or pb.ProcessConfig()
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
-        user = request_user(ctx.request_headers)
+        user = request_user(ctx.request_headers, sandbox)
         await self.home(sandbox, user)
-        pty = None
-        if request.pty:
-            size = request.pty.size  # a pty without a size gets envd's 0 x 0, so the defaults
-            pty = (size.cols or 80, size.rows or 24) if size is not None else (80, 24)
-        try:
-            record = await sandbox.box.spawn(
-                cmd=config.cmd,
-                args=list(config.args),
-                envs={**sandbox.env_vars, **dict(config.envs)},
-                cwd=sandbox.quirks.command_cwd(config.cwd, sandbox.last_cwd),
-                user=user,
-                tag=request.tag or None,
-                stdin=bool(request.stdin),
-                pty=pty,
-            )
-        except AgentError as exc:
-            raise connect_error(exc) from exc
-        sandbox.last_cwd = config.cwd or None
-        queue = record.subscribe()
-        deadline_ms = ctx.timeout_ms
-        if deadline_ms is not None:
-            # The deadline belongs to the process, not to this stream: a disconnect does not stop it.
-            kill = asyncio.get_running_loop().call_later(
-                deadline_ms / 1000, lambda: asyncio.ensure_future(self._kill_quietly(sandbox, record))
-            )
-            record.done_callbacks.append(kill.cancel)
-        yield pb.StartResponse(event=_start_event(record.pid))
-        async for event in self.events(sandbox, record, queue, ctx):
-            yield pb.StartResponse(event=event)
+        async with stream_slot(sandbox, ctx) as slot:
+            pty = None
+            if request.pty:
+                size = request.pty.size  # a pty without a size gets envd's 0 x 0, so the defaults
+                pty = (size.cols or 80, size.rows or 24) if size is not None else (80, 24)
+            try:
+                record = await sandbox.box.spawn(
+                    cmd=config.cmd,
+                    args=list(config.args),
+                    envs={**sandbox.env_vars, **dict(config.envs)},
+                    cwd=sandbox.quirks.command_cwd(config.cwd, sandbox.last_cwd),
+                    user=user,
+                    tag=request.tag or None,
+                    stdin=bool(request.stdin),
+                    pty=pty,
+                )
+            except AgentError as exc:
+                raise connect_error(exc) from exc
+            sandbox.last_cwd = config.cwd or None
+            if sandbox.quirks.pool_until_exit:
+                slot.keep_until_done(record)
+            queue = record.subscribe()
+            deadline_ms = ctx.timeout_ms
+            if deadline_ms is not None:
+                # The deadline belongs to the process, not to this stream: a disconnect does not stop it.
+                kill = asyncio.get_running_loop().call_later(
+                    deadline_ms / 1000, lambda: asyncio.ensure_future(self._kill_quietly(sandbox, record))
+                )
+                record.done_callbacks.append(kill.cancel)
+            yield pb.StartResponse(event=_start_event(record.pid))
+            async for event in self.events(sandbox, record, queue, ctx):
+                yield pb.StartResponse(event=event)
 
     async def connect(self, request: pb.ConnectRequest, ctx: RequestContext) -> AsyncIterator[pb.ConnectResponse]:
         sandbox = self.sandbox(ctx)
         record = self.find(sandbox, request.process)
-        queue = record.subscribe()
-        yield pb.ConnectResponse(event=_start_event(record.pid))
-        async for event in self.events(sandbox, record, queue, ctx):
-            yield pb.ConnectResponse(event=event)
+        async with stream_slot(sandbox, ctx) as slot:
+            if sandbox.quirks.pool_until_exit:
+                slot.keep_until_done(record)
+            queue = record.subscribe()
+            yield pb.ConnectResponse(event=_start_event(record.pid))
+            async for event in self.events(sandbox, record, queue, ctx):
+                yield pb.ConnectResponse(event=event)
 
     @staticmethod
     async def _kill_quietly(sandbox: Sandbox, record: ProcessRecord) -> None:

@@ -141,7 +141,7 @@ class Files:
         self.sandbox_of = sandbox_of
 
     async def _user(self, sandbox: Sandbox, request: Request) -> tuple[str, str]:
-        user = request.query_params.get("username") or DEFAULT_USER
+        user = sandbox.quirks.user(request.query_params.get("username") or DEFAULT_USER, DEFAULT_USER)
         try:
             home = (await sandbox.box.user(user))["home"]
         except AgentError as exc:

@@ -81,6 +81,12 @@ class Quirks:
     # "METHOD /route" (a `{name}` or `*` segment matches any one): every such request answers 503, as from a
     # gateway in front of an endpoint that lacks the route; not a moment, so a conformance failure
     unavailable_route: str | None = None
+    # Hostile: what a misbehaving third-party endpoint does to a whole run (bench/localbox/hostile.py).
+    envd_pool: int = 0  # per sandbox, at most N process streams (Start, Connect) served at once; the next waits
+    pool_until_exit: bool = False  # with envd_pool: a slot is held until its command ends, even after its client left
+    max_running: int = 0  # a create (or a resume) past N running sandboxes answers 429 "at most N sandboxes at once"
+    deleted_502: bool = False  # every later request about a DELETEd sandbox answers 502 "sandbox not found"
+    ignore_user: bool = False  # commands and file operations run as the default user whatever user they ask
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):
@@ -99,6 +105,10 @@ class Quirks:
     def command_cwd(self, cwd: str | None, previous: str | None = None) -> str | None:
         """The cwd a command runs in: its own, else (`sticky_cwd`) the one the previous command was given."""
         return cwd or (previous if self.sticky_cwd else None)
+
+    def user(self, asked: str, default: str) -> str:
+        """The user a command or file operation runs as: the one it asks, or (`ignore_user`) the default."""
+        return default if self.ignore_user else asked
 
     def cpu_count(self, real: int) -> int:
         return real + 1 if self.wrong_cpu_count else real
@@ -174,7 +184,24 @@ B3OS_BETA = Quirks(
 # creates. Conformance verdicts under it are those of `e2b`: only the wall clock differs.
 REMOTE_E2B = Quirks(rate_limit=4, transient_5xx=0.01, latency=50, slow_create=(1000, 2000))
 
-PROFILES: dict[str, Quirks] = {"e2b": Quirks(), "b3os-beta": B3OS_BETA, "remote-e2b": REMOTE_E2B}
+# A misbehaving third-party endpoint: commands served by a small pool whose slots commands left running keep (a
+# few such block the rest), a cap on running sandboxes, a deterministic 502 after a delete, `user` ignored, output
+# delivered in one chunk at a command's end, and process streams that end without Connect's end-of-stream frame.
+HOSTILE = Quirks(
+    envd_pool=2,
+    pool_until_exit=True,
+    max_running=40,
+    deleted_502=True,
+    ignore_user=True,
+    mutations=frozenset({"output_held", "stream_no_end_frame"}),
+)
+
+PROFILES: dict[str, Quirks] = {
+    "e2b": Quirks(),
+    "b3os-beta": B3OS_BETA,
+    "remote-e2b": REMOTE_E2B,
+    "hostile": HOSTILE,
+}
 
 
 def _number(name: str, value: str, current: int | float | tuple[int, int]) -> object:

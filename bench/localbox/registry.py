@@ -83,6 +83,7 @@ class Sandbox:
     timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again
     last_cwd: str | None = None  # the cwd the previous command was given, if any (the `sticky_cwd` quirk reads it)
     stat_answers: dict[str, Any] = field(default_factory=dict)  # path -> first Stat answer (`stale_file_info`)
+    stream_pool: asyncio.Semaphore | None = None  # its process streams served at once (the `envd_pool` quirk)
     # Raw tokens live in memory only, as in envd: signed URLs are computed from them.
     _raw_tokens: dict[str, str] = field(default_factory=dict, repr=False)
     in_flight: InFlight = field(init=False, repr=False)  # its envd requests and port connections under way

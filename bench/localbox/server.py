@@ -28,6 +28,7 @@ from .app import LocalboxApp
 from .box import default_state_root, private_dir, remove_tree
 from .conditions import with_conditions
 from .disk import unmount_under
+from .hostile import with_hostile
 from .mutations import mutate, stall
 from .quirks import Quirks
 from .registry import DISK_SIZE_MB, POOL_SIZE, LocalboxConfig, Registry, cleanup_stale, remove_orphan_cgroups
@@ -257,6 +258,7 @@ class LocalServer:
         self.host = host
         app = mutate(LocalboxApp(self.registry, debug=debug_ports), config.quirks.mutations)
         app = stall(app, config.quirks.stream_stall)
+        app = with_hostile(app, config.quirks, self.registry)
         app = with_conditions(app, config.quirks)
         raise_open_file_limit()
         keep_freed_heap()

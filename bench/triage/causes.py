@@ -345,8 +345,24 @@ _VARYING = frozenset({"uuid", "time", "url", "hostport", "id", "number"})
 _LANGUAGE = frozenset({"call", "exception", "name", "literal", "quote", "separator"})
 
 
+def _unclosed(text: str, opening: str, closing: str) -> bool:
+    """Does `text` hold a quote or bracket of this kind that it does not close (or open)?"""
+    if opening == closing:
+        return text.count(opening) % 2 == 1
+    return text.count(opening) != text.count(closing)
+
+
 def _trim(text: str) -> str:
-    text = text.strip(" ,;:\"'`()[]{}")
+    """A stretch as a fragment: without separators at its ends, nor a quote or bracket there it does not close."""
+    before = None
+    while text != before:
+        before = text
+        text = text.strip(" ,;:")
+        for opening, closing in (("'", "'"), ('"', '"'), ("`", "`"), ("(", ")"), ("[", "]"), ("{", "}")):
+            if text.startswith(opening) and _unclosed(text, opening, closing):
+                text = text[1:]
+            if text.endswith(closing) and _unclosed(text, opening, closing):
+                text = text[:-1]
     if len(text) > FRAGMENT_MAX:
         text = text[:FRAGMENT_MAX].rsplit(" ", 1)[0].rstrip(" ,;:")
     return text
@@ -470,8 +486,8 @@ class Cause:
         observed = [w for case in self.cases for w in sorted((difference(case) or (set(), set()))[0], key=len)[::-1]]
         # the endpoint's words first (any case's); for a compared value what only the observed one has; then the
         # failures' own messages
-        literals = [fragment for text in words for fragment in fragments(text)]
-        literals += observed if self.signature.startswith("differs:") else []
+        spoken = [fragment for text in words for fragment in fragments(text)]
+        literals = spoken + (observed if self.signature.startswith("differs:") else [])
         literals += [fragment for text in said for fragment in fragments(text)] + observed
         usable = [f for f in dict.fromkeys(literals) if len(f) >= 2 and _pinnable(f)]
         simple = list(dict.fromkeys(p for text in [*words, *said] for p in simple_patterns(text)))
@@ -490,8 +506,9 @@ class Cause:
         if pattern is not None or literal is not None:
             return pattern or literal
         # several, each a fragment of some cases' symptoms: the fewest that cover them all
-        options = [(f, covers(f, True)) for f in usable if len(f) >= FRAGMENT_GOOD]
+        options = [(f, covers(f, True)) for f in usable if len(f) >= FRAGMENT_GOOD and f in spoken]
         options += [(p, covers(p, False)) for p in simple]
+        options += [(f, covers(f, True)) for f in usable if len(f) >= FRAGMENT_GOOD and f not in spoken]
         chosen: list[str] = []
         left = set(everywhere)
         while left and len(chosen) < MATCH_MANY:

@@ -316,7 +316,7 @@ def update_file(
     judged = _rejudged(run, declared)
     every = [case.id for case in judged]
     if why_unfinished is not None:
-        finished = sum(1 for case in judged if apart(case) is None)
+        finished = sum(1 for case in judged if apart(case, declaring=True) != "not run")
         change.partial = f"{run.path} {why_unfinished}: only the {finished} case(s) it finished are declared from"
     stale = set(_stale(declared, judged))
     change.stale = sorted(stale)
@@ -353,6 +353,8 @@ def update_file(
                 if merged["outcome"] != "refused":
                     for key in _REFUSAL_KEYS:
                         merged.pop(key, None)
+                for key in _refusal_keys_not_holding(merged, cause, pattern):
+                    merged.pop(key)
                 change.updated.append(pattern)
             block.body = _table_lines(merged)
     if prune:
@@ -372,6 +374,24 @@ def update_file(
     _parse(text, path)
     atomic_write(path, text)
     return change
+
+
+def _refusal_keys_not_holding(table: dict[str, Any], cause: Cause, pattern: str) -> list[str]:
+    """The refusal keys (`status`, `code`, `message`) of a declaration being updated that a case of the cause it
+    now declares contradicts: a declared refusal the endpoint now gives differently."""
+    covered = [case for case in cause.cases if case_matches(case.id, pattern)]
+    wrong = []
+    for key, holds in (
+        ("status", lambda case, value: case.details.get("status_code") == value),
+        ("code", lambda case, value: case.details.get("error_code") == value),
+        (
+            "message",
+            lambda case, value: value in " ".join(str(t) for t in (case.error, case.details.get("message")) if t),
+        ),
+    ):
+        if key in table and not all(holds(case, table[key]) for case in covered):
+            wrong.append(key)
+    return wrong
 
 
 def _confirmed(

@@ -24,6 +24,10 @@ const AFTER_TIMEOUT_MS = 15000 // bound on the cell right after it (the sleep it
 // A cell's request, on a quiet host (scaled by the run's slowness): the sandbox's first cell starts its kernel,
 // which took 40-60 s on a loaded host, against the SDK's default 60 s; within the step's 90 s (scaled too).
 const CELL_REQUEST_MS = 80_000
+// Every step of the suite shares the sandbox ci01 creates: it lives three run lifetimes (a loaded host took more
+// than one, 120 s scaled, to reach ci11, and it expired under the later steps: 502 "sandbox was not found").
+const SHARED_LIFETIMES = 3
+const MAX_TIMEOUT_MS = 3_600_000 // the longest lifetime E2B grants a sandbox
 
 // The cells both runners send, one file each.
 const cell = (name) => readFileSync(new URL(`../cells/${name}.py`, import.meta.url), 'utf8')
@@ -91,7 +95,7 @@ step('ci01_create', async (ctx, obs) => {
   expect(Sandbox.defaultTemplate === TEMPLATE, `the SDK's default template is ${show(Sandbox.defaultTemplate)}`)
   let sandbox
   try {
-    sandbox = await Sandbox.create({ timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata })
+    sandbox = await Sandbox.create({ timeoutMs: Math.min(ctx.sandboxTimeoutMs * SHARED_LIFETIMES, MAX_TIMEOUT_MS), metadata: ctx.metadata })
   } catch (err) {
     // An answer of the endpoint's (it has a status): the template is refused there.
     if (!(err instanceof ctx.sdk.SandboxError) || err.statusCode === undefined) throw err

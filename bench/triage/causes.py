@@ -588,6 +588,24 @@ def write_causes(run_path: Path, redactor: Redactor | None = None) -> Path:
     return target
 
 
+def cause_words(cause: Cause) -> str | None:
+    """What the cause is, in the endpoint's words: `the endpoint said: …`, or `observed …` where a compared value
+    differs from E2B's (None for a failed check of the harness's own)."""
+    example = cause.representative
+    if cause.signature.startswith("endpoint: "):
+        words = endpoint_words(example)
+        return f"the endpoint said: {' '.join(words.split())}" if words else None
+    differs = difference(example) if cause.signature.startswith("differs: ") else None
+    if differs is None:
+        return None
+    observed, lacking = differs
+    return (
+        f"observed {', '.join(sorted(observed))} where E2B's differs"
+        if observed
+        else (f"lacks {', '.join(sorted(lacking))} that E2B's has")
+    )
+
+
 def terminal_lines(run: Run, width: int = 100) -> list[str]:
     """What `report RUN --causes` prints: the headline, then each cause with its cases and one re-run line."""
     causes = find_causes(run.cases)
@@ -598,6 +616,9 @@ def terminal_lines(run: Run, width: int = 100) -> list[str]:
         shown = shown if len(shown) <= width else shown[: width - 1] + "…"
         lines.append(f"\n{number}. {'/'.join(cause.outcomes)} x{len(cause.cases)} [{cause.key}] {shown}")
         lines.append(f"   suites: {', '.join(document['suites'])}; runners: {', '.join(document['runners'])}")
+        said = cause_words(cause)
+        if said is not None:
+            lines.append(f"   {said if len(said) <= width else said[: width - 1] + '…'}")
         for case in cause.cases:
             lines.append(f"   - {case.id}")
         lines.append(f"   re-run {document['representative']['id']}: {document['representative']['rerun']}")

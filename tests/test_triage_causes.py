@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from bench.report import render
-from bench.results import CaseRecord, read_run, schema_errors
-from bench.triage.causes import CAUSES_JSON, find_causes, headline, signature, symptom, write_causes
+from bench.results import CaseRecord, Run, read_run, schema_errors
+from bench.triage.causes import CAUSES_JSON, find_causes, headline, signature, symptom, terminal_lines, write_causes
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "tests" / "fixtures" / "runs"
@@ -335,3 +335,9 @@ def test_the_endpoints_transient_or_capacity_answer_is_never_a_cause() -> None:
     real = case("probes/py-e2b-2.63.0/pr06_pty", "pty is not supported", "refused", message="pty is not supported")
 
     assert [[c.id for c in cause.cases] for cause in find_causes([transient, capacity, real])] == [[real.id]]
+    header = {"run_id": "r", "endpoint": {"name": "local", "kind": "local"}, "argv": [], "pins": {}}
+    run = Run(path=Path("/nonexistent"), header=header, footer=None, cases=[transient, capacity, real])
+    assert terminal_lines(run)[:2] == [
+        "r: 1 failing case, 1 cause",
+        "(2 more failed only by the endpoint's transient or capacity answer: no cause)",
+    ]

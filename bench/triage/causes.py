@@ -610,6 +610,9 @@ def terminal_lines(run: Run, width: int = 100) -> list[str]:
     """What `report RUN --causes` prints: the headline, then each cause with its cases and one re-run line."""
     causes = find_causes(run.cases)
     lines = [f"{run.run_id}: {headline(causes)}"]
+    moments = [case.id for case in {c.id: c for c in run.cases}.values() if not case.conformant and apart(case)]
+    if moments:
+        lines.append(f"({len(moments)} more failed only by the endpoint's transient or capacity answer: no cause)")
     for number, cause in enumerate(causes, start=1):
         document = cause_document(run, cause)
         shown = " ".join(document["message"].split())

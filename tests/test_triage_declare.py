@@ -343,3 +343,19 @@ def test_an_updated_refusal_drops_what_the_endpoint_now_answers_differently(tmp_
     )
     assert declared.match == said
     assert all(conformant_under(path, run_of(built)).values())
+
+
+def test_a_failure_recorded_without_its_exchanges_recurs_when_run_again_with_them(tmp_path: Path) -> None:
+    # judged conformant by the run's own declarations, a case keeps no exchanges; run again, it has them
+    gone = "Sandbox sbx-0a1b2c3d4e5f6g7h not found"
+    first = case(f"behaviours/{PY}/sync_metrics", "fail", f"SandboxNotFoundException: {gone}",
+                 raised={"exception": "SandboxNotFoundException", "message": gone})  # fmt: skip
+    answer = {"ts": "2026-12-06T07:00:00.000Z", "method": "GET", "path": "/sandboxes/x/metrics", "status": 404,
+              "response": '{"code": 404, "message": "metrics are not supported by this endpoint"}'}  # fmt: skip
+    second = dataclasses.replace(first, evidence=[answer])
+
+    change = update_file(
+        run_of(first), tmp_path / "endpoint.toml", confirm=lambda run, cases: dataclasses.replace(run_of(second))
+    )
+
+    assert (change.added, change.changed, change.not_recurred) == (["behaviours/*/sync_metrics"], [], [])

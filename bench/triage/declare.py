@@ -407,11 +407,19 @@ def _confirmed(
         second = rerun.get(case.id)
         if second is None or second.conformant or second.outcome == "pass":
             change.not_recurred.append(case.id)
-        elif apart(second, declaring=True) is not None or signature(second) != signature(case):
+        elif apart(second, declaring=True) is not None or not _same_failure(case, second):
             change.changed.append(case.id)
         else:
-            kept.append(case)
+            kept.append(second if case.evidence is None else case)  # the record with its exchanges
     return kept
+
+
+def _same_failure(first: CaseRecord, second: CaseRecord) -> bool:
+    """Did the case fail the same way twice? By signature; a record without exchanges (a case the run's own
+    declarations judged conformant keeps none) is compared with the other's without them."""
+    if first.evidence is None or second.evidence is None:
+        first, second = dataclasses.replace(first, evidence=None), dataclasses.replace(second, evidence=None)
+    return signature(first) == signature(second)
 
 
 def rerun(run: Run, cases: Sequence[CaseRecord]) -> Run:

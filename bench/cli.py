@@ -192,14 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "expectations",
         help="write declarations (expectations/*.toml) from a run: one per cause of its failing cases",
-        description="Each cause of the run's non-conformant cases becomes one declaration (pattern covering exactly "
-        "its cases, outcome as observed, `match` from its signature, `reason` its message), added to FILE or "
-        "updating it: reasons a person wrote are kept; declarations of cases that now pass are listed as stale "
-        "and removed with --prune.",
+        description="Each cause of the run's non-conformant cases becomes one declaration (patterns covering exactly "
+        "its cases, the outcome the judge compares, `match` a fragment of the endpoint's words, `reason` its "
+        "message), added to FILE or updating it: reasons a person wrote are kept; declarations of cases that now "
+        "pass are listed as stale and removed with --prune. Only a finished run is declared from; the failures "
+        "are run again once against the same endpoint and only those that recur are declared; harness faults, "
+        "runner deaths, cases not run, the leak check and transient or capacity answers never are.",
     )
     expectations.add_argument("run_dir", type=Path, metavar="RUN")
     expectations.add_argument("--write", type=Path, required=True, metavar="FILE", help="declarations file to write")
     expectations.add_argument("--prune", action="store_true", help="remove the stale declarations")
+    expectations.add_argument(
+        "--finished-only", action="store_true", help="from a run that did not finish: declare only its finished cases"
+    )
+    expectations.add_argument(
+        "--no-confirm", action="store_true", help="declare the failures without running them again to confirm them"
+    )
     expectations.set_defaults(handler=cmd_expectations)
 
     bench = _command(
@@ -540,11 +548,13 @@ def cmd_report(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_expectations(args: argparse.Namespace, extra: list[str]) -> int:
     from .expectations import ExpectationsError
     from .results import RunError, read_run
-    from .triage.declare import update_file
+    from .triage.declare import DeclareError, rerun, update_file
 
     try:
-        change = update_file(read_run(args.run_dir, allow_truncated=True), args.write, prune=args.prune)
-    except (RunError, ExpectationsError, OSError) as exc:
+        run = read_run(args.run_dir, allow_truncated=True)
+        confirm = None if args.no_confirm else rerun
+        change = update_file(run, args.write, args.prune, args.finished_only, confirm)
+    except (RunError, ExpectationsError, DeclareError, OSError) as exc:
         raise UsageError(str(exc)) from None
     for line in change.lines():
         print(line)

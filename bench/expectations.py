@@ -26,6 +26,9 @@ _CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message", "match
 _REFUSAL_KEYS = ("status", "code", "message")
 MATCHABLE: tuple[Outcome, ...] = ("fail", "deviation", "error", "refused")  # what `match` may pin
 SYMPTOM_PREVIEW = 160  # how much of a different symptom the note quotes
+# How a judgement that turned the observed outcome into `deviation` says why (see compared_outcome).
+REFUSED_DIFFERENTLY = "refused differently: "
+MATCHED_DIFFERENTLY = "), observed a different failure: "
 
 
 class ExpectationsError(Exception):
@@ -41,7 +44,8 @@ class Declaration:
     status: int | None = None
     code: str | None = None
     message: str | None = None
-    match: str | None = None  # a regular expression the observed symptom must contain
+    # a fragment (or regular expression) the observed symptom must contain; several: any one of them
+    match: str | tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -139,24 +143,48 @@ def _declaration(path: Path, pattern: str, table: Any) -> Declaration:
         raise ExpectationsError(f'{path}: {where}.{given[0]} only applies to outcome = "refused"')
     if "status" in table and (isinstance(table["status"], bool) or not isinstance(table["status"], int)):
         raise ExpectationsError(f"{path}: {where}.status must be an integer HTTP status")
-    for key in ("reason", "code", "message", "match"):
+    for key in ("reason", "code", "message"):
         if key in table and not isinstance(table[key], str):
             raise ExpectationsError(f"{path}: {where}.{key} must be a string")
+    match = table.get("match")
     if "match" in table:
+        many = isinstance(match, list) and match and all(isinstance(item, str) for item in match)
+        if not isinstance(match, str) and not many:
+            raise ExpectationsError(f"{path}: {where}.match must be a string or a list of strings")
         if outcome not in MATCHABLE:
             raise ExpectationsError(f"{path}: {where}.match only applies to outcome {', '.join(MATCHABLE)}")
-        try:
-            re.compile(table["match"])
-        except re.error as error:
-            raise ExpectationsError(f"{path}: {where}.match is not a regular expression: {error}") from None
+        for item in [match] if isinstance(match, str) else list(match or ()):
+            try:
+                re.compile(item)
+            except re.error as error:
+                raise ExpectationsError(f"{path}: {where}.match is not a regular expression: {error}") from None
     return Declaration(
         outcome=outcome,
         reason=table.get("reason"),
         status=table.get("status"),
         code=table.get("code"),
         message=table.get("message"),
-        match=table.get("match"),
+        match=tuple(match) if isinstance(match, list) else match,
     )
+
+
+def match_found(match: str | tuple[str, ...], text: str) -> bool:
+    """Is a declaration's `match` in `text`: as a literal fragment (what `expectations --write` writes), or
+    found by it as a regular expression (`re.search`)? Of several, any one."""
+    if not isinstance(match, str):
+        return any(match_found(item, text) for item in match)
+    return match in text or re.search(match, text) is not None
+
+
+def compared_outcome(outcome: str, details: Mapping[str, Any], note: str | None) -> str:
+    """The outcome `judge` was given for a recorded case, which a declaration's `outcome` must equal: the one
+    recorded, unless the judgement itself made it a `deviation` (a refusal or `match` that differed), when it is
+    what the runner observed (`details.observed_outcome`)."""
+    observed = details.get("observed_outcome")
+    made_by_judgement = (note or "").startswith(REFUSED_DIFFERENTLY) or MATCHED_DIFFERENTLY in (note or "")
+    if outcome == "deviation" and isinstance(observed, str) and observed in OUTCOMES and made_by_judgement:
+        return observed
+    return outcome
 
 
 def symptom_text(error: str | None, details: Mapping[str, Any]) -> str:
@@ -194,10 +222,10 @@ def judge(observed: Outcome, details: Mapping[str, Any], error: str | None, decl
     if expected == "refused":
         mismatches = _refusal_mismatches(details, error, declared)
         if mismatches:
-            return Judgement("deviation", expected, False, "refused differently: " + "; ".join(mismatches))
-    if declared.match is not None and re.search(declared.match, symptom_text(error, details)) is None:
+            return Judgement("deviation", expected, False, REFUSED_DIFFERENTLY + "; ".join(mismatches))
+    if declared.match is not None and not match_found(declared.match, symptom_text(error, details)):
         seen = " ".join((error or "(no message)").split())
         seen = seen if len(seen) <= SYMPTOM_PREVIEW else seen[: SYMPTOM_PREVIEW - 1] + "…"
-        note = f"declared {expected} (match {declared.match!r}), observed a different failure: {seen}"
+        note = f"declared {expected} (match {declared.match!r}{MATCHED_DIFFERENTLY}{seen}"
         return Judgement("deviation", expected, False, note)
     return Judgement(observed, expected, True, declared.reason)

@@ -139,8 +139,13 @@ def rerun_command(run: Run, case: CaseRecord) -> str:
     argv = [str(item) for item in run.header.get("argv", [])]
     if case.suite not in case_suites():
         return shlex.join(["./e2b-bench", *argv[1:]]) if len(argv) > 1 else "./e2b-bench run"
-    flags = _flags(argv)
+    return shlex.join(["./e2b-bench", "run", *endpoint_flags(run), "--case", case.id])
+
+
+def endpoint_flags(run: Run) -> list[str]:
+    """The flags of `run`'s command line that decide what its cases meet (`--endpoint` always named)."""
+    flags = _flags([str(item) for item in run.header.get("argv", [])])
     if "--endpoint" not in flags:
         endpoint = run.header["endpoint"]
         flags = ["--endpoint", "local" if endpoint.get("kind") == "local" else endpoint["name"], *flags]
-    return shlex.join(["./e2b-bench", "run", *flags, "--case", case.id])
+    return flags

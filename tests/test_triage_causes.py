@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -13,8 +14,8 @@ from typing import Any
 import pytest
 
 from bench.report import render
-from bench.results import CaseRecord, read_run, schema_errors
-from bench.triage.causes import CAUSES_JSON, find_causes, headline, signature, symptom, write_causes
+from bench.results import CaseRecord, Run, read_run, schema_errors
+from bench.triage.causes import CAUSES_JSON, find_causes, headline, signature, symptom, terminal_lines, write_causes
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = REPO / "tests" / "fixtures" / "runs"
@@ -135,7 +136,8 @@ def test_a_refusal_groups_by_the_endpoints_own_words_whichever_route_met_it() ->
         ["pr05_stdin", "rf10_envd_stdin"],
         ["rf11_envd_pty"],
     ]
-    assert causes[0].match() == r"stdin is not supported\s*:\s*pass input instead"
+    # a literal fragment of the endpoint's words, as a person reads it
+    assert causes[0].match() == "stdin is not supported: pass input instead"
 
 
 def test_a_retried_case_counts_by_its_last_record_and_conformant_cases_are_no_cause() -> None:
@@ -213,3 +215,129 @@ def test_a_case_shows_its_own_exchanges_and_a_harness_cause_renders(tmp_path: Pa
     assert shown in html
     assert "4 failing cases, 4 causes" in html
     assert '<span class="runners" title="harness">harness</span>' in html
+
+
+# --- one root, one cause ------------------------------------------------------------------------------------------
+
+AUTO_RESUME = "unsupported_option: 'lifecycle.autoResume' is not supported by this endpoint"
+STDIN = "stdin is not supported: pass input in the command instead"
+
+
+def test_what_the_harness_and_frameworks_put_around_the_endpoints_words_is_no_part_of_the_cause() -> None:
+    cases = [
+        case("refusals/py-e2b-2.63.0/rf02_create_auto_resume", f"HTTP 400: {AUTO_RESUME}", "refused",
+             status_code=400, message=AUTO_RESUME),
+        case("behaviours/js-e2b-2.51.0/js_auto_resume", f"SandboxError: 400: {AUTO_RESUME}",
+             raised={"exception": "SandboxError", "message": f"400: {AUTO_RESUME}"}),
+        case("frameworks/openai-agents-0.24.0/fw01_proof_task",
+             f"attempt 2/2: the agent run raised SandboxException: 400: {AUTO_RESUME}; the agent never ran uname"),
+        case("frameworks/tanstack-ai-0.58.0/fw02_exit_code",
+             f"`exit 5` raised InvalidArgumentError: [invalid_argument] {STDIN}"),
+        case("frameworks/tanstack-ai-0.58.0/fw04_spawn_stdin",
+             f"spawn('cat') refused: InvalidArgumentError: [invalid_argument] {STDIN}"),
+        case("frameworks/mastra-0.8.0/fw01_proof_task",
+             f"attempt 2/2: no uname result shows 'Linux': \"Error: [invalid_argument] {STDIN}\"; answer \"Error:\""),
+    ]  # fmt: skip
+
+    causes = find_causes(cases)
+
+    assert [sorted(c.case for c in cause.cases) for cause in causes] == [
+        ["fw01_proof_task", "js_auto_resume", "rf02_create_auto_resume"],
+        ["fw01_proof_task", "fw02_exit_code", "fw04_spawn_stdin"],
+    ]
+    words = AUTO_RESUME.split(": ", 1)[1]
+    assert [cause.signature for cause in causes] == [
+        'endpoint: "lifecycle.auto_resume" is not supported by this endpoint',  # one spelling of a name
+        f"endpoint: {STDIN}",
+    ]
+    assert [cause.match() for cause in causes] == [words, STDIN]
+
+
+def answer(status: int, message: str) -> dict[str, Any]:
+    body = json.dumps({"code": status, "message": message})
+    return {"ts": "2026-12-06T07:00:00.000Z", "method": "GET", "path": "/x", "status": status, "response": body}
+
+
+def test_a_clients_own_rendering_of_an_answer_is_one_cause_with_the_answer_its_exchanges_hold() -> None:
+    said = "metrics are not supported by this endpoint"
+    sdk = case(
+        "behaviours/py-e2b-2.63.0/sync_metrics",
+        "SandboxNotFoundException: Sandbox sbx-0a1b2c3d4e5f6g not found",
+        raised={"exception": "SandboxNotFoundException", "message": "Sandbox sbx-0a1b2c3d4e5f6g not found"},
+    )
+    raw = case(
+        "refusals/py-e2b-2.63.0/rf15_get_metrics",
+        f"GET /sandboxes/x/metrics: HTTP 404: {said}",
+        "refused",
+        status_code=404,
+        message=said,
+    )
+    # the same 404 the SDK renders, while another answer (the next case's) is in the window: the case's own words
+    pty = case(
+        "probes/py-e2b-2.63.0/pr06_pty",
+        "pty.create: InvalidArgumentException: pty is not supported",
+        "refused",
+        status_code=400,
+        message="pty is not supported",
+    )
+    sdk, raw = (dataclasses.replace(c, evidence=[answer(404, said)]) for c in (sdk, raw))
+    pty = dataclasses.replace(pty, evidence=[answer(400, "gzip uploads are not supported")])
+    pty.evidence[0]["frames"] = ['end: {"error": {"code": "invalid_argument", "message": "pty is not supported"}}']
+
+    causes = find_causes([sdk, raw, pty])
+
+    assert [(cause.signature, len(cause.cases)) for cause in causes] == [
+        (f"endpoint: {said}", 2),
+        ("endpoint: pty is not supported", 1),
+    ]
+    assert causes[0].match() == [said, r"Sandbox \S+ not found"]
+
+
+def test_checks_comparing_a_value_with_e2bs_are_one_cause_when_the_observed_value_differs_by_the_same_word() -> None:
+    cases = [
+        case("behaviours/py-e2b-2.63.0/sync_options_end_with_call",
+             "given: got '/workspace\\nroot\\n1', expected '/tmp\\nroot\\n1'"),
+        case("behaviours/js-e2b-2.51.0/js_process_info", 'cwd: got ["/tmp","/workspace"], expected ["/tmp","/tmp"]'),
+        case("probes/py-e2b-2.63.0/pr01_default_cwd",
+             'observed {"default": "/workspace"}, E2B: {"default": "/home/user"}', "deviation"),
+        case("quickstart/js-e2b-2.51.0/ts06_run_envs_cwd",
+             'stdout is "bar\\n/workspace\\n", expected "bar\\n/home/user/x\\n"'),
+        case("probes/py-e2b-2.63.0/pr16_output_after_exit", 'observed "early\\n", E2B: "early\\nlate\\n"', "deviation"),
+        case("frameworks/ag2-1.2.1/fw03_late_output",
+             "no output from `sleep 1; echo late`: stdout '' (expected 'late')"),
+    ]  # fmt: skip
+
+    causes = find_causes(cases)
+
+    assert [(cause.signature, sorted(c.case for c in cause.cases)) for cause in causes] == [
+        ("differs: observed /workspace",
+         ["js_process_info", "pr01_default_cwd", "sync_options_end_with_call", "ts06_run_envs_cwd"]),
+        ("differs: lacks late", ["fw03_late_output", "pr16_output_after_exit"]),
+    ]  # fmt: skip
+    assert causes[0].match() == "/workspace"
+    assert causes[0].outcomes == ["fail", "deviation"]
+
+
+def test_the_endpoints_transient_or_capacity_answer_is_never_a_cause() -> None:
+    transient = case(
+        "behaviours/py-e2b-2.63.0/sync_kill",
+        "endpoint transient (502): 502: sandbox was not found",
+        "error",
+        cause="endpoint transient (502)",
+        observed_outcome="fail",
+    )
+    capacity = case(
+        "refusals/py-e2b-2.63.0/rf18_create_egress_proxy",
+        "429: at most 40 sandboxes at once",
+        "refused",
+        cause="endpoint capacity (429): at most 40 sandboxes at once",
+    )
+    real = case("probes/py-e2b-2.63.0/pr06_pty", "pty is not supported", "refused", message="pty is not supported")
+
+    assert [[c.id for c in cause.cases] for cause in find_causes([transient, capacity, real])] == [[real.id]]
+    header = {"run_id": "r", "endpoint": {"name": "local", "kind": "local"}, "argv": [], "pins": {}}
+    run = Run(path=Path("/nonexistent"), header=header, footer=None, cases=[transient, capacity, real])
+    assert terminal_lines(run)[:2] == [
+        "r: 1 failing case, 1 cause",
+        "(2 more failed only by the endpoint's transient or capacity answer: no cause)",
+    ]

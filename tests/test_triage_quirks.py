@@ -8,7 +8,6 @@ few seconds of sandboxes; they are the runs tests/test_quirk_detection.py makes,
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from run_cli import e2b_bench, only_run_dir
 from shared_runs import Shared, quirk_key, quirk_params, quirk_run, shares
 
 from bench.detection import DETECTED_BY, RUNNER, SUITES
-from bench.expectations import Expectations
+from bench.expectations import Expectations, match_found, symptom_text
 from bench.localbox.quirks import PROFILES
 from bench.results import read_run, schema_errors
 from bench.triage.declare import update_file
@@ -40,11 +39,13 @@ EXPECTED: dict[str, list[set[str]]] = {
         # envd's tag selectors, met through raw Connect calls that send input: the endpoint's own message
         {"behaviours/sync_process_selectors", "behaviours/async_process_selectors"},
     ],
-    # The SDK turns the 404 into "sandbox not found" (the probe and the metrics behaviours see that); the raw
-    # request sees the endpoint's own message; the REST status table sees 404 where 200 belongs.
+    # The SDK turns the 404 into "sandbox not found" (the probe and the metrics behaviours see that), the raw
+    # request sees the endpoint's own message: the answer each case's exchanges hold is one, so one cause; the
+    # REST status table sees 404 where 200 belongs (among other answers of its own).
     "metrics_404": [
         {
             "probes/pr10_metrics",
+            "refusals/rf15_get_metrics",
             "behaviours/sync_metrics",
             "behaviours/async_metrics",
             "behaviours/sync_metrics_window",
@@ -52,17 +53,22 @@ EXPECTED: dict[str, list[set[str]]] = {
             "behaviours/sync_reported_resources",  # the metrics agree with the cgroup's figures
             "behaviours/async_reported_resources",
         },
-        {"refusals/rf15_get_metrics"},
         {"behaviours/sync_rest_statuses", "behaviours/async_rest_statuses"},
     ],
-    # Four different checks fail: what the default cwd is, what the login profile prints, where a relative
-    # path lands, and a command's output under cwd/envs/user (the same under both clients).
+    # The checks compare what they got with what E2B gives: whatever they check (the default cwd, what the login
+    # profile prints, a command's output under cwd/envs/user, the next call's cwd, the cwd /proc shows), what
+    # only the observed value has is /workspace: one cause. Where a relative path lands observes `missing`.
     "cwd_override=/workspace": [
-        {"behaviours/sync_run_envs_cwd_user", "behaviours/async_run_envs_cwd_user"},
-        {"behaviours/sync_options_end_with_call", "behaviours/async_options_end_with_call"},  # the next call's cwd
-        {"behaviours/sync_process_info", "behaviours/async_process_info"},  # the cwd /proc shows
-        {"probes/pr01_default_cwd"},
-        {"probes/pr02_login_profile"},
+        {
+            "behaviours/sync_run_envs_cwd_user",
+            "behaviours/async_run_envs_cwd_user",
+            "behaviours/sync_options_end_with_call",
+            "behaviours/async_options_end_with_call",
+            "behaviours/sync_process_info",
+            "behaviours/async_process_info",
+            "probes/pr01_default_cwd",
+            "probes/pr02_login_profile",
+        },
         {"probes/pr12_relative_paths"},
     ],
 }
@@ -89,7 +95,8 @@ def test_each_quirk_alone_gives_the_causes_a_person_expects(shared: Shared, quir
         assert cause["match"] is not None
         for case_id in cause["cases"]:
             case = cases[case_id]
-            assert re.search(cause["match"], f"{case.error}\n{json.dumps(case.details, sort_keys=True)}")
+            pinned = cause["match"] if isinstance(cause["match"], str) else tuple(cause["match"])
+            assert match_found(pinned, symptom_text(case.error, case.details)), (case_id, pinned)
             assert case.evidence, case_id
         assert cause["representative"]["evidence"], cause["key"]
 
@@ -158,8 +165,9 @@ def test_update_file_keeps_the_declarations_of_an_earlier_run(shared: Shared, tm
 
     change = update_file(read_run(both), declared)
 
-    # only what the first file did not declare is added; the stdin declarations stand as written
-    assert sorted(change.added) == ["probes/*/pr10_metrics", "refusals/*/rf15_get_metrics"]
+    # only what the first file did not declare is added (one cause: the run's only cases named *_metrics); the
+    # stdin declarations stand as written
+    assert sorted(change.added) == ["*/*/*_metrics"]
     assert change.updated == []
     again, _ = run_quirks(tmp_path / "again", "refuse_stdin", "metrics_404", expectations=declared)
     assert again == 0
@@ -168,8 +176,8 @@ def test_update_file_keeps_the_declarations_of_an_earlier_run(shared: Shared, tm
 # Causes each quirk of the b3os-beta profile gives on the Python probes and refusals, judged by no declaration.
 # One each, except where the cases check different things or the endpoint names different things:
 PROFILE_CAUSES = {
-    "cwd_override": 3,  # the default cwd, what the login profile prints, where a relative path lands
-    "metrics_404": 2,  # the SDK's "sandbox not found" and the raw request's own message
+    "cwd_override": 2,  # what a check observed (/workspace), and where a relative path lands (`missing`)
+    "metrics_404": 1,  # the SDK's "sandbox not found" and the raw request's: one answer of the endpoint's
     # one per option the endpoint names; pause and connect both name 'memory'; network rules and egress proxy
     # are the embedded endpoint's own 501s, each naming its member
     "refuse_create_options": 9,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.expectations import symptom_text
+from bench.expectations import compared_outcome, symptom_text
 from bench.redaction import Redactor
 from bench.results import CaseRecord, Run, atomic_write, read_run, utc_now, validate
 from bench.verdict import rerun_command
@@ -133,6 +133,41 @@ def symptom(message: str, limit: int | None = None) -> Symptom:
     return Symptom("".join(normalized).strip(), "".join(regex).strip())
 
 
+# `details.cause` of a case that failed only by the endpoint's moment (bench/remote/transient.py and the
+# capacity a run learns): never a cause, never declared.
+MOMENT_CAUSES = ("endpoint transient", "endpoint capacity", "flaky")
+# What the harness records for a case that is no answer of the endpoint's: never declared.
+HARNESS_OWN = (
+    ("not run", "not run"),
+    ("runner died", "its runner died"),
+    ("runner finished without reporting", "its runner died"),
+    ("depends on ", "it depends on a case that did not answer"),
+    ("runner environment ", "a harness fault"),
+    ("harness environment fault", "a harness fault"),
+    ("harness fault", "a harness fault"),
+)
+
+
+def apart(case: CaseRecord, declaring: bool = False) -> str | None:
+    """Why a failing case is kept apart from the causes (None: it belongs to one): the endpoint's transient or
+    capacity answer; and when `declaring`, what is no behaviour of the endpoint's to declare either (the
+    harness's own faults, runner deaths, cases not run or depending on another, the leak check)."""
+    cause = str(case.details.get("cause") or "")
+    if cause.startswith(MOMENT_CAUSES[:2]) or any(word in cause for word in MOMENT_CAUSES[2:]):
+        return "the endpoint's transient or capacity answer, not its behaviour"
+    if not declaring:
+        return None
+    if case.suite == "housekeeping":
+        return "the harness's own check of the run (the leak check)"
+    error = case.error or ""
+    return next((why for prefix, why in HARNESS_OWN if error.startswith(prefix)), None)
+
+
+def judged_outcome(case: CaseRecord) -> str:
+    """The outcome the judge compared with the declaration (bench.expectations.compared_outcome)."""
+    return compared_outcome(case.outcome, case.details, case.note)
+
+
 def observed_outcome(case: CaseRecord) -> str:
     """What the runner saw, before a judgement turned it into `deviation` (a refusal or match that differed)."""
     return str(case.details.get("observed_outcome") or case.outcome)
@@ -160,27 +195,250 @@ def _refusal(case: CaseRecord) -> str | None:
     return _REFUSAL_CODE.sub("", text)
 
 
-def endpoint_words(case: CaseRecord) -> str | None:
-    """What the endpoint itself said: a refusal's message, or the message of the error an SDK raised from
-    the endpoint's answer (None for a failed check of the harness's own, or a judgement that differed)."""
-    if case.outcome == "pass" or (case.note or "").startswith("refused differently"):
+# What the harness and the frameworks put around the words of a failure: an attempt counter, a wrapper naming
+# the call that raised (`exit 5` raised X, the agent run raised X, spawn('cat') refused: X).
+_OWN_PREFIX = re.compile(r"^(?:attempt \d+/\d+:\s*)+")
+# An SDK's exception inside a message (not an assertion of the harness's own): its message is the words.
+_RAISED = re.compile(r"\b(?!Assertion)\w+?(?:Exception|Error)(?: \[\w+\])?:\s+")
+# A check's own comparison: `[what: ]got A, expected B`, `observed A, E2B: B`, `what is A, expected B`, or
+# `... A (expected B)`.
+_DIFFERENCES = (
+    re.compile(
+        r"^(?:[^:]{0,80}?:\s*|\w+ is\s+)?(?:got\s+|observed\s+)?(?P<got>.+?),?\s+"
+        r"(?:expected|E2B:?)\s+(?P<expected>.+)$",
+        re.S,
+    ),
+    re.compile(r"(?P<got>[^\s(]+)\s+\(expected\s+(?P<expected>[^)]*)\)"),
+)
+# The form a Connect error takes in a message (`[invalid_argument] stdin is not supported`): the endpoint's words.
+_CONNECT_ERROR = re.compile(r"\[[a-z]+(?:_[a-z]+)*\]\s+")
+_VALUE = re.compile(r"(?:\\n|\\t)|[^\w./~@+-]+")  # what separates the words of a compared value
+_STATUS_IN_TEXT = re.compile(r"(?<![\w.])([45]\d\d)(?![\w.])")
+_ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_-]{8,}$")
+
+
+def _without_own_prefix(text: str) -> str:
+    return _OWN_PREFIX.sub("", text.strip())
+
+
+def _raised_in(text: str) -> str | None:
+    """The endpoint's words a message quotes (up to the next `; `): a Connect error's (`[code] words`), else the
+    message of an SDK's exception, without its code prefix."""
+    found = _CONNECT_ERROR.search(text) or _RAISED.search(text)
+    if found is None:
         return None
-    refusal = _refusal(case)
-    if refusal is not None:
-        return refusal
+    words = _REFUSAL_CODE.sub("", text[found.end() :].split("; ", 1)[0]).strip().rstrip("\"'`")
+    return words or None
+
+
+def _error_answers(case: CaseRecord) -> list[tuple[int | None, str]]:
+    """The endpoint's error answers among the case's exchanges: (HTTP status, or None for a Connect stream's
+    error frame; the message it gave)."""
+    found: list[tuple[int | None, str]] = []
+    for exchange in case.evidence or []:
+        status = exchange.get("status")
+        if isinstance(status, int) and status >= 400:
+            try:
+                body = json.loads(str(exchange.get("response") or ""))
+            except ValueError:
+                body = None
+            text = body.get("message") if isinstance(body, dict) else None
+            if isinstance(text, str) and text.strip():
+                found.append((status, text))
+        for frame in exchange.get("frames") or []:
+            _, _, payload = str(frame).partition(": ")
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                continue
+            error = parsed.get("error") if isinstance(parsed, dict) else None
+            text = error.get("message") if isinstance(error, dict) else None
+            if isinstance(text, str) and text.strip():
+                found.append((None, text))
+    return found
+
+
+def _stated_status(case: CaseRecord) -> int | None:
+    """The HTTP status the case says the endpoint answered: recorded, raised, or named in its message."""
+    raised = case.details.get("raised")
+    for value in (case.details.get("status_code"), raised.get("status_code") if isinstance(raised, dict) else None):
+        if isinstance(value, int) and value >= 400:
+            return value
+    named = {int(status) for status in _STATUS_IN_TEXT.findall(case.error or "")}
+    return named.pop() if len(named) == 1 else None
+
+
+def wire_words(case: CaseRecord) -> str | None:
+    """The endpoint's own words from the case's exchanges: the one error message it answered with the status the
+    case names (or, for a refusal or an SDK's exception naming no status, the only error message it answered)."""
+    answers = _error_answers(case)
+    if not answers:
+        return None
+    status = _stated_status(case)
+    if status is not None:
+        messages = {text for answered, text in answers if answered == status}
+    elif observed_outcome(case) == "refused" or isinstance(case.details.get("raised"), dict):
+        messages = {text for _, text in answers}
+    else:
+        return None
+    return _REFUSAL_CODE.sub("", messages.pop()).strip() or None if len(messages) == 1 else None
+
+
+def endpoint_words(case: CaseRecord) -> str | None:
+    """What the endpoint itself said: a refusal's message, or the message of the error an SDK raised from the
+    endpoint's answer (recorded, or quoted in the failure's message), when one of the case's exchanges says it
+    too; else the error answer among its exchanges (wire_words) the case names; else those words as recorded;
+    None for a failed check of the harness's own."""
+    if case.outcome == "pass":
+        return None
     raised = case.details.get("raised")
     text = raised.get("message") if isinstance(raised, dict) else None
-    return _REFUSAL_CODE.sub("", text) if isinstance(text, str) and text.strip() else None
+    own = _refusal(case) or (_REFUSAL_CODE.sub("", text).strip() if isinstance(text, str) else None)
+    own = own or _raised_in(_without_own_prefix(case.error or ""))
+    if own and any(own in answer or answer in own for _, answer in _error_answers(case)):
+        return own  # the endpoint's own words, as the case recorded them
+    # a client's own rendering of the answer (`Sandbox <id> not found` for a 404), or none: the answer's words
+    return wire_words(case) or own or None
+
+
+def _value_words(value: str) -> set[str]:
+    return {word for word in _VALUE.split(value) if word and word not in ("n", "t")}
+
+
+def difference(case: CaseRecord) -> tuple[set[str], set[str]] | None:
+    """For a check that compared what it got with what E2B gives: the words only the observed value has, and
+    those only E2B's has (ids left out); None for any other message."""
+    text = _without_own_prefix(case.error or "")
+    found = _DIFFERENCES[0].match(text) if text.startswith(("got ", "observed ")) or ": got " in text[:80] else None
+    found = found or (_DIFFERENCES[0].match(text) if re.match(r"^\w+ is ", text) else None)
+    found = found or _DIFFERENCES[1].search(text)
+    if found is None:
+        return None
+    got, expected = _value_words(found["got"]), _value_words(found["expected"])
+    if not got ^ expected:
+        return None
+    return {w for w in got - expected if not _ID_LIKE.match(w)}, {w for w in expected - got if not _ID_LIKE.match(w)}
 
 
 def signature(case: CaseRecord) -> str:
     """Equal for cases that fail the same way: `endpoint: <its words>` when the endpoint said why (one refusal
-    met by a probe, a behaviour's SDK exception and a raw request is one cause), else `<observed outcome>:
-    <message>`, normalized."""
+    met by a probe, a behaviour's SDK exception, a framework and a raw request is one cause); `differs: ...`
+    for a compared value, by what only the observed one has (else what it lacks); else `<observed outcome>:
+    <message>`; normalized, without the harness's own prefixes."""
     words = endpoint_words(case)
     if words is not None:
         return f"endpoint: {symptom(words).normalized[:SIGNATURE_CHARS]}"
-    return f"{observed_outcome(case)}: {symptom(message(case)).normalized[:SIGNATURE_CHARS]}"
+    differs = difference(case)
+    if differs is not None:
+        observed, lacking = differs
+        what = f"observed {' '.join(sorted(observed))}" if observed else f"lacks {' '.join(sorted(lacking))}"
+        return f"differs: {what[:SIGNATURE_CHARS]}"
+    said = _without_own_prefix(message(case))
+    return f"{observed_outcome(case)}: {symptom(said).normalized[:SIGNATURE_CHARS]}"
+
+
+FRAGMENT_MIN = 8  # characters: a shorter literal fragment says too little alone
+FRAGMENT_MAX = 80  # characters a generated `match` keeps (cut between words)
+FRAGMENT_GOOD = 16  # characters: a literal fragment this long needs no pattern around it
+MATCH_MANY = 3  # fragments at most a `match` lists when no one is in every case's symptom
+_VARYING = frozenset({"uuid", "time", "url", "hostport", "id", "number"})
+_LANGUAGE = frozenset({"call", "exception", "name", "literal", "quote", "separator"})
+
+
+def _unclosed(text: str, opening: str, closing: str) -> bool:
+    """Does `text` hold a quote or bracket of this kind that it does not close (or open)?"""
+    if opening == closing:
+        return text.count(opening) % 2 == 1
+    return text.count(opening) != text.count(closing)
+
+
+def _trim(text: str) -> str:
+    """A stretch as a fragment: without separators at its ends, nor a quote or bracket there it does not close."""
+    before = None
+    while text != before:
+        before = text
+        text = text.strip(" ,;:")
+        for opening, closing in (("'", "'"), ('"', '"'), ("`", "`"), ("(", ")"), ("[", "]"), ("{", "}")):
+            if text.startswith(opening) and _unclosed(text, opening, closing):
+                text = text[1:]
+            if text.endswith(closing) and _unclosed(text, opening, closing):
+                text = text[:-1]
+    if len(text) > FRAGMENT_MAX:
+        text = text[:FRAGMENT_MAX].rsplit(" ", 1)[0].rstrip(" ,;:")
+    return text
+
+
+def _varying_spans(text: str) -> list[tuple[int, int, bool]]:
+    """Where `text` varies from run to run (the whole word around an id, a number, a host, a time, a path holding
+    digits: True) or by the client's language only (quotes, exception names, spellings: False)."""
+    spans: list[tuple[int, int, bool]] = []
+    for found in _SCANNER.finditer(text):
+        kind = found.lastgroup or ""
+        if kind in _VARYING or (kind == "path" and any(ch.isdigit() for ch in found.group())):
+            start, end = found.start(), found.end()
+            while start > 0 and not text[start - 1].isspace() and text[start - 1] not in "\"'`([{":
+                start -= 1
+            while end < len(text) and not text[end].isspace() and text[end] not in "\"'`)]},;":
+                end += 1
+            spans.append((start, end, True))
+        elif kind in _LANGUAGE:
+            spans.append((found.start(), found.end(), False))
+    return spans
+
+
+def fragments(text: str) -> list[str]:
+    """Literal stretches of `text` a `match` can pin, the preferred first: between what varies from run to run
+    (ids, numbers, hosts, times, paths holding digits), then also between what differs by the client's language
+    (quotes, exception names, spellings); longest first, earlier first between equals."""
+    text = " ".join(text.split())
+    whole: list[str] = []
+    parts: list[str] = []
+    start = part_start = 0
+    for begin, end, varies in _varying_spans(text):
+        if begin < part_start:
+            continue
+        parts.append(text[part_start:begin])
+        part_start = end
+        if varies:
+            whole.append(text[start:begin])
+            start = end
+    whole.append(text[start:])
+    parts.append(text[part_start:])
+    seen: dict[str, int] = {}
+    for rank, stretch in enumerate([*whole, *parts]):
+        trimmed = _trim(stretch)
+        if len(trimmed) >= FRAGMENT_MIN and trimmed not in seen:
+            seen[trimmed] = rank
+    return sorted(seen, key=lambda fragment: (-len(fragment), seen[fragment]))
+
+
+def simple_patterns(text: str) -> list[str]:
+    """Two literal stretches of `text` around one word that varies (an id, a number), as a regex with `\\S+` in
+    its place (`Sandbox \\S+ not found`): what a `match` pins when no literal stretch says enough; longest first.
+    A stretch ends where the text differs by the client's language (an exception's name, a quote)."""
+    text = " ".join(text.split())
+    spans: list[tuple[int, int, bool]] = []
+    for span in _varying_spans(text):
+        if not spans or span[0] >= spans[-1][1]:
+            spans.append(span)
+    found_patterns = []
+    for index, (begin, end, varies) in enumerate(spans):
+        if not varies:
+            continue
+        before = text[spans[index - 1][1] if index else 0 : begin]
+        after = text[end : spans[index + 1][0] if index + 1 < len(spans) else len(text)]
+        head, tail = before.lstrip(" ,;:\"'`([{")[-FRAGMENT_MAX:], after.rstrip(" ,;:\"'`)]}")[:FRAGMENT_MAX]
+        if head.strip() and tail.strip():
+            found_patterns.append(_escape(head) + r"\S+" + _escape(tail))
+    return sorted(found_patterns, key=len, reverse=True)
+
+
+def _pinnable(fragment: str) -> bool:
+    try:
+        re.compile(fragment)
+    except re.error:
+        return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -197,8 +455,8 @@ class Cause:
 
     @property
     def outcomes(self) -> list[str]:
-        """The outcomes its cases' runners observed, the most frequent first."""
-        counts = Counter(observed_outcome(case) for case in self.cases)
+        """The outcomes the judge compared for its cases (judged_outcome), the most frequent first."""
+        counts = Counter(judged_outcome(case) for case in self.cases)
         return sorted(counts, key=lambda outcome: (-counts[outcome], outcome))
 
     @property
@@ -214,26 +472,64 @@ class Cause:
     def stale(self) -> bool:
         return self.cases[0].outcome == "pass"
 
-    def match(self) -> str | None:
-        """A regex found in every case's symptom (the start of the message, normalized parts left open); None
-        when no such regex is found (or for stale declarations, which have no symptom)."""
+    def match(self) -> str | list[str] | None:
+        """What a declaration of this cause pins (`match`): a literal fragment of the endpoint's words (else of
+        the failures' messages) found in every case's symptom, as a person reads it, or a simple pattern with
+        what varies left open (`Sandbox \\S+ not found`); when no one is in all, the fewest (up to MATCH_MANY)
+        that together are; else a regex of the message's start; None when none is found (or for a stale
+        declaration)."""
         if self.stale:
             return None
-        example = self.representative
-        pattern = symptom(endpoint_words(example) or message(example), MATCH_CHARS).regex
-        if not pattern:
-            return None
-        compiled = re.compile(pattern)
-        found = all(compiled.search(symptom_text(c.error, c.details)) for c in self.cases)
-        return pattern if found else None
+        texts = [symptom_text(case.error, case.details) for case in self.cases]
+        words = [endpoint_words(case) or "" for case in self.cases]
+        said = [_without_own_prefix(message(case)) for case in self.cases]
+        observed = [w for case in self.cases for w in sorted((difference(case) or (set(), set()))[0], key=len)[::-1]]
+        # the endpoint's words first (any case's); for a compared value what only the observed one has; then the
+        # failures' own messages
+        spoken = [fragment for text in words for fragment in fragments(text)]
+        literals = spoken + (observed if self.signature.startswith("differs:") else [])
+        literals += [fragment for text in said for fragment in fragments(text)] + observed
+        usable = [f for f in dict.fromkeys(literals) if len(f) >= 2 and _pinnable(f)]
+        simple = list(dict.fromkeys(p for text in [*words, *said] for p in simple_patterns(text)))
+
+        def covers(candidate: str, literal: bool) -> set[int]:
+            if literal:
+                return {i for i, text in enumerate(texts) if candidate in text}
+            compiled = re.compile(candidate)
+            return {i for i, text in enumerate(texts) if compiled.search(text)}
+
+        everywhere = set(range(len(texts)))
+        literal = next((f for f in usable if covers(f, True) == everywhere), None)
+        if literal is not None and len(literal) >= FRAGMENT_GOOD:
+            return literal
+        pattern = next((p for p in simple if len(p) > len(literal or "") and covers(p, False) == everywhere), None)
+        if pattern is not None or literal is not None:
+            return pattern or literal
+        # several, each a fragment of some cases' symptoms: the fewest that cover them all
+        options = [(f, covers(f, True)) for f in usable if len(f) >= FRAGMENT_GOOD and f in spoken]
+        options += [(p, covers(p, False)) for p in simple]
+        options += [(f, covers(f, True)) for f in usable if len(f) >= FRAGMENT_GOOD and f not in spoken]
+        chosen: list[str] = []
+        left = set(everywhere)
+        while left and len(chosen) < MATCH_MANY:
+            best, covered = max(options, key=lambda o: (len(o[1] & left), -options.index(o)), default=("", set()))
+            if not covered & left:
+                break
+            chosen.append(best)
+            left -= covered
+        if not left:
+            return chosen
+        regex = symptom(said[self.cases.index(self.representative)], MATCH_CHARS).regex
+        return regex if regex and covers(regex, False) == everywhere else None
 
 
 def find_causes(cases: Iterable[CaseRecord]) -> list[Cause]:
-    """The non-conformant cases (a retried case by its last record) grouped by signature, largest first."""
+    """The non-conformant cases (a retried case by its last record) grouped by signature, largest first; a case
+    failed only by the endpoint's transient or capacity answer is no cause (`apart`)."""
     latest = {case.id: case for case in cases}
     groups: dict[str, list[CaseRecord]] = {}
     for case in sorted(latest.values(), key=lambda c: c.id):
-        if not case.conformant:
+        if not case.conformant and apart(case) is None:
             groups.setdefault(signature(case), []).append(case)
     causes = [Cause(sig, tuple(found)) for sig, found in groups.items()]
     return sorted(causes, key=lambda cause: (-len(cause.cases), cause.signature))
@@ -292,16 +588,40 @@ def write_causes(run_path: Path, redactor: Redactor | None = None) -> Path:
     return target
 
 
+def cause_words(cause: Cause) -> str | None:
+    """What the cause is, in the endpoint's words: `the endpoint said: …`, or `observed …` where a compared value
+    differs from E2B's (None for a failed check of the harness's own)."""
+    example = cause.representative
+    if cause.signature.startswith("endpoint: "):
+        words = endpoint_words(example)
+        return f"the endpoint said: {' '.join(words.split())}" if words else None
+    differs = difference(example) if cause.signature.startswith("differs: ") else None
+    if differs is None:
+        return None
+    observed, lacking = differs
+    return (
+        f"observed {', '.join(sorted(observed))} where E2B's differs"
+        if observed
+        else (f"lacks {', '.join(sorted(lacking))} that E2B's has")
+    )
+
+
 def terminal_lines(run: Run, width: int = 100) -> list[str]:
     """What `report RUN --causes` prints: the headline, then each cause with its cases and one re-run line."""
     causes = find_causes(run.cases)
     lines = [f"{run.run_id}: {headline(causes)}"]
+    moments = [case.id for case in {c.id: c for c in run.cases}.values() if not case.conformant and apart(case)]
+    if moments:
+        lines.append(f"({len(moments)} more failed only by the endpoint's transient or capacity answer: no cause)")
     for number, cause in enumerate(causes, start=1):
         document = cause_document(run, cause)
         shown = " ".join(document["message"].split())
         shown = shown if len(shown) <= width else shown[: width - 1] + "…"
         lines.append(f"\n{number}. {'/'.join(cause.outcomes)} x{len(cause.cases)} [{cause.key}] {shown}")
         lines.append(f"   suites: {', '.join(document['suites'])}; runners: {', '.join(document['runners'])}")
+        said = cause_words(cause)
+        if said is not None:
+            lines.append(f"   {said if len(said) <= width else said[: width - 1] + '…'}")
         for case in cause.cases:
             lines.append(f"   - {case.id}")
         lines.append(f"   re-run {document['representative']['id']}: {document['representative']['rerun']}")

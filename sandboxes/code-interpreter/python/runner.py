@@ -31,6 +31,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 TIMEOUT_S = 3  # the interrupted cell's timeout
 AFTER_TIMEOUT_S = 15  # bound on the cell right after it (the sleep it interrupts lasts 30 s)
+# Every step of the suite shares the sandbox ci01 creates: it lives three run lifetimes (a loaded host took more
+# than one, 120 s scaled, to reach ci11, and it expired under the later steps: 502 "sandbox was not found").
+SHARED_LIFETIMES = 3
+MAX_TIMEOUT_S = 3600  # the longest lifetime E2B grants a sandbox
 
 CELLS = Path(__file__).resolve().parents[1] / "cells"  # the cells both runners send, one file each
 
@@ -104,7 +108,9 @@ def create(ctx: Context, obs: Observed) -> None:
     obs["default_template"] = Sandbox.default_template
     expect(Sandbox.default_template == TEMPLATE, f"the SDK's default template is {Sandbox.default_template!r}")
     try:
-        sandbox = Sandbox.create(timeout=ctx.sandbox_timeout_s, metadata=ctx.metadata)
+        sandbox = Sandbox.create(
+            timeout=min(ctx.sandbox_timeout_s * SHARED_LIFETIMES, MAX_TIMEOUT_S), metadata=ctx.metadata
+        )
     except SandboxException as exc:
         status = getattr(exc, "status_code", None)
         if status is None:  # not an answer of the endpoint's

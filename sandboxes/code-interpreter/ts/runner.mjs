@@ -21,6 +21,13 @@ const ANSI_ESCAPE = /\x1b\[[0-9;]*m/g
 const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 const TIMEOUT_MS = 3000 // the interrupted cell's timeout
 const AFTER_TIMEOUT_MS = 15000 // bound on the cell right after it (the sleep it interrupts lasts 30 s)
+// A cell's request, on a quiet host (scaled by the run's slowness): the sandbox's first cell starts its kernel,
+// which took 40-60 s on a loaded host, against the SDK's default 60 s; within the step's 90 s (scaled too).
+const CELL_REQUEST_MS = 80_000
+// Every step of the suite shares the sandbox ci01 creates: it lives three run lifetimes (a loaded host took more
+// than one, 120 s scaled, to reach ci11, and it expired under the later steps: 502 "sandbox was not found").
+const SHARED_LIFETIMES = 3
+const MAX_TIMEOUT_MS = 3_600_000 // the longest lifetime E2B grants a sandbox
 
 // The cells both runners send, one file each.
 const cell = (name) => readFileSync(new URL(`../cells/${name}.py`, import.meta.url), 'utf8')
@@ -35,7 +42,7 @@ function resultsOf(execution) {
 
 /** `runCode(code, opts)` with what it returned recorded under `obs[key]`. */
 async function runCell(ctx, obs, key, code, opts = {}) {
-  const execution = await ctx.sandbox.runCode(code, opts)
+  const execution = await ctx.sandbox.runCode(code, { requestTimeoutMs: CELL_REQUEST_MS * ctx.slowness, ...opts })
   const { error } = execution
   obs[key] = {
     text: excerpt(execution.text),
@@ -88,7 +95,7 @@ step('ci01_create', async (ctx, obs) => {
   expect(Sandbox.defaultTemplate === TEMPLATE, `the SDK's default template is ${show(Sandbox.defaultTemplate)}`)
   let sandbox
   try {
-    sandbox = await Sandbox.create({ timeoutMs: ctx.sandboxTimeoutMs, metadata: ctx.metadata })
+    sandbox = await Sandbox.create({ timeoutMs: Math.min(ctx.sandboxTimeoutMs * SHARED_LIFETIMES, MAX_TIMEOUT_MS), metadata: ctx.metadata })
   } catch (err) {
     // An answer of the endpoint's (it has a status): the template is refused there.
     if (!(err instanceof ctx.sdk.SandboxError) || err.statusCode === undefined) throw err

@@ -1469,7 +1469,10 @@ async def file_info_current(fl: Flavour, obs: Observed) -> None:
 
 
 # Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
+# The command's shell has run its profile once its body (`sleep`) is its child: its cwd is then the one it runs
+# in (read earlier, a login profile's `cd` may not have happened yet).
 PROC_VIEW = (
+    "i=0; while [ ! -s /proc/{pid}/task/{pid}/children ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
     "tr '\\0' '\\n' < /proc/{pid}/cmdline; echo --; readlink /proc/{pid}/cwd; "
     "tr '\\0' '\\n' < /proc/{pid}/environ | grep ^BH_PROC="
 )

@@ -319,7 +319,9 @@ def kill_grandchildren(ctx: Context, obs: Observed) -> None:
 
 @step("pr16_output_after_exit")
 def output_after_exit(ctx: Context, obs: Observed) -> None:
-    result = sandbox(ctx).commands.run("(sleep 0.4; echo late) & echo early")
+    # The child writes a second after the command's process exits: an endpoint that ends a command at its exit
+    # has ended it by then even on a loaded host (after 0.4 s, a starved one delivered the line 1 run in 4).
+    result = sandbox(ctx).commands.run("(sleep 1; echo late) & echo early")
     # envd ends a command when its output closes, not when its own process exits.
     observe(obs, result.stdout, "early\nlate\n")
 

@@ -980,8 +980,9 @@ behaviour('file_info_current', async (b, obs) => {
   same(obs, 'list_is_stat_now', seen(listed[0]), wanted)
 })
 
-// Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC.
-const PROC_VIEW = (pid) => `tr '\\0' '\\n' < /proc/${pid}/cmdline; echo --; readlink /proc/${pid}/cwd; tr '\\0' '\\n' < /proc/${pid}/environ | grep ^BH_PROC=`
+// Inside the sandbox, as its user: a process's command line (one argument a line), then its cwd and its BH_PROC,
+// once the command's shell has run its profile (its body, `sleep`, is its child: a login profile's `cd` is done).
+const PROC_VIEW = (pid) => `i=0; while [ ! -s /proc/${pid}/task/${pid}/children ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; tr '\\0' '\\n' < /proc/${pid}/cmdline; echo --; readlink /proc/${pid}/cwd; tr '\\0' '\\n' < /proc/${pid}/environ | grep ^BH_PROC=`
 
 behaviour('process_info', async (b, obs) => {
   const sbx = await b.shared()

@@ -27,6 +27,7 @@ from .lifecycle import Lifecycle
 from .redaction import Redactor
 from .remote.budget import Budget, cost_line, retries_figure
 from .remote.ledger import SandboxLedger
+from .remote.rerun import Settled, handed_on, rerun, wants_rerun
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
 from .remote.transient import RouteAnswers, is_transient, transient_only, with_conditions
@@ -288,8 +289,13 @@ class BenchSession:
         assert run_dir is not None
         executable = self.prepared[runner.name]
 
+        failed_once: dict[str, tuple[StepResult, list[dict[str, Any]]]] = {}  # run again before they are recorded
+
         def deliver(result: StepResult) -> None:
-            if result.id in wanted:
+            conditions = self.conditions.get((suite, runner.name, result.id), [])
+            if wants_rerun(result, conditions, failed_once) and not self.stop.is_set():
+                failed_once[result.id] = (result, self.conditions.pop((suite, runner.name, result.id), []))
+            elif result.id in wanted:
                 self._deliver(suite, runner, result)
 
         if not isinstance(executable, Path):
@@ -350,12 +356,53 @@ class BenchSession:
                 on_event=lambda event: self._on_event(suite, runner, event, proxy),
                 evidence=lambda: dict(seen),
             )
+            if failed_once:
+                runs += self._rerun(suite, runner, task, failed_once, run_once, proxy, lambda: dict(seen))
         for run in runs:
             self.created.update((run.footer or {}).get("cleanup") or {})
             if run.start_failure is not None:
                 self.start_faults.append(f"runner {runner.name} could not start: {run.start_failure}")
                 self.progress(self.start_faults[-1])
         return results
+
+    def _rerun(
+        self,
+        suite: str,
+        runner: Runner,
+        task: dict[str, Any],
+        failed: dict[str, tuple[StepResult, list[dict[str, Any]]]],
+        run_once: Callable[[dict[str, Any], Callable[[Event], None]], RunnerResult],
+        proxy: WireProxy,
+        evidence: Callable[[], dict[str, Any]],
+    ) -> list[RunnerResult]:
+        """Steps that failed after a 429/502/503 reached them run once more in a fresh runner, then are recorded
+        (bench/remote/rerun.py); the runs it took."""
+        shown = ", ".join(f"{step} ({handed_on(c)[0]['status']})" for step, (_, c) in failed.items() if handed_on(c))
+        self.progress(f"{runner.name}: running again on a fresh sandbox, after a 429/502/503 answer: {shown}")
+        settled, runs = (
+            rerun(
+                task,
+                failed,
+                run_once,
+                lambda step: self.conditions.pop((suite, runner.name, step), []),
+                on_event=lambda event: self._on_event(suite, runner, event, proxy),
+                evidence=evidence,
+            )
+            if not self.stop.is_set()
+            else ({}, [])
+        )
+        for step, (first, conditions) in failed.items():
+            if step not in self.selected.get((suite, runner.name), []):
+                continue  # a prerequisite held with the steps that need it: no case of its own
+            result, conditions, again = settled.get(step, Settled(first, conditions, False))
+            if not again:
+                self.conditions[(suite, runner.name, step)] = conditions
+                self._deliver(suite, runner, result)
+                continue
+            self.record(suite, runner, step, result)
+            if conditions:  # judged again at the end: a route the endpoint never answered otherwise is refused
+                self.transient[(suite, runner.name, step)] = (result, conditions)
+        return runs
 
     def _deliver(self, suite: str, runner: Runner, observed: StepResult) -> None:
         """Record a selected step's case as soon as its result is known (once)."""

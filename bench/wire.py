@@ -141,6 +141,7 @@ class _Exchange:
     response_json: Any = None  # a control-plane JSON answer, as learnt
     frames: _Frames | None = None  # a Connect stream's response
     reset: Callable[[], None] | None = None  # resets the client's connection (the server's protocol gives it)
+    condition: dict[str, Any] | None = None  # the 429/502/503 handed on, as the step's conditions hold it
 
 
 class _Frames:
@@ -258,12 +259,14 @@ class WireProxy:
             taken, self._conditions = self._conditions, []
         return taken
 
-    def _condition(self, exchange: _Exchange, status: int, **more: Any) -> None:
+    def _condition(self, exchange: _Exchange, status: int, **more: Any) -> dict[str, Any]:
         path = httpx.URL(exchange.url).path
+        condition = {"method": exchange.method, "path": path, "status": status, **more}
         with self._conditions_lock:
             if more.get("retried"):
                 self.retried[status] += 1
-            self._conditions.append({"method": exchange.method, "path": path, "status": status, **more})
+            self._conditions.append(condition)
+        return condition
 
     @property
     def url(self) -> str:
@@ -548,7 +551,7 @@ class WireProxy:
             await asyncio.sleep(wait)
             waited += wait
         if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
-            self._condition(exchange, response.status_code, retried=False)
+            exchange.condition = self._condition(exchange, response.status_code, retried=False)
         if self.on_answer is not None:
             self.on_answer(exchange.method, httpx.URL(exchange.url).path, response.status_code)
         try:
@@ -630,6 +633,10 @@ class WireProxy:
         if exchange.logged:
             return
         exchange.logged = True
+        if exchange.condition is not None:  # what the endpoint said with its 429/502/503, before the client has it
+            exchange.condition["message"] = answer_message(
+                bytes(exchange.response_body[:EXCERPT_BYTES]), exchange.response_headers, self.redactor
+            )
         record: dict[str, Any] = {
             "ts": exchange.ts,
             "runner": self.runner,
@@ -702,6 +709,17 @@ def last_exchange(log_path: Path) -> dict[str, Any] | None:
         keep = ("ts", "method", "url", "status", "duration_ms", "error")
         return {key: entry[key] for key in keep if key in entry} if isinstance(entry, dict) else None
     return None
+
+
+def answer_message(kept: bytes, headers: dict[str, str], redactor: SecretSink) -> str:
+    """What an error answer says in words: its JSON `message` (E2B's and Connect's error shape), else its text."""
+    text = body_text(kept, len(kept), headers, redactor) if kept else ""
+    try:
+        document = json.loads(text.removeprefix("end: "))
+    except ValueError:
+        return " ".join(text.split())[:EXCERPT_BYTES] if not text.startswith("<") else ""
+    message = document.get("message") if isinstance(document, dict) else None
+    return " ".join(str(message).split()) if message is not None else ""
 
 
 def body_bytes_from_env(environ: MutableMapping[str, str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """A step's result seen with what the endpoint's conditions did during it (the wire proxy's retries and the
-transient answers it handed on): the retries are recorded with the case, and a step that failed after a
-transient answer reached it failed because of the endpoint's moment, not its conformance.
+transient answers it handed on): the retries are recorded with the case. A step that failed after a transient
+answer reached it is run again first (bench/remote/rerun.py): only one that could not run again is recorded here
+as the endpoint's moment (`endpoint transient (502)`), unconfirmed.
 
 A moment, not a rule: a 429/502/503 is transient only when requests of its kind (its method and route, ids
 as placeholders) were answered otherwise in the same run, before or after it. An endpoint that answers 503
@@ -85,8 +86,8 @@ def transient_only(failed: Sequence[dict[str, Any]]) -> str | None:
     if not failed or not all(is_transient(details) for details in failed):
         return None
     return (
-        f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 where no retry was due "
-        "(see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
+        f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 where no retry was due and "
+        "could not be run again (see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
     )
 
 

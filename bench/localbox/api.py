@@ -135,6 +135,7 @@ class Api:
         self.registry = registry
         self.snapshots = Snapshots(registry)
         self.admission = Admission()
+        self.creating = 0  # creates under way (the `max_running` quirk counts them as running)
         self.started_at = time.time()
         self.spawns: dict[str, list[float]] = {t: [] for t in TEMPLATES}  # built-in template -> create times
         # kill_unconfirmed quirk: killed sandbox id -> (its last detail, until when GET still answers it)
@@ -231,6 +232,11 @@ class Api:
         _refuse_unprovided(body)
         internet = body.get("allow_internet_access")
         auto_resume = body.get("autoResume") or {}
+        cap = self.registry.quirks.max_running
+        running = sum(1 for made in self.registry.sandboxes.values() if made.state == "running") + self.creating
+        if cap and running >= cap:  # the `max_running` quirk: a concurrency cap, without Retry-After
+            raise ApiError(429, f"at most {cap} sandboxes at once")
+        self.creating += 1
         try:
             async with self.admission.slot():
                 sandbox, token = await self.registry.create(
@@ -250,6 +256,8 @@ class Api:
             raise ApiError(429, str(exc), headers={"Retry-After": str(exc.retry_after_s)}) from exc
         except AgentError as exc:
             raise ApiError(500, f"sandbox could not be started: {exc}") from exc
+        finally:
+            self.creating -= 1
         sandbox.pause_memory = body.get("autoPauseMemory") is not False
         if template_id:
             self.spawns[template_id].append(time.time())

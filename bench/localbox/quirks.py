@@ -81,6 +81,9 @@ class Quirks:
     # "METHOD /route" (a `{name}` or `*` segment matches any one): every such request answers 503, as from a
     # gateway in front of an endpoint that lacks the route; not a moment, so a conformance failure
     unavailable_route: str | None = None
+    # A concurrency cap: past N running sandboxes a create answers 429 "at most N sandboxes at once", no Retry-After
+    # (a minimal version for the harness's capacity tests; helper B's hostile quirks replace it at merge)
+    max_running: int = 0
 
     def check_start(self, request: object) -> None:
         if self.refuse_stdin and getattr(request, "stdin", False):

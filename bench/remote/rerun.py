@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from bench.runners.protocol import Event, RunnerResult, StepResult
 
 from .resume import RunOnce, _needs, run_resuming
-from .transient import FAILED
+from .transient import NOT_PASSED as FAILED
 
 Conditions = list[dict[str, Any]]
 BLOCKED = re.compile(r"depends on (?P<step>[^\s,]+)")  # a runner's word for a step it did not run (runkit)

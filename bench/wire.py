@@ -147,6 +147,7 @@ class _Exchange:
     gone: bool = False  # a create whose client disconnected before its answer: finished, never sent again
     upstream: bool = False  # a request is with the upstream, its answer not yet come
     create: bool = False  # a create the ledger counts (`_create`)
+    room_message: str | None = None  # while a create refused for capacity waits for room: what the endpoint said
 
 
 @dataclass
@@ -543,6 +544,9 @@ class WireProxy:
             # The client went away: cancelling the relay closes the upstream stream too.
             relay.cancel()
             exchange.error = f"client disconnected after {exchange.response_bytes} response bytes"
+            if exchange.room_message is not None:  # it gave up waiting for room: the endpoint's capacity, handed on
+                exchange.error = "client gave up while its create waited for room under the endpoint's limit"
+                self._condition(exchange, RATE_LIMITED, retried=False, capacity=True, message=exchange.room_message)
         watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await relay
@@ -677,11 +681,13 @@ class WireProxy:
         await response.aclose()
         started = time.monotonic()
         self.ledger.waiting(+1)
+        exchange.room_message = message
         try:
             await self.ledger.readmit(left)
             await asyncio.sleep(capacity.backoff_s(room.refusals))
         finally:
             self.ledger.waiting(-1)
+            exchange.room_message = None
         if exchange.gone:  # its client went away meanwhile: not sent again
             return False
         waited = time.monotonic() - started

@@ -91,6 +91,33 @@ def test_a_create_refused_for_capacity_waits_for_a_sandbox_of_the_run_to_end_and
     assert ledger.capacity_answers == len(created["retries"])
 
 
+def test_a_client_that_gives_up_while_its_create_waits_for_room_is_told_the_endpoints_capacity(
+    capped: LocalEndpoint, tmp_path: Path
+) -> None:
+    ledger = SandboxLedger()
+    key = capped.api_key
+    with WireProxy(capped.api_url, capped.sandbox_url, tmp_path / "a.jsonl", "a", Redactor(), ledger=ledger) as a:
+        first = create(a.url, key).json()["sandboxID"]
+        a.take_conditions()
+        with pytest.raises(httpx.ReadTimeout):  # an SDK whose request timeout ends before room comes
+            httpx.post(f"{a.url}/sandboxes", json={"templateID": "base", "timeout": 120}, headers={"X-API-KEY": key},
+                       timeout=httpx.Timeout(60, read=3))  # fmt: skip
+        seen: list[dict[str, Any]] = []
+        while not any(not c["retried"] for c in seen):  # the proxy sees the client go
+            seen += a.take_conditions()
+            time.sleep(0.05)
+        httpx.delete(f"{a.url}/sandboxes/{first}", headers={"X-API-KEY": key}, timeout=60)
+        listed = httpx.get(f"{capped.api_url}/v2/sandboxes", headers={"X-API-KEY": key}, timeout=60).json()
+
+    assert listed == []  # the given-up create made nothing: it was never sent again
+    assert ledger.pending == 0 and ledger.capacity == 1
+    assert [c for c in seen if not c["retried"]] == [
+        {"method": "POST", "path": "/sandboxes", "status": 429, "retried": False, "capacity": True,
+         "message": "at most 1 sandboxes at once"}
+    ]  # fmt: skip
+    assert {(c["status"], c.get("capacity")) for c in seen if c["retried"]} <= {(429, True)}
+
+
 def test_capacity_is_told_apart_from_a_rate_limit_and_a_capacity_failure_is_never_the_endpoints_conformance() -> None:
     assert is_capacity(429, {}, "at most 40 sandboxes at once", 0)
     assert is_capacity(429, {"retry-after": "5"}, "Too many concurrent sandboxes", 0)

@@ -25,9 +25,11 @@ from .expectations import Expectations, judge
 from .housekeeping import ALREADY_GONE, KILLED, kill_left
 from .lifecycle import Lifecycle
 from .redaction import Redactor
+from .remote import capacity
 from .remote.budget import Budget, cost_line, retries_figure
 from .remote.faults import fault_options
 from .remote.ledger import SandboxLedger
+from .remote.rerun import Settled, handed_on, rerun, wants_rerun
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
 from .remote.transient import RouteAnswers, is_transient, transient_only, with_conditions
@@ -103,6 +105,10 @@ class BenchSession:
         default_factory=dict
     )  # + step -> read at
     wire_logs: WireLogs = field(default_factory=WireLogs)
+    gate: capacity.RunnerGate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = capacity.RunnerGate(lambda: self.ledger.limit())
 
     @property
     def endpoint(self) -> Endpoint:
@@ -157,6 +163,7 @@ class BenchSession:
             header["shard"] = self.shard_header
         self.budget = self.endpoint.budget.with_max(self.options.max_sandboxes)
         self.ledger.max_sandboxes = self.budget.max_sandboxes
+        self.ledger.on_capacity = lambda limit, message: self.progress(capacity.sentence(limit, message))
         header["budget"] = {"max_sandboxes": self.budget.max_sandboxes, "max_minutes": self.options.max_minutes}
         header["slowness"] = slowness()
         self.lifecycle.open(suite, pins, **header)
@@ -283,15 +290,48 @@ class BenchSession:
     def _run(self, suite: str, runner: Runner) -> dict[str, StepResult]:
         """Run one runner for its steps, each selected step recorded as it ends; a step that outlives its
         deadline is recorded `error` and a fresh runner goes on with the steps after it."""
+        results: dict[str, StepResult] = {}
+        only: list[str] | None = None  # after a yield: the steps it had not finished
+        while True:
+            with self.gate.slot(self.stop) as seat:  # as many runners at once as the run's sandbox limit fits
+                halt = capacity.Halt(self.stop, self.gate, seat)
+                results.update(self._run_runner(suite, runner, halt, only))
+            only = [step for step in self.selected.get((suite, runner.name), []) if step not in results]
+            if not halt.yielded or self.stop.is_set() or not only:
+                return results
+            self._kill_left_by(suite, runner.name)  # a stopped runner may leave some: they hold the room it yields
+            limit = self.ledger.limit()
+            self.progress(f"{runner.name}: stopped to hold the run under {limit} sandboxes at once; "
+                          f"its {len(only)} case(s) left resume when a runner ends")  # fmt: skip
+
+    def _kill_left_by(self, suite: str, runner: str) -> None:
+        """Kill the sandboxes a stopped runner left alive (the harness's own, as at the end of a run)."""
+        mine = [sandbox.id for sandbox in self.ledger.left() if (sandbox.suite, sandbox.runner) == (suite, runner)]
+        killed = kill_left(self.endpoint.api_url, self.key, mine)
+        self.left.update(killed)
+        for sandbox_id, what in killed.items():
+            if what in KILLED.values():
+                self.ledger.observe("DELETE", f"/sandboxes/{sandbox_id}", 204, None)
+
+    def _run_runner(
+        self, suite: str, runner: Runner, halt: capacity.Halt, only: list[str] | None = None
+    ) -> dict[str, StepResult]:
         steps = load_steps(suite, runner.table(suite))  # type: ignore[arg-type]
         wanted = self.selected.get((suite, runner.name), [])
-        planned = task_steps(steps, wanted)
+        planned = task_steps(steps, wanted if only is None else only)
         run_dir = self.lifecycle.run_dir
         assert run_dir is not None
         executable = self.prepared[runner.name]
 
+        failed_once: dict[str, tuple[StepResult, list[dict[str, Any]]]] = {}  # run again before they are recorded
+
         def deliver(result: StepResult) -> None:
-            if result.id in wanted:
+            if halt.yielded and not result.reported and not self.stop.is_set():
+                return  # stopped to yield its seat: run again when it has one
+            conditions = self.conditions.get((suite, runner.name, result.id), [])
+            if wants_rerun(result, conditions, failed_once) and not self.stop.is_set():
+                failed_once[result.id] = (result, self.conditions.pop((suite, runner.name, result.id), []))
+            elif result.id in wanted:
                 self._deliver(suite, runner, result)
 
         if not isinstance(executable, Path):
@@ -340,7 +380,7 @@ class BenchSession:
                     deadlines=deadlines,
                     env=runner.environment(endpoint_env),
                     on_event=heard,
-                    stop=self.stop,
+                    stop=halt,
                     kill_grace_s=KILL_GRACE_S * factor,
                     on_timeout=look,
                 )
@@ -353,12 +393,56 @@ class BenchSession:
                 evidence=lambda: dict(seen),
                 on_restart=self.progress,
             )
+            if halt.yielded and not self.stop.is_set():  # what it did not finish runs when it has a seat again
+                results = {k: v for k, v in results.items() if v.reported and k not in failed_once}
+                proxy.take_conditions()
+            elif failed_once:
+                runs += self._rerun(suite, runner, task, failed_once, run_once, proxy, lambda: dict(seen))
         for run in runs:
             self.created.update((run.footer or {}).get("cleanup") or {})
             if run.start_failure is not None:
                 self.start_faults.append(f"runner {runner.name} could not start: {run.start_failure}")
                 self.progress(self.start_faults[-1])
         return results
+
+    def _rerun(
+        self,
+        suite: str,
+        runner: Runner,
+        task: dict[str, Any],
+        failed: dict[str, tuple[StepResult, list[dict[str, Any]]]],
+        run_once: Callable[[dict[str, Any], Callable[[Event], None]], RunnerResult],
+        proxy: WireProxy,
+        evidence: Callable[[], dict[str, Any]],
+    ) -> list[RunnerResult]:
+        """Steps that failed after a 429/502/503 reached them run once more in a fresh runner, then are recorded
+        (bench/remote/rerun.py); the runs it took."""
+        shown = ", ".join(f"{step} ({handed_on(c)[0]['status']})" for step, (_, c) in failed.items() if handed_on(c))
+        self.progress(f"{runner.name}: running again on a fresh sandbox, after a 429/502/503 answer: {shown}")
+        settled, runs = (
+            rerun(
+                task,
+                failed,
+                run_once,
+                lambda step: self.conditions.pop((suite, runner.name, step), []),
+                on_event=lambda event: self._on_event(suite, runner, event, proxy),
+                evidence=evidence,
+            )
+            if not self.stop.is_set()
+            else ({}, [])
+        )
+        for step, (first, conditions) in failed.items():
+            if step not in self.selected.get((suite, runner.name), []):
+                continue  # a prerequisite held with the steps that need it: no case of its own
+            result, conditions, again = settled.get(step, Settled(first, conditions, False))
+            if not again:
+                self.conditions[(suite, runner.name, step)] = conditions
+                self._deliver(suite, runner, result)
+                continue
+            self.record(suite, runner, step, result)
+            if conditions:  # judged again at the end: a route the endpoint never answered otherwise is refused
+                self.transient[(suite, runner.name, step)] = (result, conditions)
+        return runs
 
     def _deliver(self, suite: str, runner: Runner, observed: StepResult) -> None:
         """Record a selected step's case as soon as its result is known (once)."""
@@ -511,6 +595,10 @@ class BenchSession:
             lines.append(f"retries: {retries['total']} ({shown})")
         if self.stop_reason:
             lines.append(f"stopped: {self.stop_reason}")
+        if self.ledger.capacity is not None:
+            limit = self.ledger.capacity
+            lines.append(f"capacity: the endpoint refused {self.ledger.capacity_answers} create(s) past {limit} "
+                         f"sandboxes at once; pass --max-sandboxes {limit} next time")  # fmt: skip
         # a sandbox the ledger saw alive whose kill found it gone was not left (it ended by a way the wire did not
         # show, e.g. its timeout): the footer keeps it, the terminal does not say it was left
         left = {sandbox: what for sandbox, what in self.left.items() if what != ALREADY_GONE}
@@ -544,7 +632,7 @@ class BenchSession:
             # that clean-up finish (bounded) before anything it has not killed counts as left by this run.
             futures.wait(list(self.jobs.values()), timeout=scaled(RUNNER_END_S))
             self.stop_runners()
-            self.left = kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
+            self.left |= kill_left(self.endpoint.api_url, self.key, [sandbox.id for sandbox in self.ledger.left()])
             for sandbox_id, what in self.left.items():
                 if what in KILLED.values():
                     self.ledger.observe("DELETE", f"/sandboxes/{sandbox_id}", 204, None)
@@ -563,6 +651,11 @@ class BenchSession:
         extra: dict[str, Any] = {"cost": self.cost, "left_by_run": self.left, "retries": self.retries()}
         if self.stop_reason:
             extra["stop_reason"] = self.stop_reason
+        if self.ledger.capacity is not None:
+            ledger = self.ledger
+            extra["capacity"] = {
+                "limit": ledger.capacity, "answers": ledger.capacity_answers, "message": ledger.capacity_message
+            }  # fmt: skip
         self.exit_code = self.lifecycle.finish(status, exit_code, **extra)  # type: ignore[arg-type]
         return self.exit_code
 

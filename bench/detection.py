@@ -279,8 +279,8 @@ def run_one(results: Path, quirk: str | None, only: Collection[str] = ()) -> Pat
     # Ctrl-C, SIGTERM or a hung run: the run is told to stop (its runners, its footer) and waited for.
     child = run_forked(command, timeout_s=600, grace_s=STOP_GRACE_S)
     made = sorted({p for p in results.iterdir() if p.is_dir()} - before)
-    # A completed run whose only failures followed a 502/503 exits 2 (the endpoint's transient): its cases are
-    # flagged all the same (a quirk that loses every answer of one kind is such a run).
+    # A completed run whose only failures followed a 502/503 and could not be run again exits 2 (the endpoint's
+    # transient, unconfirmed): its cases are flagged all the same.
     transient = child.returncode == ExitCode.USAGE and len(made) == 1 and read_run(made[0]).status == "completed"
     if (child.returncode not in (ExitCode.OK, ExitCode.NONCONFORMANT) and not transient) or len(made) != 1:
         raise RuntimeError(f"run with quirk {quirk!r} ended with {child.returncode}: {child.output[-OUTPUT_TAIL:]}")

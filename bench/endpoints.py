@@ -9,6 +9,7 @@ money on it), so no other module asks which kind it has.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -34,6 +35,11 @@ DEFAULT_KEY_ENV = "E2B_API_KEY"
 LOCAL_KEY_ENV = "E2B_BENCH_LOCAL_KEY"
 DEFAULT_DOMAIN = "e2b.app"
 PREFLIGHT_TIMEOUT_S = 5.0
+ENVD_PORT = 49983  # the port of envd in a sandbox, as the SDKs address it by domain
+PREFLIGHT_TEMPLATE = "base"
+PREFLIGHT_CREATE_S = 30.0  # a create takes seconds on a distant endpoint (quiet host)
+PREFLIGHT_SANDBOX_S = 30  # the preflight's own sandbox is killed at once; its lifetime only bounds a failed kill
+PREFLIGHT_METADATA = {"e2b-bench": "preflight"}
 # The key format Python e2b checks before sending a key, unless E2B_VALIDATE_API_KEY=false: the pinned
 # 2.31.0 and 2.45.1 do; 2.20.3, 2.63.0 and npm e2b 2.50/2.51 send any key (read in each pinned SDK's source).
 SDK_KEY_FORMAT = re.compile(r"\Ae2b_[0-9a-f]+\Z")
@@ -296,7 +302,93 @@ def preflight(
         response = _list_one(client, f"{endpoint.api_url}/v2/sandboxes", key)
         if response.status_code == 404:
             response = _list_one(client, f"{endpoint.api_url}/sandboxes", key)
-    _judge(endpoint, response, key)
+        _judge(endpoint, response, key)
+        envd_reachable(endpoint, key, client)
+
+
+# --- the sandbox URL: where the SDKs send envd traffic ----------------------------------------------
+
+
+def sandbox_url_source(endpoint: Endpoint) -> str:
+    """Where the user set the sandbox URL (or the domain it is derived from), named as they would look for it."""
+    table = f"of [endpoints.{endpoint.name}] in endpoints.toml"
+    if endpoint.sandbox_url is not None:
+        return {"env": "E2B_SANDBOX_URL", "toml": f"sandbox_url {table}"}.get(endpoint.kind, "the sandbox URL")
+    return {"env": "E2B_DOMAIN", "toml": f"domain {table}"}.get(endpoint.kind, "the sandbox domain")
+
+
+def envd_url(endpoint: Endpoint, sandbox_id: str) -> str | None:
+    """Where envd requests of `sandbox_id` go (as the wire proxy routes them: bench/wire.py `upstream_for`)."""
+    if endpoint.sandbox_url is not None:
+        return endpoint.sandbox_url
+    return f"https://{ENVD_PORT}-{sandbox_id}.{endpoint.domain}" if endpoint.domain else None
+
+
+def envd_reachable(endpoint: Endpoint, key: str, client: httpx.Client) -> None:
+    """Every URL the SDKs will use answers: the sandbox URL itself (when set), then, through one small sandbox
+    created for it (and killed), that sandbox's envd port as the SDKs route it (`GET /health` with its
+    `E2b-Sandbox-Id`). A transport failure is a PreflightError naming the variable; any HTTP answer is reachable
+    (what envd answers is the cases' to judge). A create the endpoint refuses leaves the check to the cases."""
+    if endpoint.provider.embedded:  # the harness serves both URLs itself, on the port the listing answered
+        return
+    source = sandbox_url_source(endpoint)
+    if endpoint.sandbox_url is not None:
+        _reach(client, endpoint.sandbox_url, source, {})
+    try:
+        created = client.post(
+            f"{endpoint.api_url}/sandboxes",
+            json={"templateID": PREFLIGHT_TEMPLATE, "timeout": PREFLIGHT_SANDBOX_S, "metadata": PREFLIGHT_METADATA},
+            headers={"X-API-KEY": key},
+            timeout=scaled(PREFLIGHT_CREATE_S),
+        )
+        answer = created.json() if created.status_code < 300 else {}
+    except (httpx.HTTPError, ValueError):
+        return
+    sandbox_id = answer.get("sandboxID") if isinstance(answer, dict) else None
+    if not isinstance(sandbox_id, str):
+        return
+    try:
+        url = envd_url(endpoint, sandbox_id)
+        if url is not None:
+            headers = {"E2b-Sandbox-Id": sandbox_id}
+            token = answer.get("envdAccessToken")
+            if isinstance(token, str) and token:
+                headers["X-Access-Token"] = token
+            named = source if endpoint.sandbox_url is not None else f"the envd port of a sandbox ({source})"
+            _reach(client, url, named, headers)
+    finally:
+        with contextlib.suppress(httpx.HTTPError):
+            client.delete(f"{endpoint.api_url}/sandboxes/{sandbox_id}", headers={"X-API-KEY": key})
+
+
+def _reach(client: httpx.Client, url: str, source: str, headers: Mapping[str, str]) -> None:
+    try:
+        client.get(f"{url.rstrip('/')}/health", headers=dict(headers))
+    except httpx.TimeoutException as exc:
+        raise PreflightError(
+            f"{source} {url} is unreachable: no answer within {client.timeout.read:g}s ({type(exc).__name__}); "
+            "point it at the endpoint's sandbox (envd) URL."
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise PreflightError(
+            f"{source} {url} is unreachable: {_reason(exc)}; point it at the endpoint's sandbox (envd) URL."
+        ) from exc
+
+
+def _reason(exc: httpx.HTTPError) -> str:
+    """The transport failure in a few words: the operating system's when there are some."""
+    chain = _causes(exc)
+    if any(isinstance(item, socket.gaierror) for item in chain):
+        return "its host name does not resolve"
+    if any(isinstance(item, ConnectionRefusedError) for item in chain):
+        return "connection refused"
+    tls = next((item for item in chain if isinstance(item, ssl.SSLError)), None)
+    if tls is not None:
+        return f"TLS handshake failed ({getattr(tls, 'reason', None) or tls})"
+    errno = next((item for item in chain if isinstance(item, OSError) and item.errno), None)
+    if errno is not None:
+        return os.strerror(errno.errno).lower()  # type: ignore[union-attr, arg-type]
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _list_one(client: httpx.Client, url: str, key: str) -> httpx.Response:

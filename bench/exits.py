@@ -25,7 +25,8 @@ EPILOG = """exit codes:
   0    every case conformant
   1    some case not conformant (or a quirk not detected, a benchmark sample failed)
   2    configuration, environment or endpoint unusable (one sentence says what to fix); nothing ran.
-       Also a run whose every non-conformant case failed only by a 429/502/503 of the endpoint
+       Also a run whose every non-conformant case failed only by a 429/502/503 of the endpoint and could not
+       be run again (a case that fails again on its re-run is a deviation: 1)
   3    the harness's own environment failed: Node.js missing or too old, E2B_BENCH_NODE wrong, a runner
        environment that could not be built (the other runners' cases are recorded), or a results directory
        with less than 64 MB free (nothing ran)

@@ -38,6 +38,7 @@ import httpx
 import uvicorn
 
 from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
+from bench.remote import capacity
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
@@ -76,6 +77,7 @@ HOP_BY_HOP = frozenset(
 ENVD_PATH_PREFIXES = ("/process.Process/", "/filesystem.Filesystem/", "/files/")
 ENVD_PATHS = frozenset({"/files", "/health"})
 ENVD_PORT = 49983
+CREATE_FINISH_S = 30.0  # a create under way when the proxy stops is let answer this long (quiet host)
 START_S = 10.0  # the proxy up (or down), or an upstream connection made, on a quiet host (scaled by slowness)
 # Control-plane JSON responses are small; beyond this they are streamed unread.
 LEARN_LIMIT_BYTES = 1 << 20
@@ -141,6 +143,25 @@ class _Exchange:
     response_json: Any = None  # a control-plane JSON answer, as learnt
     frames: _Frames | None = None  # a Connect stream's response
     reset: Callable[[], None] | None = None  # resets the client's connection (the server's protocol gives it)
+    condition: dict[str, Any] | None = None  # the 429/502/503 handed on, as the step's conditions hold it
+    gone: bool = False  # a create whose client disconnected before its answer: finished, never sent again
+    upstream: bool = False  # a request is with the upstream, its answer not yet come
+    create: bool = False  # a create the ledger counts (`_create`)
+    room_message: str | None = None  # while a create refused for capacity waits for room: what the endpoint said
+
+
+@dataclass
+class _Room:
+    """A create's waits for room after capacity refusals, and the last answer's body once read."""
+
+    refusals: int = 0
+    waited_s: float = 0.0
+    full: bool = False  # no room came within capacity.WAIT_S: the refusal goes to the client
+    raw: bytes | None = None
+
+
+async def _chunks(raw: bytes) -> AsyncIterator[bytes]:
+    yield raw
 
 
 class _Frames:
@@ -258,12 +279,14 @@ class WireProxy:
             taken, self._conditions = self._conditions, []
         return taken
 
-    def _condition(self, exchange: _Exchange, status: int, **more: Any) -> None:
+    def _condition(self, exchange: _Exchange, status: int, **more: Any) -> dict[str, Any]:
         path = httpx.URL(exchange.url).path
+        condition = {"method": exchange.method, "path": path, "status": status, **more}
         with self._conditions_lock:
             if more.get("retried"):
                 self.retried[status] += 1
-            self._conditions.append({"method": exchange.method, "path": path, "status": status, **more})
+            self._conditions.append(condition)
+        return condition
 
     @property
     def url(self) -> str:
@@ -312,6 +335,11 @@ class WireProxy:
         return self
 
     def stop(self) -> None:
+        # A create still with the upstream may make a sandbox: let it answer (bounded), so the ledger knows it and
+        # it is killed (`_create`), not found alive by the leak sweep.
+        deadline = time.monotonic() + scaled(CREATE_FINISH_S)
+        while time.monotonic() < deadline and any(e.upstream and e.create for e in list(self._open.values())):
+            time.sleep(0.01)
         if self._server is not None:
             self._server.should_exit = True
         if self._thread is not None:
@@ -411,7 +439,7 @@ class WireProxy:
                 exchange.lifecycle_body = bytearray()
             self._open[id(exchange)] = exchange
             if followed and is_create(exchange.method, scope["path"]):
-                followed = False  # the create tells the ledger itself
+                followed, exchange.create = False, True  # the create tells the ledger itself
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
                 await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
@@ -447,9 +475,22 @@ class WireProxy:
                 timeout_s = float(timeout) if isinstance(timeout, int | float) else None
                 self.ledger.created(sandbox_id, self.suite or "", self.runner, timeout_s)
                 made = True
+                if exchange.gone:  # nobody will use or kill it
+                    await self._kill_unwanted(sandbox_id, headers)
         finally:
             if not made:
                 self.ledger.abandon()
+
+    async def _kill_unwanted(self, sandbox_id: str, headers: list[tuple[str, str]]) -> None:
+        """Kill a sandbox made for a client that went away, and tell the ledger."""
+        assert self._client is not None and self.ledger is not None
+        auth = [(name, value) for name, value in headers if name in ("x-api-key", "authorization")]
+        path = f"/sandboxes/{sandbox_id}"
+        try:
+            answer = await self._client.delete(f"{self.upstream_api}{path}", headers=auth)
+        except httpx.HTTPError:
+            return  # left to the end of the run (its leak sweep)
+        self.ledger.observe("DELETE", path, answer.status_code, None)
 
     def _observe(self, exchange: _Exchange, path: str) -> None:
         if self.ledger is not None and exchange.status is not None:
@@ -492,10 +533,20 @@ class WireProxy:
         relay = asyncio.create_task(self._relay(exchange, request, learn, send, retry_path))
         watch = asyncio.create_task(_wait_for_disconnect(receive, body_done))
         await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if not relay.done():
+        if not relay.done() and exchange.upstream and exchange.create:
+            # A create whose client went away is let finish (no resend after it): what it made is then known, and
+            # killed (`_create`), not left holding the endpoint's room until its timeout.
+            exchange.gone = True
+            exchange.error = "client disconnected before the create's answer"
+            with contextlib.suppress(Exception):
+                await relay
+        elif not relay.done():
             # The client went away: cancelling the relay closes the upstream stream too.
             relay.cancel()
             exchange.error = f"client disconnected after {exchange.response_bytes} response bytes"
+            if exchange.room_message is not None:  # it gave up waiting for room: the endpoint's capacity, handed on
+                exchange.error = "client gave up while its create waited for room under the endpoint's limit"
+                self._condition(exchange, RATE_LIMITED, retried=False, capacity=True, message=exchange.room_message)
         watch.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await relay
@@ -525,7 +576,9 @@ class WireProxy:
     ) -> None:
         assert self._client is not None
         waited = 0.0
+        room = _Room()  # a create refused for capacity: its waits for room (bench/remote/capacity.py)
         while True:
+            exchange.upstream = True
             try:
                 response = await self._client.send(request, stream=True)
             except _ClientGone as exc:
@@ -536,19 +589,26 @@ class WireProxy:
                 await self._reply_502(exchange, send, message)
                 return
             status, attempt = response.status_code, len(exchange.retries) + 1
+            room.raw = None
+            create = retry_path is not None and is_create(exchange.method, retry_path)
+            exchange.upstream = False  # answered: what follows is a wait, a send again, or the answer relayed
+            if status == RATE_LIMITED and create and await self._wait_for_room(exchange, response, room):
+                continue
             wait = None
-            if retry_path is not None:
+            if retry_path is not None and not room.full:
                 wait = wait_before_retry(exchange.method, retry_path, status, response.headers, attempt, waited)
             if wait is None:
                 break
-            await response.aread()  # an error answer the runner never sees: small, read to free the connection
+            if room.raw is None:
+                await response.aread()  # an error answer the runner never sees: small, read to free the connection
             await response.aclose()
             exchange.retries.append({"status": status, "wait_ms": round(wait * 1000)})
             self._condition(exchange, status, retried=True, wait_ms=round(wait * 1000))
             await asyncio.sleep(wait)
             waited += wait
         if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
-            self._condition(exchange, response.status_code, retried=False)
+            capacity = {"capacity": True} if room.full else {}
+            exchange.condition = self._condition(exchange, response.status_code, retried=False, **capacity)
         if self.on_answer is not None:
             self.on_answer(exchange.method, httpx.URL(exchange.url).path, response.status_code)
         try:
@@ -573,7 +633,7 @@ class WireProxy:
             learning = learn and media_type == "application/json"
             held: list[bytes] = []
             try:
-                async for chunk in response.aiter_raw():
+                async for chunk in response.aiter_raw() if room.raw is None else _chunks(room.raw):
                     exchange.response_bytes += len(chunk)
                     self._keep(exchange.response_body, chunk)
                     if exchange.frames is not None:
@@ -598,6 +658,43 @@ class WireProxy:
             await send({"type": "http.response.body", "body": b"".join(held) if learning else b""})
         finally:
             await response.aclose()
+
+    async def _wait_for_room(self, exchange: _Exchange, response: httpx.Response, room: _Room) -> bool:
+        """A create answered 429: when it is a capacity refusal (bench/remote/capacity.py) the ledger learns the
+        limit and the create waits for room under it, then is sent again (True); past `capacity.WAIT_S` of such
+        waits `room.full` is set and the answer goes to the client. The answer's body is read (`room.raw`)."""
+        room.raw = b"".join([chunk async for chunk in response.aiter_raw()])
+        if self.ledger is None or exchange.gone:
+            return False
+        headers = {k.lower(): v for k, v in response.headers.items()}
+        message = answer_message(room.raw[:EXCERPT_BYTES], headers, self.redactor)
+        refusals = sum(1 for retry in exchange.retries if retry["status"] == RATE_LIMITED)
+        if not capacity.is_capacity(response.status_code, headers, message, refusals):
+            return False
+        if self.ledger.refused_for_capacity(message) is None:  # the run holds no sandbox: not its capacity
+            return False
+        room.refusals += 1
+        left = capacity.WAIT_S - room.waited_s
+        if left <= 0:
+            room.full = True
+            return False
+        await response.aclose()
+        started = time.monotonic()
+        self.ledger.waiting(+1)
+        exchange.room_message = message
+        try:
+            await self.ledger.readmit(left)
+            await asyncio.sleep(capacity.backoff_s(room.refusals))
+        finally:
+            self.ledger.waiting(-1)
+            exchange.room_message = None
+        if exchange.gone:  # its client went away meanwhile: not sent again
+            return False
+        waited = time.monotonic() - started
+        room.waited_s += waited
+        exchange.retries.append({"status": RATE_LIMITED, "wait_ms": round(waited * 1000), "capacity": True})
+        self._condition(exchange, RATE_LIMITED, retried=True, wait_ms=round(waited * 1000), capacity=True)
+        return True
 
     async def _reply_502(self, exchange: _Exchange, send: Send, message: str) -> None:
         body = json.dumps({"code": 502, "message": message}).encode()
@@ -630,6 +727,10 @@ class WireProxy:
         if exchange.logged:
             return
         exchange.logged = True
+        if exchange.condition is not None:  # what the endpoint said with its 429/502/503, before the client has it
+            exchange.condition["message"] = answer_message(
+                bytes(exchange.response_body[:EXCERPT_BYTES]), exchange.response_headers, self.redactor
+            )
         record: dict[str, Any] = {
             "ts": exchange.ts,
             "runner": self.runner,
@@ -702,6 +803,17 @@ def last_exchange(log_path: Path) -> dict[str, Any] | None:
         keep = ("ts", "method", "url", "status", "duration_ms", "error")
         return {key: entry[key] for key in keep if key in entry} if isinstance(entry, dict) else None
     return None
+
+
+def answer_message(kept: bytes, headers: dict[str, str], redactor: SecretSink) -> str:
+    """What an error answer says in words: its JSON `message` (E2B's and Connect's error shape), else its text."""
+    text = body_text(kept, len(kept), headers, redactor) if kept else ""
+    try:
+        document = json.loads(text.removeprefix("end: "))
+    except ValueError:
+        return " ".join(text.split())[:EXCERPT_BYTES] if not text.startswith("<") else ""
+    message = document.get("message") if isinstance(document, dict) else None
+    return " ".join(str(message).split()) if message is not None else ""
 
 
 def body_bytes_from_env(environ: MutableMapping[str, str] | None = None) -> int:

@@ -146,3 +146,36 @@ def test_the_credential_scanner_finds_a_planted_secret_in_a_file_an_environment_
     assert f"0 /proc/{holder.pid}/environ" in found
     assert any(line.startswith("0 /proc/") and line.endswith("/cmdline") for line in found)
     assert not [line for line in found if line.startswith("1 ")]  # the secret that is not there is not found
+
+
+def test_a_mutation_whose_answer_is_lost_every_time_is_a_deviation_exit_1_not_the_endpoints_moment(
+    tmp_path: Path,
+) -> None:
+    # Every rename is applied and answered 503 (`drop_mutation_answer`): the case fails after a 503, runs again on a
+    # fresh sandbox, fails the same way, and is the deviation it is (it was `error` "endpoint transient", exit 2).
+    done = e2b_bench("run", "computer", "--quirk", "drop_mutation_answer", "--no-report",
+                     "--results-dir", str(tmp_path), timeout=900)  # fmt: skip
+
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    run = read_run(only_run_dir(tmp_path))
+    failing = [case for case in run.cases if not case.conformant]
+    assert [case.case for case in failing] == ["co06_file_streams"]
+    case = failing[0]
+    # The wire log, a second path: the renames the endpoint answered, and what it said.
+    exchanges = [json.loads(line) for line in (run.path / "wire" / f"{RUNNER}.jsonl").read_text().splitlines()]
+    lost = [e for e in exchanges if e["url"].endswith("/filesystem.Filesystem/Move") and e["status"] == 503]
+    said = {json.loads(e["response_excerpt"])["message"] for e in lost}
+    assert len(said) == 1, said
+    message = said.pop()
+    assert case.outcome == "fail" and "cause" not in case.details
+    assert case.error is not None and case.error.endswith(f"(the endpoint answered 503 {message}, on the re-run too)")
+    first, second = case.details["attempts"]
+    assert first["outcome"] == second["outcome"] == "fail"
+    for tried in (first, second):
+        assert [(a["path"], a["status"], a["message"]) for a in tried["answers"]] == [
+            ("/filesystem.Filesystem/Move", 503, message)
+        ]
+    assert first["answers"][0]["times"] + second["answers"][0]["times"] <= len(lost)
+    assert "running again on a fresh sandbox, after a 429/502/503 answer: co06_file_streams (503)" in output
+    assert "endpoint transient" not in output

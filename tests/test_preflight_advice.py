@@ -9,11 +9,15 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+import httpx
 import pytest
+from loopback import closed_port
+from run_cli import e2b_bench, only_run_dir
 
 from bench.endpoints import PreflightError, preflight, resolve
 from bench.localbox.server import LocalEndpoint
 from bench.model.server import serving_model
+from bench.results import read_run
 from bench.runners.catalog import available_runners
 from bench.selection import SelectionError, check_model
 
@@ -48,7 +52,8 @@ def test_a_trailing_v1_on_e2b_api_url_fails_the_sdk_and_the_advice_says_to_drop_
         f"{endpoint.api_url}/v1 has no sandbox list (HTTP 501): the SDKs add their own versioned paths "
         "(/v2/sandboxes), so drop the trailing /v1 from E2B_API_URL."
     )
-    preflight(resolve("env", environ={"E2B_API_URL": endpoint.api_url}), endpoint.api_key)
+    fixed_env = {"E2B_API_URL": endpoint.api_url, "E2B_SANDBOX_URL": endpoint.api_url}
+    preflight(resolve("env", environ=fixed_env), endpoint.api_key)
 
 
 def test_a_model_url_without_v1_fails_the_openai_client_and_the_advice_says_to_add_it() -> None:
@@ -101,3 +106,48 @@ def test_a_key_of_another_format_is_refused_by_e2b_231_only_and_the_advice_names
     )
     assert str(switched_off.value).startswith("authentication failed")  # the key itself, judged by the endpoint
     preflight(resolve("env", environ=env), endpoint.api_key, python_sdks=pins, environ={})
+
+
+def sandboxes_tagged_preflight(endpoint: LocalEndpoint) -> list[dict]:
+    """The endpoint's own list (a second path): sandboxes the preflight made that are still there."""
+    with httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}, timeout=30) as api:
+        listed = api.get("/v2/sandboxes", params={"metadata": "e2b-bench=preflight"})
+    assert listed.status_code == 200, listed.text
+    return listed.json()
+
+
+def test_a_wrong_e2b_sandbox_url_fails_the_sdk_and_the_preflight_names_it_in_one_sentence(
+    endpoint: LocalEndpoint,
+) -> None:
+    wrong = f"http://127.0.0.1:{closed_port()}"
+    env = {"E2B_API_KEY": endpoint.api_key, "E2B_API_URL": endpoint.api_url, "E2B_SANDBOX_URL": wrong}
+    run = "from e2b import Sandbox\nwith Sandbox.create(timeout=30) as s:\n    print(s.commands.run('echo hi').stdout)"
+    sdk = in_runner("py-e2b-2.63.0", run, env)  # the SDK creates through the API, then cannot reach envd
+    fixed = in_runner("py-e2b-2.63.0", run, {**env, "E2B_SANDBOX_URL": endpoint.api_url})
+
+    with pytest.raises(PreflightError) as advice:
+        preflight(resolve("env", environ=env), endpoint.api_key)
+
+    assert sdk.returncode != 0 and "hi" not in sdk.stdout, sdk
+    assert fixed.stdout.split() == ["hi"], fixed
+    assert str(advice.value) == (
+        f"E2B_SANDBOX_URL {wrong} is unreachable: connection refused; point it at the endpoint's sandbox (envd) URL."
+    )
+    preflight(resolve("env", environ={**env, "E2B_SANDBOX_URL": endpoint.api_url}), endpoint.api_key)
+    assert sandboxes_tagged_preflight(endpoint) == []  # its own sandbox was killed, whatever it found
+
+
+def test_a_run_with_a_wrong_e2b_sandbox_url_exits_2_with_the_sentence_and_runs_nothing(
+    served: dict[str, str], endpoint: LocalEndpoint, tmp_path: Path
+) -> None:
+    wrong = f"http://127.0.0.1:{closed_port()}"
+
+    done = e2b_bench("run", "sandboxes/e2b/test_quickstart.py", "--runner", "py-e2b-2.63.0", "--no-report",
+                     "--results-dir", str(tmp_path), env={**served, "E2B_SANDBOX_URL": wrong})  # fmt: skip
+
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert f"E2B_SANDBOX_URL {wrong} is unreachable: connection refused" in output
+    run = read_run(only_run_dir(tmp_path))
+    assert run.cases == [] and run.footer is not None and run.footer["exit_code"] == 2
+    assert sandboxes_tagged_preflight(endpoint) == []

@@ -207,8 +207,8 @@ def test_a_run_failed_only_by_transient_answers_is_kept_apart_from_a_conformance
     conformance = {"observed_outcome": "fail"}
 
     assert transient_only([transient, transient]) == (
-        "2 case(s) failed only because the endpoint answered 429/502/503 where no retry was due "
-        "(see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
+        "2 case(s) failed only because the endpoint answered 429/502/503 where no retry was due and could not be "
+        "run again (see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
     )
     assert transient_only([transient, conformance]) is None  # one real failure: a conformance verdict (exit 1)
     assert transient_only([]) is None

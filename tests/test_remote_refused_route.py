@@ -49,4 +49,7 @@ def test_a_route_answered_503_every_time_is_a_conformance_failure_naming_the_rou
     for case in cases:
         assert not case.conformant and case.details["cause"] == cause
         assert case.error is not None and case.error.startswith(f"{cause}: ")
+        # Run again on a fresh sandbox first (#42): it failed the same way, and says what the endpoint answered.
+        assert case.error.endswith("(the endpoint answered 503 the service is unavailable, on the re-run too)")
+        assert [attempt["outcome"] for attempt in case.details["attempts"]] == ["fail", "fail"]
     assert "endpoint transient" not in done.stdout + done.stderr

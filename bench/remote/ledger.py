@@ -45,6 +45,14 @@ class SandboxLedger:
     sandboxes: dict[str, Sandbox] = field(default_factory=dict)
     pending: int = 0  # creates admitted whose answer has not come yet
     queued_s: float = 0.0  # time creates spent waiting for a slot
+    # The endpoint's concurrency limit as learned from its capacity answers (bench/remote/capacity.py): the most
+    # sandboxes of the run live at once since the first one; None until a create is refused for capacity.
+    capacity: int | None = None
+    capacity_answers: int = 0  # creates refused for capacity (each retried after waiting, or handed on)
+    capacity_message: str = ""  # what the endpoint said, the first time
+    on_capacity: Callable[[int, str], None] | None = None  # (limit, message) when the limit is learned or changes
+    _told: int | None = None  # the limit last given to on_capacity
+    waiting_for_room: int = 0  # creates refused for capacity, waiting before they are sent again
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # --- the quota ---------------------------------------------------------------------------------
@@ -52,12 +60,68 @@ class SandboxLedger:
         now = self.clock()
         return sum(1 for s in self.sandboxes.values() if s.since is not None and not _expired(s, now))
 
+    def limit(self) -> int | None:
+        """How many sandboxes the run may have at once: `--max-sandboxes` (or the endpoint's quota), lowered to
+        the endpoint's concurrency limit once learned."""
+        limits = [n for n in (self.max_sandboxes, self.capacity) if n is not None]
+        return min(limits) if limits else None
+
     def _try_admit(self) -> bool:
         with self._lock:
-            if self.max_sandboxes is not None and self.running() + self.pending >= self.max_sandboxes:
+            limit = self.limit()
+            if limit is not None and self.running() + self.pending >= limit:
                 return False
             self.pending += 1
             return True
+
+    def refused_for_capacity(self, message: str) -> int | None:
+        """A create was refused for capacity: the limit learned (the run's live sandboxes now and its other creates
+        in flight, or more seen live since), or None when the run has none (so the refusal is not about the run's
+        own sandboxes)."""
+        with self._lock:
+            live = self.running()
+            # The endpoint counts the creates it is still making: those in flight (not this one, nor those waiting
+            # for room after a refusal of their own) may make sandboxes too.
+            others = max(self.pending - 1 - self.waiting_for_room, 0)
+            if live + others == 0:
+                return None
+            self.capacity_answers += 1
+            self.capacity = learned = max(live + others, self.capacity or 0)
+            self.capacity_message = self.capacity_message or message
+            told = self._settled(in_flight=others)
+        self._tell(told)
+        return learned
+
+    def waiting(self, change: int) -> None:
+        """A create refused for capacity starts (+1) or ends (-1) its wait for room before it is sent again."""
+        with self._lock:
+            self.waiting_for_room = max(self.waiting_for_room + change, 0)
+
+    def _settled(self, in_flight: int) -> int | None:
+        """The limit to tell, once no other create is in flight (one that may still make a sandbox raises it) and
+        it changed since last told; called with the lock held."""
+        if self.capacity is None or self.capacity == self._told or in_flight > 0:
+            return None
+        self._told = self.capacity
+        return self.capacity
+
+    def _tell(self, limit: int | None) -> None:
+        if limit is not None and self.on_capacity is not None:
+            self.on_capacity(limit, self.capacity_message)
+
+    async def readmit(self, within_s: float) -> bool:
+        """A create refused for capacity gives up its slot and waits, at most `within_s`, for another under the
+        learned limit (one of the run's sandboxes ending); False when none came (it is counted pending anyway)."""
+        self.abandon()
+        try:
+            await asyncio.wait_for(self.admit(), timeout=within_s)
+        except (TimeoutError, asyncio.CancelledError) as exc:  # counted again: the create's end abandons it
+            with self._lock:
+                self.pending += 1
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return False
+        return True
 
     async def admit(self) -> None:
         """Wait (polling) until a create fits under the quota, then count it as pending."""
@@ -80,6 +144,10 @@ class SandboxLedger:
         with self._lock:
             self.pending = max(self.pending - 1, 0)
             self.sandboxes[sandbox_id] = Sandbox(sandbox_id, suite, runner, now, _expiry(now, timeout_s))
+            if self.capacity is not None and self.running() > self.capacity:  # a create in flight when it was learned
+                self.capacity = self.running()
+            told = self._settled(in_flight=self.pending - self.waiting_for_room)
+        self._tell(told)
 
     def observe(self, method: str, path: str, status: int, body: Mapping[str, Any] | None, answer: Any = None) -> None:
         """A lifecycle call on one sandbox answered `status` (`body`: the request's JSON, if any; `answer`: the

@@ -1,6 +1,7 @@
 """A step's result seen with what the endpoint's conditions did during it (the wire proxy's retries and the
-transient answers it handed on): the retries are recorded with the case, and a step that failed after a
-transient answer reached it failed because of the endpoint's moment, not its conformance.
+transient answers it handed on): the retries are recorded with the case. A step that failed after a transient
+answer reached it is run again first (bench/remote/rerun.py): only one that could not run again is recorded here
+as the endpoint's moment (`endpoint transient (502)`), unconfirmed.
 
 A moment, not a rule: a 429/502/503 is transient only when requests of its kind (its method and route, ids
 as placeholders) were answered otherwise in the same run, before or after it. An endpoint that answers 503
@@ -20,6 +21,7 @@ from typing import Any
 
 from ..coverage import load_operations
 from ..runners.protocol import StepResult
+from . import capacity
 from .retry import RATE_LIMITED, TRANSIENT, transient_cause
 
 ID_SEGMENT = re.compile(r"(/(?:sandboxes|snapshots|templates|contexts|builds|volumes)/)[^/]+")
@@ -71,6 +73,7 @@ class RouteAnswers:
 
 
 FAILED = frozenset({"fail", "error"})
+NOT_PASSED = frozenset({"fail", "error", "refused", "deviation"})  # what a capacity 429 or a re-run may explain
 CAUSE_PREFIX = "endpoint transient ("
 
 
@@ -79,14 +82,25 @@ def is_transient(details: dict[str, Any]) -> bool:
     return str(details.get("cause", "")).startswith(CAUSE_PREFIX)
 
 
+def at_capacity(details: dict[str, Any]) -> bool:
+    """Was this case's failure only the endpoint's capacity (a create refused for a concurrency limit)?"""
+    return details.get("cause") == capacity.CAUSE
+
+
 def transient_only(failed: Sequence[dict[str, Any]]) -> str | None:
-    """When every non-conformant case (their `details`) failed only by a transient answer: the sentence that
-    says so (the run is then no conformance verdict, exit 2), else None."""
+    """When every non-conformant case (their `details`) failed only by a transient answer (or the endpoint's
+    capacity): the sentence that says so (the run is then no conformance verdict, exit 2), else None."""
+    no_verdict = all(at_capacity(details) or is_transient(details) for details in failed)
+    if failed and no_verdict and any(at_capacity(details) for details in failed):
+        return (
+            f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 (its capacity, or a "
+            "moment) (see details.cause): no conformance verdict on them; re-run with a lower --max-sandboxes"
+        )
     if not failed or not all(is_transient(details) for details in failed):
         return None
     return (
-        f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 where no retry was due "
-        "(see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
+        f"{len(failed)} case(s) failed only because the endpoint answered 429/502/503 where no retry was due and "
+        "could not be run again (see details.cause): no conformance verdict on them; re-run when the endpoint is steady"
     )
 
 
@@ -106,7 +120,16 @@ def with_conditions(
         details["retries"] = [{k: v for k, v in c.items() if k != "retried"} for c in retries]
     if handed_on:
         details["transient_answers"] = [{k: v for k, v in c.items() if k != "retried"} for c in handed_on]
-    if not handed_on or observed.outcome not in FAILED:
+    if not handed_on or observed.outcome not in NOT_PASSED:
+        return replace(observed, details=details)
+    full = next((c for c in handed_on if c.get("capacity")), None)
+    if full is not None:  # capacity is not conformance: never `refused`, `fail` or a cause of its own
+        details["cause"] = capacity.CAUSE
+        details.setdefault("observed_outcome", observed.outcome)
+        said = f"429 {full.get('message') or ''}".strip()
+        error = f"{capacity.PREFIX} ({said}): {observed.error or 'the step failed'}"
+        return replace(observed, outcome="error", error=error, details=details)
+    if observed.outcome not in FAILED:
         return replace(observed, details=details)
     refused = [answers.systematic(c["method"], c["path"]) for c in handed_on] if answers is not None else []
     systematic = next((sentence for sentence in refused if sentence), None)

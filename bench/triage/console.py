@@ -293,6 +293,8 @@ class Console:
             pair.done.add(step)
             if not conformant:
                 pair.failing.add(step)
+            else:  # a step run again (bench/remote/rerun.py) that passed this time
+                pair.failing.discard(step)
             if len(pair.done) >= pair.total and pair.ended is None:
                 pair.ended = time.monotonic()
             if self.tty:

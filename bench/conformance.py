@@ -7,6 +7,7 @@ into a case record. The pytest plugin (bench/plugin.py) drives it from its hooks
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .endpoints import Endpoint
 from .exits import ExitCode
-from .expectations import Expectations, judge
+from .expectations import DECLARED_PREREQUISITE, Expectations, judge
 from .housekeeping import ALREADY_GONE, KILLED, kill_left
 from .lifecycle import Lifecycle
 from .redaction import Redactor
@@ -57,6 +58,9 @@ class RunOptions:
     model: str | None = None
     model_key_env: str | None = None
     attempts: int = 2
+
+
+DEPENDS_ON = re.compile(r"depends on (\S+)")  # a step that did not run because a step it needs failed
 
 
 @dataclass
@@ -516,6 +520,7 @@ class BenchSession:
 
     def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         conditions = self.conditions.pop((suite, runner.name, step), [])
+        observed = self._behind_declared(suite, runner.name, step, observed)
         record, note = self._judge(suite, runner.name, step, with_conditions(observed, conditions))
         if is_transient(record.details):  # judged again at the end, with every answer of the run
             self.transient[(suite, runner.name, step)] = (observed, conditions)
@@ -526,6 +531,20 @@ class BenchSession:
         except OSError as exc:
             self._write_failed(exc)
         return record, note
+
+    def _behind_declared(self, suite: str, runner: str, step: str, observed: StepResult) -> StepResult:
+        """A case that did not run because a case it needs failed as declared (the endpoint's known difference)
+        is a conformant skip naming it, unless the case itself is declared: one difference, one verdict. Its
+        prerequisite is recorded first (a runner reports prerequisites before the steps needing them)."""
+        needed = DEPENDS_ON.match(observed.error or "") if observed.outcome == "error" else None
+        if needed is None or self.expectations.for_case(case_id(suite, runner, step)) is not None:
+            return observed
+        prerequisite = self.records.get((suite, runner, needed[1]))
+        if prerequisite is None or not prerequisite[0].conformant or prerequisite[0].outcome in ("pass", "skip"):
+            return observed
+        why = f"skipped: it depends on {needed[1]}, whose {prerequisite[0].outcome} is declared for this endpoint"
+        details = {**observed.details, "skip_reason": DECLARED_PREREQUISITE, "depends_on": needed[1]}
+        return StepResult(observed.id, "skip", observed.duration_ms, why, details, observed.reported)
 
     def _write_failed(self, exc: OSError) -> None:
         """A write of the run's record failed: a full disk stops the run (what is recorded stays valid, the

@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.expectations import compared_outcome, symptom_text
 from bench.redaction import Redactor
-from bench.results import CaseRecord, Run, atomic_write, read_run, utc_now, validate
+from bench.results import CaseRecord, Run, atomic_write, case_id, read_run, utc_now, validate
 from bench.verdict import rerun_command
 
 CAUSES_JSON = "causes.json"
@@ -441,12 +441,22 @@ def _pinnable(fragment: str) -> bool:
     return True
 
 
+_DEPENDS = re.compile(r"depends on (\S+)")
+
+
 @dataclass(frozen=True)
 class Cause:
     """Non-conformant cases that share one symptom signature."""
 
     signature: str
     cases: tuple[CaseRecord, ...]
+
+    @property
+    def own(self) -> tuple[CaseRecord, ...]:
+        """Its cases that failed themselves: not those that did not run because a case they need failed (they
+        follow their prerequisite's cause, and carry none of its symptom)."""
+        own = tuple(case for case in self.cases if not (case.outcome == "error" and _DEPENDS.match(case.error or "")))
+        return own or self.cases
 
     @property
     def key(self) -> str:
@@ -456,7 +466,7 @@ class Cause:
     @property
     def outcomes(self) -> list[str]:
         """The outcomes the judge compared for its cases (judged_outcome), the most frequent first."""
-        counts = Counter(judged_outcome(case) for case in self.cases)
+        counts = Counter(judged_outcome(case) for case in self.own)
         return sorted(counts, key=lambda outcome: (-counts[outcome], outcome))
 
     @property
@@ -466,11 +476,11 @@ class Cause:
     @property
     def representative(self) -> CaseRecord:
         """The case to look at first: one that carries wire evidence, else the first by id."""
-        return next((case for case in self.cases if case.evidence), self.cases[0])
+        return next((case for case in self.own if case.evidence), self.own[0])
 
     @property
     def stale(self) -> bool:
-        return self.cases[0].outcome == "pass"
+        return self.own[0].outcome == "pass"
 
     def match(self) -> str | list[str] | None:
         """What a declaration of this cause pins (`match`): a literal fragment of the endpoint's words (else of
@@ -480,10 +490,10 @@ class Cause:
         declaration)."""
         if self.stale:
             return None
-        texts = [symptom_text(case.error, case.details) for case in self.cases]
-        words = [endpoint_words(case) or "" for case in self.cases]
-        said = [_without_own_prefix(message(case)) for case in self.cases]
-        observed = [w for case in self.cases for w in sorted((difference(case) or (set(), set()))[0], key=len)[::-1]]
+        texts = [symptom_text(case.error, case.details) for case in self.own]
+        words = [endpoint_words(case) or "" for case in self.own]
+        said = [_without_own_prefix(message(case)) for case in self.own]
+        observed = [w for case in self.own for w in sorted((difference(case) or (set(), set()))[0], key=len)[::-1]]
         # the endpoint's words first (any case's); for a compared value what only the observed one has; then the
         # failures' own messages
         spoken = [fragment for text in words for fragment in fragments(text)]
@@ -519,7 +529,7 @@ class Cause:
             left -= covered
         if not left:
             return chosen
-        regex = symptom(said[self.cases.index(self.representative)], MATCH_CHARS).regex
+        regex = symptom(said[self.own.index(self.representative)], MATCH_CHARS).regex
         return regex if regex and covers(regex, False) == everywhere else None
 
 
@@ -528,9 +538,23 @@ def find_causes(cases: Iterable[CaseRecord]) -> list[Cause]:
     failed only by the endpoint's transient or capacity answer is no cause (`apart`)."""
     latest = {case.id: case for case in cases}
     groups: dict[str, list[CaseRecord]] = {}
-    for case in sorted(latest.values(), key=lambda c: c.id):
-        if not case.conformant and apart(case) is None:
-            groups.setdefault(signature(case), []).append(case)
+    signatures: dict[str, str] = {}
+    failing = [
+        case for case in sorted(latest.values(), key=lambda c: c.id) if not case.conformant and apart(case) is None
+    ]
+    for case in failing:
+        signatures[case.id] = signature(case)
+
+    def root(case: CaseRecord, seen: frozenset[str] = frozenset()) -> str:
+        """A case that did not run because a case it needs failed belongs to that case's cause: one root."""
+        needed = _DEPENDS.match(case.error or "") if case.outcome == "error" else None
+        prerequisite = latest.get(case_id(case.suite, case.runner, needed[1])) if needed else None
+        if prerequisite is None or prerequisite.id not in signatures or prerequisite.id in seen:
+            return signatures[case.id]
+        return root(prerequisite, seen | {case.id})
+
+    for case in failing:
+        groups.setdefault(root(case), []).append(case)
     causes = [Cause(sig, tuple(found)) for sig, found in groups.items()]
     return sorted(causes, key=lambda cause: (-len(cause.cases), cause.signature))
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .endpoints import Endpoint
 from .exits import ExitCode
 from .expectations import DECLARED_PREREQUISITE, Expectations, judge
+from .expectations import DEFAULT as DEFAULT_DECLARATION
 from .housekeeping import ALREADY_GONE, KILLED, kill_left
 from .lifecycle import Lifecycle
 from .redaction import Redactor
@@ -537,7 +538,7 @@ class BenchSession:
         is a conformant skip naming it, unless the case itself is declared: one difference, one verdict. Its
         prerequisite is recorded first (a runner reports prerequisites before the steps needing them)."""
         needed = DEPENDS_ON.match(observed.error or "") if observed.outcome == "error" else None
-        if needed is None or self.expectations.for_case(case_id(suite, runner, step)) is not None:
+        if needed is None or self.expectations.for_case(case_id(suite, runner, step)) is not DEFAULT_DECLARATION:
             return observed
         prerequisite = self.records.get((suite, runner, needed[1]))
         if prerequisite is None or not prerequisite[0].conformant or prerequisite[0].outcome in ("pass", "skip"):

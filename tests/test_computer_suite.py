@@ -179,3 +179,32 @@ def test_a_mutation_whose_answer_is_lost_every_time_is_a_deviation_exit_1_not_th
     assert first["answers"][0]["times"] + second["answers"][0]["times"] <= len(lost)
     assert "running again on a fresh sandbox, after a 429/502/503 answer: co06_file_streams (503)" in output
     assert "endpoint transient" not in output
+
+
+def test_the_cases_a_declared_failure_keeps_from_running_conform_as_skips_naming_it(tmp_path: Path) -> None:
+    # Without useradd the agent user cannot be made (co02 fails) and the steps needing it do not run: one
+    # difference. Declared once, for co02 alone, it is the verdict of every case it kept from running.
+    declarations = tmp_path / "declared.toml"
+    declarations.write_text(
+        '[endpoint]\nname = "local"\n\n[cases."computer/*/co02_template_agent_user"]\noutcome = "fail"\n'
+        'reason = "the template has no useradd"\n'
+    )
+    done = e2b_bench("run", "computer", "--quirk", "no_useradd", "--expectations", str(declarations), "--no-report",
+                     "--results-dir", str(tmp_path / "results"), timeout=900)  # fmt: skip
+
+    run = read_run(only_run_dir(tmp_path / "results"))
+    by_case = {case.case: case for case in run.cases}
+    kept = [case for case in run.cases if case.details.get("skip_reason") == "declared_prerequisite"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (by_case["co02_template_agent_user"].outcome, by_case["co02_template_agent_user"].conformant) == (
+        "fail",
+        True,
+    )
+    assert kept and all(case.outcome == "skip" and case.conformant for case in kept)
+    assert all(
+        case.error == "skipped: it depends on co02_template_agent_user, whose fail is declared for this endpoint"
+        for case in kept
+    )
+    # and the run has no cause left: the one difference is declared
+    causes = json.loads((only_run_dir(tmp_path / "results") / "causes.json").read_text())["causes"]
+    assert causes == []

@@ -341,3 +341,23 @@ def test_the_endpoints_transient_or_capacity_answer_is_never_a_cause() -> None:
         "r: 1 failing case, 1 cause",
         "(2 more failed only by the endpoint's transient or capacity answer: no cause)",
     ]
+
+
+def test_a_case_kept_from_running_by_a_failed_prerequisite_joins_that_cases_cause() -> None:
+    root = case(
+        "computer/js-e2b-2.51.0/co02_template_agent_user", "SandboxError: 2: [unknown] missing EndStreamResponse"
+    )
+    other = case("computer/js-e2b-2.51.0/co01_open", "SandboxError: 2: [unknown] missing EndStreamResponse")
+    kept = case("computer/js-e2b-2.51.0/co06_file_streams", "depends on co02_template_agent_user", "error")
+    chained = case("computer/js-e2b-2.51.0/co07_release", "depends on co06_file_streams", "error")
+    alone = case("computer/js-e2b-2.51.0/co09_x", "depends on co08_not_recorded", "error")
+
+    causes = find_causes([root, other, kept, chained, alone])
+
+    assert [sorted(c.case for c in cause.cases) for cause in causes] == [
+        ["co01_open", "co02_template_agent_user", "co06_file_streams", "co07_release"],
+        ["co09_x"],
+    ]
+    # what a declaration pins and shows is the root's own symptom, never "depends on"
+    assert causes[0].representative.case in ("co01_open", "co02_template_agent_user")
+    assert causes[0].match() == "missing EndStreamResponse" and causes[0].outcome == "fail"

@@ -312,6 +312,25 @@ def test_only_a_failure_that_recurs_the_same_way_is_declared(tmp_path: Path) -> 
     assert f"not declared, failed differently when run again: 1 case(s)\n    {changes.id}" in said
 
 
+def test_a_case_that_fails_each_time_in_other_words_is_declared_with_either_symptom(tmp_path: Path) -> None:
+    # an endpoint whose timing decides how a case fails (a command pool, a 502 after a delete): it fails each time
+    path = tmp_path / "endpoint.toml"
+    first = case(f"behaviours/{PY}/sync_connect_command", "fail", "CommandExitException: Command exited with code -1")
+    second = case(first.id, "fail", "TimeoutException: Request timed out: the total time a long running request")
+
+    change = update_file(
+        run_of(first), path, confirm=lambda run, cases: dataclasses.replace(run_of(second), path=tmp_path / "again")
+    )
+
+    declared = Expectations.load(path).for_case(first.id)
+    assert (change.added, change.changed) == ([first.id], [])
+    assert declared.outcome == "fail" and isinstance(declared.match, tuple) and len(declared.match) == 2
+    assert all(conformant_under(path, run_of(record)).values() for record in (first, second))
+    # a third way it was never seen to fail is not declared
+    third = case(first.id, "fail", "SandboxException: 500: internal error")
+    assert conformant_under(path, run_of(third)) == {first.id: False}
+
+
 def test_an_updated_refusal_drops_what_the_endpoint_now_answers_differently(tmp_path: Path) -> None:
     path = tmp_path / "endpoint.toml"
     path.write_text(

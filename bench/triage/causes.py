@@ -217,8 +217,12 @@ _STATUS_IN_TEXT = re.compile(r"(?<![\w.])([45]\d\d)(?![\w.])")
 _ID_LIKE = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_-]{8,}$")
 
 
+# What the harness adds at the end of a failure seen again after a transient answer (bench/remote/rerun.py).
+_OWN_SUFFIX = re.compile(r"\s*\(the endpoint answered [^()]*, on the re-run too\)$")
+
+
 def _without_own_prefix(text: str) -> str:
-    return _OWN_PREFIX.sub("", text.strip())
+    return _OWN_SUFFIX.sub("", _OWN_PREFIX.sub("", text.strip()))
 
 
 def _raised_in(text: str) -> str | None:

@@ -80,6 +80,8 @@ class Change:
     apart: dict[str, list[str]] = field(default_factory=dict)  # why -> failing cases never declared
     not_recurred: list[str] = field(default_factory=list)  # passed when run again: not declared
     changed: list[str] = field(default_factory=list)  # failed differently when run again: not declared
+    # failed both times, the same outcome in other words: declared with either symptom (first, second)
+    either: list[tuple[CaseRecord, CaseRecord]] = field(default_factory=list)
     confirmed_by: Path | None = None  # the run that ran the cases to declare again
 
     def lines(self) -> list[str]:
@@ -370,10 +372,30 @@ def update_file(
                 blocks.append(Block(case.id, ["", comment], f"[cases.{_toml_string(case.id)}]", _table_lines(table)))
                 by_pattern[case.id] = blocks[-1]
                 change.added.append(case.id)
+    for first, second in change.either:
+        if first.id in by_pattern:
+            continue
+        table, comment = _declaration(Cause(signature(first), (first,)), run.run_id, first.id)
+        other, _ = _declaration(Cause(signature(second), (second,)), run.run_id, first.id)
+        matches = [m for t in (table, other) for m in _as_list(t.get("match"))]
+        if len(matches) < 2:  # a symptom with nothing to pin: the outcome alone is declared
+            table.pop("match", None)
+        else:
+            table["match"] = list(dict.fromkeys(matches))
+        table["reason"] = f"fails each time, in either way: {table['reason']}"
+        blocks.append(Block(first.id, ["", comment], f"[cases.{_toml_string(first.id)}]", _table_lines(table)))
+        by_pattern[first.id] = blocks[-1]
+        change.added.append(first.id)
     text = _render(preamble, blocks)
     _parse(text, path)
     atomic_write(path, text)
     return change
+
+
+def _as_list(match: object) -> list[str]:
+    if isinstance(match, str):
+        return [match]
+    return [str(item) for item in match] if isinstance(match, list) else []
 
 
 def _refusal_keys_not_holding(table: dict[str, Any], cause: Cause, pattern: str) -> list[str]:
@@ -407,8 +429,13 @@ def _confirmed(
         second = rerun.get(case.id)
         if second is None or second.conformant or second.outcome == "pass":
             change.not_recurred.append(case.id)
-        elif apart(second, declaring=True) is not None or not _same_failure(case, second):
+        elif apart(second, declaring=True) is not None:
             change.changed.append(case.id)
+        elif not _same_failure(case, second):
+            if judged_outcome(case) == judged_outcome(second):  # it fails each time, in words that vary
+                change.either.append((case, second))
+            else:
+                change.changed.append(case.id)
         else:
             kept.append(second if case.evidence is None else case)  # the record with its exchanges
     return kept

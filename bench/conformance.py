@@ -540,10 +540,19 @@ class BenchSession:
         needed = DEPENDS_ON.match(observed.error or "") if observed.outcome == "error" else None
         if needed is None or self.expectations.for_case(case_id(suite, runner, step)) is not DEFAULT_DECLARATION:
             return observed
-        prerequisite = self.records.get((suite, runner, needed[1]))
-        if prerequisite is None or not prerequisite[0].conformant or prerequisite[0].outcome in ("pass", "skip"):
+        found = self.records.get((suite, runner, needed[1]))
+        prerequisite = found[0] if found is not None else None
+        behind = prerequisite is not None and prerequisite.details.get("skip_reason") == DECLARED_PREREQUISITE
+        if (
+            prerequisite is None
+            or not prerequisite.conformant
+            or (prerequisite.outcome in ("pass", "skip") and not behind)
+        ):
             return observed
-        why = f"skipped: it depends on {needed[1]}, whose {prerequisite[0].outcome} is declared for this endpoint"
+        whose = (
+            f"whose {prerequisite.outcome} is declared" if not behind else "itself kept from running by one declared"
+        )
+        why = f"skipped: it depends on {needed[1]}, {whose} for this endpoint"
         details = {**observed.details, "skip_reason": DECLARED_PREREQUISITE, "depends_on": needed[1]}
         return StepResult(observed.id, "skip", observed.duration_ms, why, details, observed.reported)
 

@@ -37,7 +37,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """nightly-02 (3 causes, transcripts, wire logs) and a b3os-beta run judged by the faithful declarations (121
-    failing cases in 48 causes over 14 runners, every runner's full pins)."""
+    failing cases in 34 causes over 14 runners, every runner's full pins)."""
     out = tmp_path_factory.mktemp("reports")
     return {
         "nightly-02": render([RUNS / "nightly-02"], out / "nightly-02").html,
@@ -116,7 +116,7 @@ def test_the_causes_of_a_b3os_beta_run_fit_two_screens_with_pins_once_and_nothin
     sideways = page.evaluate(SIDEWAYS)
     page.close()
 
-    assert failures is not None and rows == 48
+    assert failures is not None and rows == 34
     assert failures[1] - failures[0] <= 2 * HEIGHT, failures
     assert pins == 0  # the pins are folded in the run section, once: never per cause
     assert sideways == [WIDTH, WIDTH]

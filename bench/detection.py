@@ -200,7 +200,6 @@ FIELD_ALSO: dict[str, tuple[str, ...]] = {
     "mutations=exit_code_zeroed": both("pty_bytes"),
     "mutations=pty_resize_ignored": both("process_selectors"),
     "mutations=stat_mtime_epoch": both("file_info_current"),
-    "mutations=list_ignores_metadata": both("rest_options"),
     "mutations=get_state_always_running": both("rest_options"),
     "mutations=create_ignores_timeout": both("rest_options"),
     "mutations=pause_ignored": both("rest_options"),

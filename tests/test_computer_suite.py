@@ -170,13 +170,13 @@ def test_a_mutation_whose_answer_is_lost_every_time_is_a_deviation_exit_1_not_th
     message = said.pop()
     assert case.outcome == "fail" and "cause" not in case.details
     assert case.error is not None and case.error.endswith(f"(the endpoint answered 503 {message}, on the re-run too)")
-    first, second = case.details["attempts"]
-    assert first["outcome"] == second["outcome"] == "fail"
-    for tried in (first, second):
+    attempts = case.details["attempts"]  # the first, its re-run and, failed after a 503 again, one more
+    assert [tried["outcome"] for tried in attempts] == ["fail", "fail", "fail"]
+    for tried in attempts:
         assert [(a["path"], a["status"], a["message"]) for a in tried["answers"]] == [
             ("/filesystem.Filesystem/Move", 503, message)
         ]
-    assert first["answers"][0]["times"] + second["answers"][0]["times"] <= len(lost)
+    assert sum(tried["answers"][0]["times"] for tried in attempts) <= len(lost)
     assert "running again on a fresh sandbox, after a 429/502/503 answer: co06_file_streams (503)" in output
     assert "endpoint transient" not in output
 

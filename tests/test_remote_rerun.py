@@ -81,8 +81,9 @@ def test_transient_answers_that_do_not_recur_leave_every_case_conformant_and_the
     exchanges = [json.loads(line) for line in (run.path / "wire" / f"{RUNNER}.jsonl").read_text().splitlines()]
     refused = {(e["method"], e["url"].split("/", 3)[-1], e["status"]) for e in exchanges if e["status"] in (502, 503)}
     for details in again.values():
-        first, second = details["attempts"]
-        assert second["outcome"] == "pass" and first["outcome"] in ("fail", "error")
+        # a re-run that met another 502/503 and failed ran once more (rerun.RERUNS): the last attempt passed
+        first, *between, last = details["attempts"]
+        assert last["outcome"] == "pass" and first["outcome"] in ("fail", "error") and len(between) <= 1
         assert details["transient"].startswith("endpoint transient (")
         for answer in first.get("answers", []):
             assert (answer["method"], answer["path"].lstrip("/"), answer["status"]) in refused

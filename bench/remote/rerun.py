@@ -5,7 +5,9 @@ so on a fresh sandbox, before its case is recorded.
 Only a re-run that passes makes the first failure the endpoint's moment: the case is recorded with the re-run's
 result, `details.transient` saying so and `details.attempts` holding both attempts. A re-run that fails is the
 deviation it is, judged as any failure, its message saying what the endpoint answered when it failed again the
-same way ("… (the endpoint answered 502 sandbox not found, on the re-run too)"). A step that could not be run
+same way ("… (the endpoint answered 502 sandbox not found, on the re-run too)"); a re-run that failed after a
+429/502/503 again runs once more (`RERUNS`): a random gateway error met twice in a row (the `remote-e2b` profile's
+1 %, seeded, once in CI) is no deviation, a deterministic one fails every time. A step that could not be run
 again (the run stopping, a runner that never reported it) keeps its first result: `endpoint transient (502)`.
 """
 
@@ -112,6 +114,11 @@ def settle(
     return replace(second, error=error, details=details)
 
 
+# Runs of a failed step after its first: a failure seen again after another 429/502/503 gets one more (a random
+# gateway error met twice in a row is rare, a deterministic one is met every time).
+RERUNS = 2
+
+
 def rerun(
     task: Mapping[str, Any],
     failed: Mapping[str, tuple[StepResult, Conditions]],
@@ -122,17 +129,35 @@ def rerun(
 ) -> tuple[dict[str, Settled], list[RunnerResult]]:
     """Run the `failed` steps (step -> first result and the conditions around it) again in a fresh runner.
     `take_conditions(step)`: what the endpoint's conditions did while the step ran again (taken at its event)."""
-    results, runs = run_resuming(rerun_task(task, list(failed)), run_once, on_event=on_event, evidence=evidence)
     settled: dict[str, Settled] = {}
-    for step, (first, first_conditions) in failed.items():
-        second = results.get(step)
-        second_conditions = take_conditions(step)
-        if second is None or not second.reported:  # never ran again: the first result, as it was
-            why = second.error if second is not None else "not run again"
-            settled[step] = Settled(replace(first, details={**first.details, "rerun": why}), first_conditions, False)
-        else:
+    runs: list[RunnerResult] = []
+    earlier: dict[str, list[dict[str, Any]]] = {}  # attempts before the pair a round settles
+    pending = dict(failed)
+    for round_ in range(RERUNS):
+        results, ran = run_resuming(rerun_task(task, list(pending)), run_once, on_event=on_event, evidence=evidence)
+        runs += ran
+        again: dict[str, tuple[StepResult, Conditions]] = {}
+        for step, (first, first_conditions) in pending.items():
+            second = results.get(step)
+            second_conditions = take_conditions(step)
+            if second is None or not second.reported:  # never ran again: the first result, as it was
+                why = second.error if second is not None else "not run again"
+                settled[step] = Settled(
+                    replace(first, details={**first.details, "rerun": why}), first_conditions, False
+                )
+                continue
             result = settle(first, first_conditions, second, second_conditions)
+            if step in earlier:
+                result.details["attempts"] = [*earlier[step], *result.details["attempts"][1:]]
+            # failed again, and again after a 429/502/503: a moment met twice or the endpoint's rule; once more
+            if result.outcome in FAILED and handed_on(second_conditions) and round_ + 1 < RERUNS:
+                earlier[step] = list(result.details["attempts"])
+                again[step] = (second, second_conditions)
+                continue
             settled[step] = Settled(
                 result, list(handed_on(second_conditions)) if result.outcome in FAILED else [], True
             )
+        pending = again
+        if not pending:
+            break
     return settled, runs

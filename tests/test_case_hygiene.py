@@ -125,17 +125,28 @@ def test_a_case_that_leaves_a_command_running_gets_its_sandbox_replaced_before_t
     assert terminal.getvalue() == f"e2b-bench: {line}\n"
 
 
-def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since_when(endpoint: LocalEndpoint) -> None:
-    """The kit's count, fed the results of steps that hit the SDK's timeout, on a real sandbox of the endpoint."""
-    from e2b import Sandbox, SandboxException
+def watched_sandbox() -> tuple[Any, dict[str, Any], Any]:
+    """A real sandbox of the endpoint, shared under the watch of the Python kit's checks (`hygiene.Hygiene`):
+    the sandbox, the holder its replacement goes to, the kit."""
+    from e2b import Sandbox
 
     sys.path.insert(0, str(REPO / "sandboxes" / "e2b" / "python"))
-    from hygiene import CRAWL_IN_A_ROW, Hygiene  # type: ignore[import-not-found]
+    from hygiene import Hygiene  # type: ignore[import-not-found]
 
     sandbox = Sandbox.create(timeout=120, metadata={"test": "hygiene"})
     holder = {"shared": sandbox}
     kit = Hygiene(1.0, set(), lambda sid: "killed" if Sandbox.kill(sid) else "already gone")
     kit.watch(sandbox.sandbox_id, lambda: holder.get("shared"), lambda: holder.pop("shared", None))
+    return sandbox, holder, kit
+
+
+def test_steps_that_keep_timing_out_on_a_shared_sandbox_replace_it_and_say_since_when(endpoint: LocalEndpoint) -> None:
+    """The kit's count, fed the results of steps that hit the SDK's timeout, on a real sandbox of the endpoint."""
+    from e2b import Sandbox, SandboxException
+
+    sandbox, holder, kit = watched_sandbox()
+    from hygiene import CRAWL_IN_A_ROW  # type: ignore[import-not-found]
+
     timeout = ("fail", "TimeoutException: context deadline exceeded", {"raised": {"exception": "TimeoutException"}})
     reports = []
     # A check named `timeout` that failed is no timeout; a pass ends a run of timeouts too.
@@ -190,13 +201,7 @@ def test_an_envd_that_refuses_the_process_list_keeps_its_shared_sandbox_and_says
 def test_a_shared_sandbox_the_endpoint_no_longer_has_is_replaced_before_the_next_step(endpoint: LocalEndpoint) -> None:
     from e2b import Sandbox
 
-    sys.path.insert(0, str(REPO / "sandboxes" / "e2b" / "python"))
-    from hygiene import Hygiene
-
-    sandbox = Sandbox.create(timeout=120, metadata={"test": "hygiene"})
-    holder = {"shared": sandbox}
-    kit = Hygiene(1.0, set(), lambda sid: "killed" if Sandbox.kill(sid) else "already gone")
-    kit.watch(sandbox.sandbox_id, lambda: holder.get("shared"), lambda: holder.pop("shared", None))
+    sandbox, holder, kit = watched_sandbox()
     kit.after("s1", "pass", None, {}, 1.0, [], set())
     Sandbox.kill(sandbox.sandbox_id)  # behind the kit's back: it expired, or the endpoint lost it
 

@@ -58,7 +58,7 @@ def connect_json_error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"code": code, "message": message}, status_code=status)
 
 
-def _header(scope: Scope, name: bytes) -> str:
+def scope_header(scope: Scope, name: bytes) -> str:
     for key, value in scope.get("headers", ()):
         if key.lower() == name:
             return value.decode("latin-1")
@@ -170,7 +170,7 @@ class LocalboxApp:
         if path.startswith(RPC_PREFIXES):
             await self._rpc(scope, receive, send)
         elif path in ("/files", "/health", "/files/compose") or (
-            _header(scope, b"e2b-sandbox-id") and not _header(scope, b"x-api-key")
+            scope_header(scope, b"e2b-sandbox-id") and not scope_header(scope, b"x-api-key")
         ):  # envd's other routes (e.g. /envs, /init) answer 501 from envd, not an API key refusal
             await self._envd_http(scope, receive, send)
         else:
@@ -193,18 +193,18 @@ class LocalboxApp:
 
     # --- REST ----------------------------------------------------------------------------------
     async def _rest(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = _header(scope, b"x-api-key")
-        bearer = _header(scope, b"authorization")
+        key = scope_header(scope, b"x-api-key")
+        bearer = scope_header(scope, b"authorization")
         if bearer.lower().startswith("bearer "):
             key = key or bearer[7:].strip()
         if not key or not hmac.compare_digest(key.encode(), self.registry.config.api_key.encode()):
             await error_response(401, "Invalid API key")(scope, receive, send)
             return
-        length = _header(scope, b"content-length")
+        length = scope_header(scope, b"content-length")
         if length.isdigit() and int(length) > MAX_REST_BODY:
             await error_response(413, f"request body larger than {MAX_REST_BODY} bytes")(scope, receive, send)
             return
-        content_type = _header(scope, b"content-type").split(";")[0].strip().lower()
+        content_type = scope_header(scope, b"content-type").split(";")[0].strip().lower()
         if scope["method"] in ("POST", "PUT", "PATCH") and content_type not in ("", "application/json"):
             await error_response(415, f"Content-Type must be application/json, not '{content_type}'")(
                 scope, receive, send
@@ -217,15 +217,15 @@ class LocalboxApp:
         """The sandbox a request may use, or why not (envd's message; every other refusal looks the same)."""
         quirks = self.registry.quirks
         refused = quirks.token_error
-        sandbox_id = _header(scope, b"e2b-sandbox-id")
+        sandbox_id = scope_header(scope, b"e2b-sandbox-id")
         if self.debug and sandbox_id in (DEBUG_SANDBOX_ID, ""):
             # E2B_DEBUG clients send no token: the shared sandbox is for processes of this server's own user.
             if peer_uid(scope) != os.getuid():
                 return refused
             return await self._debug_sandbox()
-        if not sandbox_id and (match := HOST_ROUTE.match(_header(scope, b"host"))):
+        if not sandbox_id and (match := HOST_ROUTE.match(scope_header(scope, b"host"))):
             sandbox_id = match.group(1)
-        if not sandbox_id and (token := _header(scope, b"x-access-token")):
+        if not sandbox_id and (token := scope_header(scope, b"x-access-token")):
             # Behind one sandbox URL an old SDK's `Sandbox.connect` (e2b < 2.2x) loses the id header that the
             # host name carries on E2B: its access token names the sandbox instead.
             sandbox_id = next((s.id for s in self.registry.sandboxes.values() if s.token_valid(token)), "")
@@ -238,9 +238,9 @@ class LocalboxApp:
         sandbox = self.registry.get(sandbox_id)
         if sandbox is None:
             return refused
-        if not _header(scope, b"e2b-sandbox-id"):  # envd's handlers find the sandbox by this header
+        if not scope_header(scope, b"e2b-sandbox-id"):  # envd's handlers find the sandbox by this header
             scope["headers"] = [*scope["headers"], (b"e2b-sandbox-id", sandbox.id.encode())]
-        if sandbox.token_valid(_header(scope, b"x-access-token")):
+        if sandbox.token_valid(scope_header(scope, b"x-access-token")):
             return sandbox
         if not signed or sandbox.quirks.refuse_signed_urls:
             return refused
@@ -289,9 +289,9 @@ class LocalboxApp:
             response = error_response(404, f"{path} is not supported by this endpoint")
         elif scope["method"] != "POST":
             response = connect_json_error(405, "unimplemented", f"{scope['method']} is not allowed on {path}")
-        elif _header(scope, b"content-type").split(";")[0].strip().lower() not in RPC_CONTENT_TYPES:
+        elif scope_header(scope, b"content-type").split(";")[0].strip().lower() not in RPC_CONTENT_TYPES:
             response = connect_json_error(
-                415, "invalid_argument", f"unsupported Content-Type '{_header(scope, b'content-type')}'"
+                415, "invalid_argument", f"unsupported Content-Type '{scope_header(scope, b'content-type')}'"
             )
         elif isinstance(sandbox := await self._gate(scope), str):
             response = self._unauthorized(sandbox, rpc=True)

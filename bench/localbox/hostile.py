@@ -19,7 +19,7 @@ from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .app import HOST_ROUTE
+from .app import HOST_ROUTE, scope_header
 from .conditions import _answer
 from .quirks import Quirks
 from .registry import Registry
@@ -30,13 +30,6 @@ ONE = re.compile(r"/sandboxes/[^/]+")  # DELETE of it kills it
 WAKES = re.compile(r"/(?:v2/)?sandboxes/[^/]+/(connect|resume)")
 DELETED_KEPT = 10_000
 NOT_FOUND = "sandbox not found"
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return ""
 
 
 class Hostile:
@@ -80,11 +73,11 @@ class Hostile:
     def _about(self, scope: Scope) -> str:
         """The sandbox a request is about: by its REST path, else envd's header or the sandbox's host name."""
         match = ABOUT.fullmatch(scope["path"])
-        if match and not _header(scope, b"e2b-sandbox-id"):
+        if match and not scope_header(scope, b"e2b-sandbox-id"):
             return match[1]
-        if sandbox_id := _header(scope, b"e2b-sandbox-id"):
+        if sandbox_id := scope_header(scope, b"e2b-sandbox-id"):
             return sandbox_id
-        host = HOST_ROUTE.match(_header(scope, b"host"))
+        host = HOST_ROUTE.match(scope_header(scope, b"host"))
         return host[1] if host else ""
 
     def _wakes(self, method: str, path: str, about: str) -> bool:

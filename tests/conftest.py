@@ -59,6 +59,20 @@ def served(endpoint: LocalEndpoint) -> dict[str, str]:
 
 
 @pytest.fixture
+def quirked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEndpoint]:
+    """An embedded endpoint of its own with the quirks `request.param` (one `NAME[=VALUE]`, or a list of them;
+    `indirect=True`), the SDK pointed at it."""
+    from bench.localbox.quirks import build
+    from bench.localbox.server import LocalServer, in_thread
+
+    quirks = [request.param] if isinstance(request.param, str) else list(request.param)
+    with in_thread(LocalServer(quirks=build("e2b", quirks), pool_size=0)) as local:
+        for key, value in local.env().items():
+            monkeypatch.setenv(key, value)
+        yield local
+
+
+@pytest.fixture
 def sandbox(endpoint: LocalEndpoint):
     from e2b import Sandbox
 

@@ -9,7 +9,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -21,21 +20,11 @@ from run_cli import e2b_bench, only_run_dir
 from bench.detection import HOSTILE_MUTATIONS, HOSTILE_QUIRKS
 from bench.endpoints import PROVIDERS
 from bench.localbox.quirks import PROFILES, build
-from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
+from bench.localbox.server import LocalEndpoint
 from bench.remote.slowness import scaled
 from bench.results import read_run
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def hostile(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEndpoint]:
-    """An endpoint with the quirk `request.param` alone, the SDK pointed at it."""
-    server = LocalServer(quirks=build("e2b", [request.param]), pool_size=0)
-    with in_thread(server) as local:
-        for key, value in local.env().items():
-            monkeypatch.setenv(key, value)
-        yield local
 
 
 def api(local: LocalEndpoint) -> httpx.Client:
@@ -60,9 +49,9 @@ def test_the_hostile_profile_combines_its_quirks_and_is_judged_as_local_hostile(
     assert (endpoint.name, endpoint.expectations) == ("local-hostile", REPO / "expectations" / "hostile.toml")
 
 
-@pytest.mark.parametrize("hostile", ["envd_pool=1"], indirect=True)
+@pytest.mark.parametrize("quirked", ["envd_pool=1"], indirect=True)
 def test_envd_pool_holds_a_second_command_until_the_first_ends_while_the_server_answers(
-    hostile: LocalEndpoint,
+    quirked: LocalEndpoint,
 ) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
@@ -80,7 +69,7 @@ def test_envd_pool_holds_a_second_command_until_the_first_ends_while_the_server_
         # A command takes tens of ms here: long past that, the second still has not run, while the server answers.
         window = time.monotonic() + scaled(3)
         while time.monotonic() < window:
-            with api(hostile) as client:
+            with api(quirked) as client:
                 listed = client.get("/v2/sandboxes")
             assert listed.status_code == 200 and sbx.sandbox_id in {s["sandboxID"] for s in listed.json()}
             assert not sbx.files.exists("/home/user/second-ran")
@@ -98,11 +87,11 @@ def test_envd_pool_holds_a_second_command_until_the_first_ends_while_the_server_
         sbx.kill()
 
 
-@pytest.mark.parametrize("hostile", ["envd_pool=1"], indirect=True)
-def test_envd_pool_frees_the_slot_of_a_client_that_went_away(hostile: LocalEndpoint) -> None:
+@pytest.mark.parametrize("quirked", ["envd_pool=1"], indirect=True)
+def test_envd_pool_frees_the_slot_of_a_client_that_went_away(quirked: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
-        _start_and_leave(hostile, sbx, "sleep 600")  # it held the one slot
+        _start_and_leave(quirked, sbx, "sleep 600")  # it held the one slot
         # Its client went away (the sleep runs on): the slot is free for the next command.
         assert sbx.commands.run("echo next", timeout=scaled(60)).stdout == "next\n"
         assert len(sbx.commands.list()) == 1
@@ -126,19 +115,11 @@ def _start_and_leave(local: LocalEndpoint, sbx: Sandbox, command: str) -> None:
         next(answer.iter_raw())
 
 
-@pytest.fixture
-def pooled_until_exit(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEndpoint]:
-    server = LocalServer(quirks=build("e2b", ["envd_pool=1", "pool_until_exit"]), pool_size=0)
-    with in_thread(server) as local:
-        for key, value in local.env().items():
-            monkeypatch.setenv(key, value)
-        yield local
-
-
-def test_pool_until_exit_keeps_the_slot_of_a_left_command_until_it_ends(pooled_until_exit: LocalEndpoint) -> None:
+@pytest.mark.parametrize("quirked", [["envd_pool=1", "pool_until_exit"]], indirect=True)
+def test_pool_until_exit_keeps_the_slot_of_a_left_command_until_it_ends(quirked: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
-        _start_and_leave(pooled_until_exit, sbx, "until [ -e /home/user/go ]; do sleep 0.05; done")
+        _start_and_leave(quirked, sbx, "until [ -e /home/user/go ]; do sleep 0.05; done")
         later: dict[str, object] = {}
         worker = threading.Thread(
             target=lambda: later.update(result=sbx.commands.run("echo later", timeout=scaled(120))), daemon=True
@@ -154,13 +135,13 @@ def test_pool_until_exit_keeps_the_slot_of_a_left_command_until_it_ends(pooled_u
         sbx.kill()
 
 
-@pytest.mark.parametrize("hostile", ["max_running=2"], indirect=True)
+@pytest.mark.parametrize("quirked", ["max_running=2"], indirect=True)
 def test_max_running_answers_a_create_past_the_cap_429_with_a_message_and_no_retry_after(
-    hostile: LocalEndpoint,
+    quirked: LocalEndpoint,
 ) -> None:
     running = [Sandbox.create(timeout=120) for _ in range(2)]
     try:
-        with api(hostile) as client:
+        with api(quirked) as client:
             for route in ("/sandboxes", "/v2/sandboxes"):
                 refused = client.post(route, json={"templateID": "base", "timeout": 60})
                 assert refused.status_code == 429
@@ -178,12 +159,12 @@ def test_max_running_answers_a_create_past_the_cap_429_with_a_message_and_no_ret
             Sandbox.kill(sbx.sandbox_id)
 
 
-@pytest.mark.parametrize("hostile", ["deleted_502"], indirect=True)
-def test_deleted_502_answers_every_later_request_about_a_deleted_sandbox_502(hostile: LocalEndpoint) -> None:
+@pytest.mark.parametrize("quirked", ["deleted_502"], indirect=True)
+def test_deleted_502_answers_every_later_request_about_a_deleted_sandbox_502(quirked: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=120)
     other = Sandbox.create(timeout=120)
     try:
-        with api(hostile) as client:
+        with api(quirked) as client:
             assert client.delete(f"/sandboxes/{sbx.sandbox_id}").status_code == 204
             later = [
                 client.get(f"/sandboxes/{sbx.sandbox_id}"),
@@ -193,7 +174,7 @@ def test_deleted_502_answers_every_later_request_about_a_deleted_sandbox_502(hos
                 client.post(f"/sandboxes/{sbx.sandbox_id}/pause", json={}),
                 client.post(f"/v2/sandboxes/{sbx.sandbox_id}/connect", json={"timeout": 30}),
                 httpx.post(
-                    f"{hostile.sandbox_url}/process.Process/List",
+                    f"{quirked.sandbox_url}/process.Process/List",
                     json={},
                     headers={"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": sbx._envd_access_token or ""},
                 ),
@@ -208,8 +189,8 @@ def test_deleted_502_answers_every_later_request_about_a_deleted_sandbox_502(hos
         other.kill()
 
 
-@pytest.mark.parametrize("hostile", ["ignore_user"], indirect=True)
-def test_ignore_user_runs_commands_and_file_operations_as_the_default_user(hostile: LocalEndpoint) -> None:
+@pytest.mark.parametrize("quirked", ["ignore_user"], indirect=True)
+def test_ignore_user_runs_commands_and_file_operations_as_the_default_user(quirked: LocalEndpoint) -> None:
     sbx = Sandbox.create(timeout=120)
     try:
         assert sbx.commands.run("whoami", user="root").stdout == "user\n"

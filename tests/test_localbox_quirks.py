@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import json
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,7 @@ import httpx
 import pytest
 from e2b import CommandExitException, Sandbox, SandboxException
 
-from bench.localbox.quirks import build
-from bench.localbox.server import LocalEndpoint, LocalServer, in_thread
+from bench.localbox.server import LocalEndpoint
 
 
 def _raises(action: Callable[[], object]) -> str:
@@ -159,15 +158,6 @@ OLD_BEHAVIOUR: dict[str, tuple[Callable[[Sandbox, LocalEndpoint], Any], Any]] = 
     "ignore_mask_host": (masked_host, "caller.example"),
     "extra_write_event": (upload_events, ["CREATE new.txt", "WRITE new.txt", "CHMOD new.txt", "WRITE new.txt"]),
 }
-
-
-@pytest.fixture
-def quirked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalEndpoint]:
-    server = LocalServer(quirks=build("e2b", [request.param]), pool_size=0)
-    with in_thread(server) as local:
-        for key, value in local.env().items():
-            monkeypatch.setenv(key, value)
-        yield local
 
 
 @pytest.mark.parametrize("quirked", sorted(OLD_BEHAVIOUR), indirect=True)

@@ -13,16 +13,23 @@ from pathlib import Path
 
 from bench.localbox.template import ensure_template
 from bench.preload import run_forked
-from bench.remote.slowness import scaled
+from bench.remote.slowness import measure, scaled, slowness
+
+QUIET_COMMAND_S = 300  # what a command of a test may take on a quiet host
 
 REPO = Path(__file__).resolve().parents[1]
 STOP_GRACE_S = 60.0  # for a command past its time to stop its runners and write its footer, on a quiet host
 
 
-def e2b_bench(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def e2b_bench(
+    *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
     """`e2b-bench ARGS...` with this environment plus `env`; its output captured, its exit code not checked.
-    Past `timeout` it is stopped as SIGTERM stops it and `bench.preload.StillRunning` is raised."""
+    Past `timeout` (by default 300 s of a quiet host, stretched by how slow the host is as the command starts)
+    it is stopped as SIGTERM stops it and `bench.preload.StillRunning` is raised."""
     environment = {**os.environ, **(env or {})}
+    if timeout is None:
+        timeout = QUIET_COMMAND_S * max(measure(), slowness())
     done = run_forked(args, timeout_s=timeout, grace_s=scaled(STOP_GRACE_S), env=environment, cwd=REPO)
     return subprocess.CompletedProcess(
         [sys.executable, "-m", "bench.cli", *args], done.returncode, done.stdout, done.stderr

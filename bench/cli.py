@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, interrupted_code, signal_received
+from .listing import LIST_HELP
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
 from .remote.slowness import STEP_TIMEOUT_HELP
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="E2B's SDK source tree for the upstream suite (a checkout of E2B's repository; default: "
         "$E2B_BENCH_UPSTREAM_SOURCE, else ../shared/reference/e2b-sdk-source beside the checkout)",
     )
+    run.add_argument("--list", action="store_true", dest="list_cases", help=LIST_HELP)
     run.add_argument("--shard", default=None, help="K/N: run shard K of N (whole runners); join them with `merge`")
     run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
     run.set_defaults(handler=cmd_run)
@@ -327,6 +329,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-m", markexpr] if markexpr else []),
         *(["-x"] if args.exitfirst else []),
         *(["--shard", args.shard] if args.shard else []),
+        *(["--list-cases"] if args.list_cases else []),
         *(f"--case={pattern}" for pattern in args.case),
         *(f"--ignore={path}" for path in ignored),
         *(["--max-sandboxes", str(int(positive(args.max_sandboxes, "--max-sandboxes")))]

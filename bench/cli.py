@@ -28,6 +28,8 @@ ENVIRONMENT = """environment variables read:
                        are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
   E2B_BENCH_UPSTREAM_SOURCE  default of --upstream-source (E2B's SDK source tree of the upstream suite)
+  E2B_BENCH_RESULTS_DIR default of --results-dir and of report's --out (results/ of the checkout)
+  E2B_BENCH_ENDPOINTS  the endpoints.toml of named endpoints (endpoints.toml of the checkout)
   E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """

@@ -292,6 +292,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         check_model(args.model_base_url, args.model, args.model_key_env)
     except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
+    collect_only = {"--co", "--collect-only"}
+    if collect_only & set(extra):  # pytest's collection alone would record an empty run: it is what --list does
+        args.list_cases, extra = True, [arg for arg in extra if arg not in collect_only]
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
     ignored = source_suites_ignored(args.suites, args.case)
     if args.upstream_source is not None:

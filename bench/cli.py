@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, interrupted_code, signal_received
+from .listing import LIST_HELP
 from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
 from .remote.slowness import STEP_TIMEOUT_HELP
@@ -27,6 +28,8 @@ ENVIRONMENT = """environment variables read:
                        are cached (~/.cache/e2b-bench)
   E2B_BENCH_NODE       the `node` that runs the Node runners (default: node on PATH)
   E2B_BENCH_UPSTREAM_SOURCE  default of --upstream-source (E2B's SDK source tree of the upstream suite)
+  E2B_BENCH_RESULTS_DIR default of --results-dir and of report's --out (results/ of the checkout)
+  E2B_BENCH_ENDPOINTS  the endpoints.toml of named endpoints (endpoints.toml of the checkout)
   E2B_BENCH_PROGRESS_S seconds between `run`'s progress lines when the output is not a terminal (30)
   the variable named by --model-key-env, or by key_env of an endpoints.toml table
 """
@@ -146,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="E2B's SDK source tree for the upstream suite (a checkout of E2B's repository; default: "
         "$E2B_BENCH_UPSTREAM_SOURCE, else ../shared/reference/e2b-sdk-source beside the checkout)",
     )
+    run.add_argument("--list", action="store_true", dest="list_cases", help=LIST_HELP)
     run.add_argument("--shard", default=None, help="K/N: run shard K of N (whole runners); join them with `merge`")
     run.add_argument("suites", nargs="*", default=[], help="suite names (e.g. quickstart, probes) or paths")
     run.set_defaults(handler=cmd_run)
@@ -288,6 +292,9 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         check_model(args.model_base_url, args.model, args.model_key_env)
     except (SelectionError, ShardError) as exc:
         raise UsageError(str(exc)) from None
+    collect_only = {"--co", "--collect-only"}
+    if collect_only & set(extra):  # pytest's collection alone would record an empty run: it is what --list does
+        args.list_cases, extra = True, [arg for arg in extra if arg not in collect_only]
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
     ignored = source_suites_ignored(args.suites, args.case)
     if args.upstream_source is not None:
@@ -327,6 +334,7 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["-m", markexpr] if markexpr else []),
         *(["-x"] if args.exitfirst else []),
         *(["--shard", args.shard] if args.shard else []),
+        *(["--list-cases"] if args.list_cases else []),
         *(f"--case={pattern}" for pattern in args.case),
         *(f"--ignore={path}" for path in ignored),
         *(["--max-sandboxes", str(int(positive(args.max_sandboxes, "--max-sandboxes")))]

@@ -152,12 +152,7 @@ class BenchSession:
         if self.lifecycle.preflight_error is None and any(suite == FRAMEWORKS for suite, _ in self.selected):
             self.model = self._start_model()
         used = {name for _, name in self.selected}
-        python_sdks = {
-            runner.name: runner.pins["e2b"]
-            for runner in self.runners
-            if runner.name in used and runner.language == "python" and "e2b" in runner.pins
-        }
-        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight(python_sdks):
+        if self.lifecycle.preflight_error is not None or not self.lifecycle.preflight(self.python_sdks()):
             self.exit_code = self.lifecycle.abort(self.lifecycle.preflight_error or "", suite)
             return False
         self._prepare([runner for runner in self.runners if runner.name in used])
@@ -177,6 +172,15 @@ class BenchSession:
             self._timer.daemon = True
             self._timer.start()
         return True
+
+    def python_sdks(self) -> dict[str, str]:
+        """Runner name -> the Python `e2b` it pins, for the selected runners (some SDKs judge the key's form)."""
+        used = {name for _, name in self.selected}
+        return {
+            runner.name: runner.pins["e2b"]
+            for runner in self.runners
+            if runner.name in used and runner.language == "python" and "e2b" in runner.pins
+        }
 
     def spent(self, minutes: float) -> None:
         """The time budget is reached: runners stop (killing their sandboxes) and every case not finished is

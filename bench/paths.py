@@ -56,6 +56,7 @@ SPEC_DIR = REFERENCE_DIR / "spec"  # E2B's OpenAPI files, envd.yaml and protos (
 UPSTREAM_SOURCE = REFERENCE_DIR / "e2b-sdk-source"
 PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "pytest.ini"
 
-RESULTS_DIR = USER_ROOT / "results"
-REPORTS_OUT = RESULTS_DIR / "reports"  # `report`'s default --out: every output of the harness under results/
-CONFIG_PATH = USER_ROOT / "endpoints.toml"
+# Every output of the harness goes under results/ (E2B_BENCH_RESULTS_DIR elsewhere, e.g. a CI workspace).
+RESULTS_DIR = Path(os.environ.get("E2B_BENCH_RESULTS_DIR") or USER_ROOT / "results").expanduser().resolve()
+REPORTS_OUT = RESULTS_DIR / "reports"  # `report`'s default --out
+CONFIG_PATH = Path(os.environ.get("E2B_BENCH_ENDPOINTS") or USER_ROOT / "endpoints.toml").expanduser()

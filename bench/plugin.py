@@ -22,6 +22,7 @@ from .conformance import BenchSession, RunOptions
 from .exits import ExitCode, defer_interrupts, interrupted_code
 from .expectations import case_matches
 from .lifecycle import Lifecycle
+from .listing import LIST_HELP, listed
 from .paths import RESULTS_DIR, SUITE_DIRS
 from .redaction import Redactor
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
@@ -73,6 +74,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="NAME of the environment variable holding the model's API key (never the key itself)",
     )
     group.addoption("--attempts", type=int, default=2, help="tries of a framework's proof task before it fails")
+    group.addoption("--list-cases", action="store_true", help=LIST_HELP)
     group.addoption("--shard", default=None, help="K/N: run only shard K of N (whole runners; see `e2b-bench merge`)")
     group.addoption(
         "--case",
@@ -224,6 +226,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if bench is None:
         return
     suites = sorted(bench.suites) or bench.empty_shard_suites
+    if suites and session.config.getoption("list_cases"):  # `run --list`: what would run, nothing run
+        code, message = listed(bench, session.items)
+        pytest.exit(message, returncode=code)
     if suites and not bench.start(suites):
         pytest.exit(f"e2b-bench: {bench.preflight_error}", returncode=bench.exit_code or ExitCode.USAGE)
     # What the run has imported and booted lives to its end (the process ends with the run): kept out of every

@@ -91,7 +91,7 @@ def test_shipped_local_declares_only_what_the_endpoint_lacks() -> None:
         "refusals/*/rf18_create_egress_proxy": "refused",
         "refusals/*/rf19_update_network_transform_rules": "refused",
         "refusals/*/rf20_update_egress_proxy": "refused",
-        # E2B's own tests it does not pass yet (README, "E2B's own tests")
+        # E2B's own tests it does not pass yet (docs/suites.md, "E2B's own tests")
         "upstream/py-upstream/tests/*/sandbox_*/test_create.py::test_mcp_gateway_start_failure_kills_created_sandbox": (
             "fail"
         ),

@@ -3,7 +3,7 @@
 
 The bounded run (CI's normal selection) takes a few modules by `--case`; the whole suite is `slow`. Both read
 what the run recorded and check it against facts of their own: pytest's collection of the tree, the wire log
-(the tests really spoke to the endpoint), the README's list of the tests that do not pass here.
+(the tests really spoke to the endpoint), docs/suites.md's list of the tests that do not pass here.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ BOUNDED = (
     "tests/sync/template_sync/test_tags.py",
     "tests/sync/template_sync/test_exists.py",
 )
-README_START, README_END = "<!-- upstream-not-passing:start -->", "<!-- upstream-not-passing:end -->"
+LIST_START, LIST_END = "<!-- upstream-not-passing:start -->", "<!-- upstream-not-passing:end -->"
 
 try:
     SDK: Path | None = python_sdk()
@@ -99,8 +99,8 @@ def not_passing_here() -> dict[str, str]:
     return found
 
 
-def readme_list() -> str:
-    """The README's list as it should read: one line per test, grouped by reason."""
+def page_list() -> str:
+    """docs/suites.md's list as it should read: one line per test, grouped by reason."""
     by_reason: dict[str, list[str]] = {}
     for test, why in not_passing_here().items():
         by_reason.setdefault(why, []).append(test)
@@ -143,11 +143,11 @@ def test_every_needs_entry_covers_some_test_and_names_a_known_need() -> None:
 
 
 @needs_tree
-def test_readme_lists_each_test_that_does_not_pass_here_with_its_reason() -> None:
-    text = (REPO / "README.md").read_text("utf-8")
-    start, end = text.index(README_START) + len(README_START), text.index(README_END)
+def test_the_docs_list_each_test_that_does_not_pass_here_with_its_reason() -> None:
+    text = (REPO / "docs" / "suites.md").read_text("utf-8")
+    start, end = text.index(LIST_START) + len(LIST_START), text.index(LIST_END)
 
-    assert text[start:end].strip() == readme_list()
+    assert text[start:end].strip() == page_list()
 
 
 @needs_tree
@@ -203,7 +203,7 @@ def test_rerun_line_selects_exactly_that_upstream_test(tmp_path: Path) -> None:
 @pytest.mark.slow
 @needs_tree
 def test_whole_suite_against_the_embedded_endpoint(tmp_path: Path) -> None:
-    """Every upstream test is a case; none fails but those declared (README's list)."""
+    """Every upstream test is a case; none fails but those declared (docs/suites.md's list)."""
     assert SDK is not None
     done = upstream_run(tmp_path, "*", timeout=3600)
     run = read_run(only_run_dir(tmp_path))
@@ -336,7 +336,7 @@ def test_js_rerun_line_selects_exactly_that_vitest_test(tmp_path: Path) -> None:
 @pytest.mark.slow
 @needs_js_tree
 def test_whole_js_suite_against_the_embedded_endpoint(tmp_path: Path) -> None:
-    """Every vitest test is a case; none fails but those declared (README's list)."""
+    """Every vitest test is a case; none fails but those declared (docs/suites.md's list)."""
     assert JS_SDK is not None
     done = e2b_bench(
         "run", SUITE, "--runner", JS_RUNNER, "--results-dir", str(tmp_path), "--case", f"{SUITE}/{JS_RUNNER}/*",

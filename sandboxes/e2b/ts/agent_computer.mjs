@@ -1,5 +1,5 @@
 // An agent's "computer" on an E2B sandbox: the binding an agent platform puts between its agents and the
-// endpoint, written here from its documented contract (README, "The computer suite"). It talks to the API and
+// endpoint, written here from its documented contract (docs/suites.md, "The computer suite"). It talks to the API and
 // envd through the unmodified SDK only, and never hands a credential to the sandbox.
 //
 // - one ephemeral sandbox per invocation (template `base`, 300 s), tagged with a receipt of the create, seeds

@@ -1,4 +1,4 @@
-// The agent computer contract (README, "The computer suite"): what an agent platform's E2B "computer" binding
+// The agent computer contract (docs/suites.md, "The computer suite"): what an agent platform's E2B "computer" binding
 // needs from an endpoint, driven through our own adapter of that contract (agent_computer.mjs) on the
 // unmodified npm SDK. Each step checks the effect through a second path: a shell command in the sandbox as
 // root, or the REST API. Steps are the `[computer.ts]` table of sandboxes/e2b/manifest.toml.

@@ -8,8 +8,13 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bench.exits import ExitCode
+
+if TYPE_CHECKING:
+    from bench.results import Run
+    from bench.runners.catalog import Runner
 
 Command = Callable[..., argparse.ArgumentParser]
 
@@ -57,6 +62,23 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser], c
     _endpoint_flags(bisect)
     bisect.set_defaults(handler=cmd_bisect)
 
+    span = command(
+        commands,
+        "range",
+        help="the endpoint's compatibility with every release of a package: range.json and a table to publish",
+        description="One run of the suites (or --case patterns) per release, the newest patch of each minor release "
+        "by default; which pass, and each cause's first and last release.",
+    )
+    span.add_argument("suites", nargs="*", help="suites to run (default: the runner's)")
+    span.add_argument("--package", required=True, metavar="NAME", help="the package whose releases are tried")
+    span.add_argument("--from", dest="start", default=None, metavar="V", help="the oldest release to try")
+    span.add_argument("--to", dest="end", default=None, metavar="V", help="the newest (default: the runner's pin)")
+    span.add_argument("--runner", default=None, help="the runner whose pin is varied (default: the first pinning it)")
+    span.add_argument("--every", action="store_true", help="every release, not only each minor's newest patch")
+    span.add_argument("--case", action="append", default=[], metavar="PATTERN", help="as `run --case`")
+    _endpoint_flags(span)
+    span.set_defaults(handler=cmd_range)
+
 
 def cmd_repro(args: argparse.Namespace, extra: list[str]) -> int:
     from bench.results import InvalidRun, NotARun, read_run
@@ -68,7 +90,7 @@ def cmd_repro(args: argparse.Namespace, extra: list[str]) -> int:
         run = read_run(args.run_dir, allow_truncated=True)
         case = find_case(run, args.case)
         out = args.out if args.out is not None else args.run_dir / "repro" / slug(case.id)
-        written = write_repro(run, case.id, out, available_runners())
+        written = write_repro(run, case.id, out, {**available_runners(), **run_versions(run)})
     except (ReproError, NotARun, InvalidRun) as exc:
         print(f"e2b-bench repro: {exc}", file=sys.stderr)
         return ExitCode.USAGE
@@ -133,6 +155,44 @@ def cmd_bisect(args: argparse.Namespace, extra: list[str]) -> int:
     print("\n".join(report_lines(document)))
     print(f"bisect.json: {path}")
     return 0
+
+
+def cmd_range(args: argparse.Namespace, extra: list[str]) -> int:
+    from .bisect import BisectError
+    from .range import compatibility, markdown
+
+    targets = [*args.suites, *(item for pattern in args.case for item in ("--case", pattern))]
+    try:
+        document, path = compatibility(
+            args.package, args.start, args.runner, targets, passed_flags(args), args.results_dir, args.every, args.end
+        )
+    except BisectError as exc:
+        print(f"e2b-bench range: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    print("\n".join(markdown(document)))
+    print(f"range.json: {path}")
+    return 0
+
+
+def run_versions(run: Run) -> dict[str, Runner]:
+    """The `--runner BASE@VERSION` runners of a run's command line, by the names they made."""
+    from bench.runners.catalog import Runner, available_runners
+    from bench.runners.envs import RunnerEnvError
+    from bench.runners.versioned import SEPARATOR, versioned
+
+    argv = [str(item) for item in run.header.get("argv", [])]
+    given = [argv[i + 1] for i, item in enumerate(argv[:-1]) if item == "--runner"]
+    given += [item.split("=", 1)[1] for item in argv if item.startswith("--runner=")]
+    known = {name: runner.spec for name, runner in available_runners().items()}
+    made: dict[str, Runner] = {}
+    for name in given:
+        if SEPARATOR in name:
+            try:
+                spec = versioned(name, known)
+            except RunnerEnvError:
+                continue
+            made[spec.name] = Runner(spec)
+    return made
 
 
 def slug(case_id: str) -> str:

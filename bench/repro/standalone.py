@@ -66,7 +66,7 @@ def runner_files(runner: Runner, suite: str) -> list[Path]:
     spec = runner.for_suite(suite)
     kit = DATA_ROOT / "sandboxes" / "e2b" / ("python" if spec.language == "python" else "ts")
     folders = {spec.entry_path.parent, kit}
-    if spec.project:
+    if spec.project and (DATA_ROOT / spec.project).is_relative_to(DATA_ROOT):  # not a release's own (cache)
         folders.add(DATA_ROOT / spec.project)
     shared = spec.entry_path.parent.parent
     files: set[Path] = set()

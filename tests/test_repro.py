@@ -208,3 +208,34 @@ def test_run_refuses_a_reference_that_is_no_run(tmp_path: Path) -> None:
     done = e2b_bench("run", "--reference", str(tmp_path), "--case", CASES[0])
     assert done.returncode == 2
     assert done.stderr.strip() == f"e2b-bench run: --reference {tmp_path} is not a run directory (no run.json)"
+
+
+@pytest.mark.parametrize(
+    ("runner", "test", "expected"),
+    [
+        ("py-upstream", "tests/sync/sandbox_sync/test_kill.py::test_kill",
+         "pytest -p no:cacheprovider tests/sync/sandbox_sync/test_kill.py::test_kill"),
+        ("js-upstream", "tests/sandbox/kill.test.ts > kill > kills",
+         "npx vitest@{vitest} run tests/sandbox/kill.test.ts -t 'kill kills'"),
+    ],
+)  # fmt: skip
+def test_an_upstream_case_gets_its_test_runners_own_command_line_with_pins(
+    runner: str, test: str, expected: str, tmp_path: Path
+) -> None:
+    from bench.repro.standalone import write_repro
+    from bench.results import CaseRecord, Run
+    from bench.runners.catalog import available_runners
+
+    runners = available_runners()
+    record = CaseRecord(
+        id=f"upstream/{runner}/{test}", suite="upstream", runner=runner, case=test, outcome="fail",
+        expected="pass", conformant=False, error="AssertionError: the sandbox is still running",
+    )  # fmt: skip
+    header = {"run_id": "20261206T000000Z-upstream-local", "endpoint": {"name": "local"}, "argv": []}
+    written = write_repro(Run(tmp_path, header, None, [record]), record.id, tmp_path / "repro", runners)
+    readme = (written.directory / "README.md").read_text()
+    assert sorted(p.name for p in written.directory.iterdir()) == ["README.md"]  # no script: E2B's own runner
+    assert expected.format(vitest=runners[runner].pins.get("vitest")) in readme
+    for name, version in runners[runner].pins.items():
+        assert f"{name}=={version}" in readme or name == "vitest"
+    assert "AssertionError: the sandbox is still running" in readme

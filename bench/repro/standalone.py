@@ -183,12 +183,18 @@ def requirements(runner: Runner) -> str:
 
 
 def upstream_command(runner: Runner, case: CaseRecord) -> str:
-    """The upstream test runner's own command line for one test, with the pins it ran under."""
-    pins = " ".join(f"{name}=={version}" for name, version in sorted(runner.pins.items()))
+    """The upstream test runner's own command line for one of E2B's tests, with the pins it ran under, typed in
+    E2B's SDK source tree (`packages/python-sdk` or `packages/js-sdk`)."""
+    pins = " ".join(shlex.quote(f"{name}=={version}") for name, version in sorted(runner.pins.items()))
     if runner.language == "python":
-        test = case.case.replace("/", "/", 1)
-        return f"cd packages/python-sdk && pip install -e . {pins} && pytest -p no:cacheprovider {shlex.quote(test)}"
-    return f"cd packages/js-sdk && npm ci && npx vitest@{runner.pins.get('vitest', '')} run {shlex.quote(case.case)}"
+        return (
+            f"cd packages/python-sdk && python3 -m venv .venv && .venv/bin/pip install -e . {pins} && "
+            f"E2B_DOMAIN=${{E2B_DOMAIN:-localhost}} .venv/bin/pytest -p no:cacheprovider {shlex.quote(case.case)}"
+        )
+    path, _, title = case.case.partition(" > ")
+    vitest = runner.pins.get("vitest", "")
+    named = f" -t {shlex.quote(title.replace(' > ', ' '))}" if title else ""
+    return f"cd packages/js-sdk && npm ci && npx vitest@{vitest} run {shlex.quote(path)}{named}"
 
 
 def _readme(out: Path, run: Run, case: CaseRecord, runner: Runner, command: str) -> None:

@@ -239,3 +239,19 @@ def test_an_upstream_case_gets_its_test_runners_own_command_line_with_pins(
     for name, version in runners[runner].pins.items():
         assert f"{name}=={version}" in readme or name == "vitest"
     assert "AssertionError: the sandbox is still running" in readme
+
+
+def test_a_repro_whose_step_hangs_is_stopped_and_says_where(recorded: Path, tmp_path: Path) -> None:
+    """The symptom endpoints' users met by hand (`commands.run` never returning): against an endpoint that never
+    ends a command's stream, the repro stops after REPRO_TIMEOUT_S of silence, naming the step (exit 1)."""
+    out = tmp_path / "repro"
+    assert e2b_bench("repro", str(recorded), "--case", CASES[0], "--out", str(out)).returncode == 0
+    command = install(out)
+    silence_s = scaled(10.0)
+    with in_thread(LocalServer(quirks=build("e2b", ["stream_stall"]), pool_size=0)) as stalling:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "PYTHON", "VIRTUAL_ENV"))}
+        env.update(stalling.env(), REPRO_TIMEOUT_S=str(silence_s))
+        done = subprocess.run(command, cwd=out, env=env, capture_output=True, text=True, timeout=scaled(REPRO_S))
+    assert done.returncode == 1, done.stdout + done.stderr
+    step = CASES[0].rsplit("/", 1)[1]
+    assert f"REPRODUCED: no answer in {silence_s:.0f} s in step {step}" in done.stdout

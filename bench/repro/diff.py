@@ -10,6 +10,7 @@ the start of both bodies and the stream frames.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import textwrap
@@ -46,14 +47,15 @@ _LOGS = WireLogs()  # each wire log read once per process (and again when it has
 @dataclass(frozen=True)
 class Difference:
     case: str
-    index: int  # 0-based position of the first differing exchange
+    index: tuple[int, int]  # 0-based positions of the first differing exchange on each side
     left: dict[str, Any] | None  # None: that side had no exchange there
     right: dict[str, Any] | None
     counts: tuple[int, int]
 
     def lines(self, names: tuple[str, str]) -> list[str]:
         """Side by side: the first differing exchange of each run, differing fields marked."""
-        head = f"{self.case}: exchange {self.index + 1} differs ({self.counts[0]} vs {self.counts[1]} exchanges)"
+        (at_a, at_b), (count_a, count_b) = self.index, self.counts
+        head = f"{self.case}: exchange {at_a + 1} of {count_a} (A) differs from {at_b + 1} of {count_b} (B)"
         left, right = _shown(self.left), _shown(self.right)
         out = [head, f"  {names[0][:COLUMN]:<{COLUMN}} | {names[1][:COLUMN]}"]
         for key in dict.fromkeys([*left, *right]):
@@ -110,14 +112,25 @@ def normalized(entries: list[dict[str, Any]], run: Run) -> list[dict[str, Any]]:
 
 
 def first_difference(run_a: Run, run_b: Run, case_id: str) -> Difference | None:
-    """The first exchange of `case_id` that differs between the runs (None: the same exchanges)."""
-    case_a = _case(run_a, case_id)
-    case_b = _case(run_b, case_id)
-    left = normalized(case_exchanges(run_a, case_a), run_a)
-    right = normalized(case_exchanges(run_b, case_b), run_b)
-    for index, (a, b) in enumerate(zip_longest(left, right)):
-        if a != b:
-            return Difference(case_id, index, a, b, (len(left), len(right)))
+    """The first exchange of `case_id` that differs between the runs (None: the same exchanges).
+
+    The two sides are lined up by request (method and path, difflib's matching): the window of a step may begin in
+    its prerequisite's last exchanges on one side and not the other, so requests only one side has before the first
+    common one are no difference; after it, a request one side lacks is one."""
+    left = normalized(case_exchanges(run_a, _case(run_a, case_id)), run_a)
+    right = normalized(case_exchanges(run_b, _case(run_b, case_id)), run_b)
+    counts = (len(left), len(right))
+    keys = [[(e.get("method"), e.get("path")) for e in side] for side in (left, right)]
+    opcodes = difflib.SequenceMatcher(a=keys[0], b=keys[1], autojunk=False).get_opcodes()
+    for number, (tag, i1, i2, j1, j2) in enumerate(opcodes):
+        if tag == "equal":
+            for offset, (a, b) in enumerate(zip(left[i1:i2], right[j1:j2], strict=True)):
+                if a != b:
+                    return Difference(case_id, (i1 + offset, j1 + offset), a, b, counts)
+        elif number == 0 and tag in ("insert", "delete") and len(opcodes) > 1:
+            continue  # one window began earlier, in the prerequisite's exchanges
+        else:
+            return Difference(case_id, (i1, j1), left[i1] if i1 < i2 else None, right[j1] if j1 < j2 else None, counts)
     return None
 
 

@@ -127,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the cases whose id (suite/runner/case, as in the report) is PATTERN or matches it as an fnmatch "
         "pattern, repeatable; picks the runner it names and runs a slow case too",
     )
+    run.add_argument("--reference", type=Path, default=None, metavar="RUN",
+                     help="a run of the same cases against a reference endpoint: each failing case shows its first "
+                     "wire difference from it (terminal and report)")  # fmt: skip
     run.add_argument("-q", "--quiet", action="store_true", help="print only the closing verdict line")
     run.add_argument("-v", "--verbose", action="store_true", help="also each case as it ends and harness warnings")
     run.add_argument("-k", dest="keyword", default=None, help="pytest -k: only cases matching the expression")
@@ -266,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_load_parser(commands, cmd_load)
 
+    from .repro.cli import add_parsers as add_repro_parsers
+
+    add_repro_parsers(commands, _command)
+
     runners = _command(commands, "runners", help="list the runners (client environments and their pins)")
     runners.set_defaults(handler=cmd_runners)
     return parser
@@ -295,6 +302,8 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     collect_only = {"--co", "--collect-only"}
     if collect_only & set(extra):  # pytest's collection alone would record an empty run: it is what --list does
         args.list_cases, extra = True, [arg for arg in extra if arg not in collect_only]
+    if args.reference is not None and not (args.reference / "run.json").is_file():
+        raise UsageError(f"--reference {args.reference} is not a run directory (no run.json)")
     suites = [suite_target(name) for name in args.suites] or [str(path) for path in SUITE_DIRS]
     ignored = source_suites_ignored(args.suites, args.case)
     if args.upstream_source is not None:

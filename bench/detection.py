@@ -50,8 +50,11 @@ SERVER_ONLY_QUIRKS = ("streams_outlive_clients",)
 # Remote conditions, not deviations: a stalled stream is one hung case (tests/test_remote_run.py); latency, slow
 # creates, rate limits and transient 5xx change no verdict: the harness retries what can be retried and records
 # the rest as the endpoint's transient (tests/test_remote_conditions.py).
-# An unavailable route fails whatever cases use the route it is given (tests/test_remote_refused_route.py).
-CONDITION_QUIRKS = ("stream_stall", "rate_limit", "transient_5xx", "latency", "slow_create", "unavailable_route")
+# An unavailable route fails whatever cases use the route it is given (tests/test_remote_refused_route.py), and so
+# does a missing one, for the SDK releases that use it (tests/test_bisect.py).
+CONDITION_QUIRKS = (
+    "stream_stall", "rate_limit", "transient_5xx", "latency", "slow_create", "unavailable_route", "missing_route"
+)  # fmt: skip
 # What a misbehaving third-party endpoint does to a whole run (the `hostile` profile's parts): each breaks
 # most cases at once, so no case list specifies it; tests/test_hostile.py checks that a run under it ends, blames
 # nothing of the harness's own and declares to a fixed point.

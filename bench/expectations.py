@@ -25,7 +25,7 @@ CONFORMANT_SKIPS = (SDK_GAP, "needs", "upstream", DECLARED_PREREQUISITE)
 
 _TOP_KEYS = frozenset({"endpoint", "cases"})
 _ENDPOINT_KEYS = frozenset({"name", "description"})
-_CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message", "match"})
+_CASE_KEYS = frozenset({"outcome", "reason", "status", "code", "message", "match", "versions"})
 _REFUSAL_KEYS = ("status", "code", "message")
 MATCHABLE: tuple[Outcome, ...] = ("fail", "deviation", "error", "refused")  # what `match` may pin
 SYMPTOM_PREVIEW = 160  # how much of a different symptom the note quotes
@@ -49,6 +49,34 @@ class Declaration:
     message: str | None = None
     # a fragment (or regular expression) the observed symptom must contain; several: any one of them
     match: str | tuple[str, ...] | None = None
+    # the releases of the runner's own package it holds for (`>=2.26,<2.30`): the version that names the runner
+    versions: str | None = None
+
+    def holds_for(self, case_id: str) -> bool:
+        """Whether the declaration applies to the case's runner (always, without `versions`)."""
+        if self.versions is None:
+            return True
+        runner = case_id.split("/")[1] if case_id.count("/") >= 2 else ""
+        version = runner.rpartition("-")[2]
+        return bool(re.fullmatch(r"\d+(\.\d+)*", version)) and in_range(version, self.versions)
+
+
+_COMPARISONS = {
+    ">=": lambda a, b: a >= b, "<=": lambda a, b: a <= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    ">": lambda a, b: a > b, "<": lambda a, b: a < b,
+}  # fmt: skip
+_CLAUSE = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = tuple(int(part) for part in version.split("."))
+    return parts + (0,) * (3 - len(parts))
+
+
+def in_range(version: str, specifier: str) -> bool:
+    """`version` satisfies every clause of `specifier` (`>=2.26,<2.30`; missing parts count as 0)."""
+    clauses = [_CLAUSE.fullmatch(clause) for clause in specifier.split(",")]
+    return all(found is not None and _COMPARISONS[found[1]](_release(version), _release(found[2])) for found in clauses)
 
 
 @dataclass(frozen=True)
@@ -112,9 +140,10 @@ class Expectations:
 
     def for_case(self, case_id: str) -> Declaration:
         """The exact declaration for `case_id`, else the longest matching pattern (first in file on ties)."""
-        if case_id in self.cases:
+        if case_id in self.cases and self.cases[case_id].holds_for(case_id):
             return self.cases[case_id]
-        matching = [pattern for pattern in self.cases if case_matches(case_id, pattern)]
+        cases = self.cases
+        matching = [key for key in cases if case_matches(case_id, key) and cases[key].holds_for(case_id)]
         if not matching:
             return DEFAULT
         return self.cases[max(matching, key=len)]
@@ -161,7 +190,13 @@ def _declaration(path: Path, pattern: str, table: Any) -> Declaration:
                 re.compile(item)
             except re.error as error:
                 raise ExpectationsError(f"{path}: {where}.match is not a regular expression: {error}") from None
+    versions = table.get("versions")
+    if "versions" in table and (
+        not isinstance(versions, str) or not all(_CLAUSE.fullmatch(clause) for clause in versions.split(","))
+    ):
+        raise ExpectationsError(f'{path}: {where}.versions must be a version range such as ">=2.26,<2.30"')
     return Declaration(
+        versions=versions,
         outcome=outcome,
         reason=table.get("reason"),
         status=table.get("status"),

@@ -19,6 +19,7 @@ from bench.loadview import load_view
 from bench.paths import TEMPLATES_DIR
 from bench.redaction import Redactor
 from bench.remote.budget import cost_line
+from bench.repro.commands import follow_ups
 from bench.results import ARTIFACT_MODE, OUTCOMES, CaseRecord, Run, atomic_write, read_run
 from bench.runners.envs import default_cache_dir
 from bench.triage import evidence as case_evidence
@@ -285,6 +286,7 @@ def _cell(anchor: str, record: pd.Series, label: str, run: Run, sources: CaseSou
         "symptom": symptom,
         "one_line": _preview(error) or (record["note"] if isinstance(record["note"], str) else "") or "",
         "rerun": rerun_command(run, case),
+        **follow_ups(run, case, bool(record["conformant"])),  # repro, diff and the first difference (bench/repro)
         "details_json": json.dumps(record["details"], indent=2, sort_keys=True, ensure_ascii=False),
         **_click_through(record, sources, bool(symptom) or not record["conformant"]),
     }

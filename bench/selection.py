@@ -69,12 +69,25 @@ def select_runners(names: Sequence[str], matrix: bool = False) -> list[Runner]:
         return list(known.values())
     if not names:
         return default_runners()
+    known = {**known, **versioned_runners(names, known)}  # `BASE@VERSION`: any release as a runner
     unknown = [name for name in names if name not in known]
     if unknown:
         raise SelectionError(
             f"unknown runner {unknown[0]!r}: choose from {', '.join(sorted(known))} (see `e2b-bench runners`)"
         )
     return [known[name] for name in names]
+
+
+def versioned_runners(names: Sequence[str], known: dict[str, Runner]) -> dict[str, Runner]:
+    """The runners `BASE@VERSION` names make (bench/runners/versioned.py), under the names they were given."""
+    from .runners.envs import RunnerEnvError
+    from .runners.versioned import SEPARATOR, versioned
+
+    specs = {name: runner.spec for name, runner in known.items()}
+    try:
+        return {name: Runner(versioned(name, specs)) for name in names if SEPARATOR in name}
+    except RunnerEnvError as exc:
+        raise SelectionError(str(exc)) from None
 
 
 def runners_named(patterns: Sequence[str]) -> list[str]:

@@ -112,7 +112,45 @@ export function judge(run, verify) {
 
 // --- steps ---------------------------------------------------------------------------------------
 
-async function proofTask(framework, transcript, details) {
+const quoted = (text) => `'${String(text).replaceAll("'", "'\\''")}'`
+
+/**
+ * `e2b-bench repro`: recorded tool calls through the framework's backend, no model (as ./proof.py's `replay`):
+ * a command (`command`/`cmd`, or `code` run by python3) with `exec`, a write (`path`/`file_path` + `content`)
+ * as a shell redirect, a read with `read`. The recorded uname line in a later call becomes this sandbox's.
+ */
+async function replay(framework, handle, calls, run) {
+  const recorded = calls.map((c) => unameLine(outputText(String(c.result ?? '')))).find((line) => line) ?? null
+  let seen = null
+  for (const call of calls) {
+    const args = { ...(call.arguments ?? {}) }
+    const text = {}
+    for (const [key, value] of Object.entries(args)) {
+      if (typeof value === 'string') text[key] = recorded && seen ? value.replaceAll(recorded, seen) : value
+    }
+    let command = text.command ?? text.cmd ?? (text.code !== undefined ? `python3 -c ${quoted(text.code)}` : null)
+    const path = text.path ?? text.file_path ?? null
+    if (command === null && path !== null && text.content !== undefined) {
+      command = `printf '%s\\n' ${quoted(text.content)} > ${quoted(path)}`
+    }
+    let result
+    let error = false
+    if (command !== null) {
+      const done = await framework.exec(handle, command)
+      result = `${done.stdout ?? ''}${done.stderr ?? ''}`
+      error = done.exitCode !== 0 && done.exitCode !== null && done.exitCode !== undefined
+    } else if (path !== null) {
+      result = await framework.read(handle, path)
+    } else {
+      continue
+    }
+    seen ??= unameLine(result)
+    run.calls.push({ name: String(call.name), arguments: args, result, error })
+  }
+  run.answer = seen ? seen.split(/\s+/)[0] : null
+}
+
+async function proofTask(framework, transcript, details, calls = null) {
   let error = null
   for (let number = 1; number <= framework.attempts; number += 1) {
     const run = { calls: [], answer: null }
@@ -124,7 +162,8 @@ async function proofTask(framework, transcript, details) {
       handle = await framework.open()
       record.sandbox_id = handle.id
       try {
-        await framework.ask(handle, run)
+        if (calls !== null) await replay(framework, handle, calls, run)
+        else await framework.ask(handle, run)
       } catch (err) {
         record.error = errorText(err)
       }
@@ -208,7 +247,7 @@ export async function runFramework({ name, packages, runnerUrl, backend, tagging
     const details = {}
     let error
     try {
-      if (step === 'fw01_proof_task') error = await proofTask(framework, transcript, details)
+      if (step === 'fw01_proof_task') error = await proofTask(framework, transcript, details, task.options?.replay ?? null)
       else if (step in PROBES || step in extraSteps) {
         probeHandle ??= await framework.open()
         error = step in PROBES ? await probe(step, framework, probeHandle, details) : await extraSteps[step](framework, probeHandle, details)

@@ -19,6 +19,7 @@ import contextlib
 import importlib.metadata
 import json
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -217,6 +218,8 @@ class Runner:
         )
         self.prompt = str(options.get("prompt", ""))
         self.attempts = max(1, int(options.get("attempts", DEFAULT_ATTEMPTS)))
+        # `e2b-bench repro`: the tool calls of a recorded transcript, sent straight through the backend (no model)
+        self.replay: list[dict[str, Any]] | None = options.get("replay")
         self.metadata = dict(task["metadata"])
         tag = next(iter(self.metadata))
         self.transcript: dict[str, Any] = {
@@ -258,7 +261,10 @@ class Runner:
             try:
                 async with self._session() as session:
                     try:
-                        await session.ask(self.prompt, run)
+                        if self.replay is not None:
+                            await replay(session, self.replay, run)
+                        else:
+                            await session.ask(self.prompt, run)
                     except Exception as exc:  # a framework that gives up is an observed behaviour
                         record["error"] = exception_text(exc)
                         record["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
@@ -330,6 +336,41 @@ class Runner:
             error = exception_text(exc)
             details["traceback"] = excerpt("".join(traceback.format_exception(exc)[-4:]))
         return ("fail" if error else "pass"), error, details
+
+
+# A code agent's step may end with its answer tool; replayed, the answer is printed like any output.
+ANSWER_TOOL = "def final_answer(answer):\n    print(answer)\n\n"
+
+
+async def replay(session: Session, calls: list[dict[str, Any]], run: Run) -> None:
+    """Recorded tool calls through the framework's backend: a command (`command`/`cmd`, or `code` run by python3)
+    with `session.run`, a write (`path`/`file_path` + `content`) as a shell redirect, a read with `session.read`.
+    The recorded uname line in a later call becomes this sandbox's (the model wrote what it saw); the answer is
+    its first word."""
+    recorded = next((line for c in calls if (line := uname_line(output_text(str(c.get("result") or ""))))), None)
+    seen: str | None = None
+    for call in calls:
+        args = dict(call.get("arguments") or {})
+        text = {k: v for k, v in args.items() if isinstance(v, str)}
+        if recorded and seen:
+            text = {k: v.replace(recorded, seen) for k, v in text.items()}
+        command = text.get("command") or text.get("cmd")
+        if command is None and "code" in text:
+            command = "python3 -c " + shlex.quote(ANSWER_TOOL + text["code"])
+        path = text.get("path") or text.get("file_path")
+        if command is not None:
+            probe = await session.run(command)
+            result, error = probe.stdout + probe.stderr, probe.exit_code not in (0, None)
+        elif path is not None and "content" in text:
+            probe = await session.run(f"printf '%s\\n' {shlex.quote(text['content'])} > {shlex.quote(path)}")
+            result, error = probe.stdout + probe.stderr, probe.exit_code not in (0, None)
+        elif path is not None:
+            result, error = await session.read(path), False
+        else:
+            continue
+        seen = seen or uname_line(result)
+        run.calls.append(ToolRecord(str(call.get("name")), args, result, error))
+    run.answer = seen.split()[0] if seen else None
 
 
 def versions(packages: tuple[str, ...]) -> dict[str, str]:

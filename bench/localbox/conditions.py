@@ -4,8 +4,8 @@ An ASGI middleware, outside the wire mutations: every request first waits `laten
 `slow_create` ms more and, past `rate_limit` creates in the last second, is answered 429 with `Retry-After`
 in E2B's error shape; a fraction `transient_5xx` of control-plane requests is answered 502 or 503 as a
 gateway would, before the endpoint sees it (so nothing was created or changed); and every request of the
-`unavailable_route` is answered 503, whatever the moment. Draws come from one seeded generator per server,
-so a run's sequence of answers is reproducible.
+`unavailable_route` is answered 503, whatever the moment (every one of the `missing_route`: 404). Draws come from
+one seeded generator per server, so a run's sequence of answers is reproducible.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ class Conditions:
         self.random = random.Random(SEED)
         self.creates: deque[float] = deque()  # when the creates of the last second were let through
         self.unavailable = _route_matcher(quirks.unavailable_route)
+        self.missing = _route_matcher(quirks.missing_route)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -47,6 +48,9 @@ class Conditions:
         delay_ms = quirks.latency + (self.random.randint(*quirks.slow_create) if create else 0)
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
+        if self.missing is not None and self.missing(scope["method"], scope["path"]):
+            await _answer(receive, send, 404, f"no route {scope['method']} {scope['path']}")
+            return
         if self.unavailable is not None and self.unavailable(scope["method"], scope["path"]):
             await _answer(receive, send, 503, "the service is unavailable")
             return
@@ -100,5 +104,6 @@ def with_conditions(app: ASGIApp, quirks: Quirks) -> ASGIApp:
         or quirks.rate_limit
         or quirks.transient_5xx
         or quirks.unavailable_route
+        or quirks.missing_route
     )
     return Conditions(app, quirks) if wanted else app

@@ -81,6 +81,9 @@ class Quirks:
     # "METHOD /route" (a `{name}` or `*` segment matches any one): every such request answers 503, as from a
     # gateway in front of an endpoint that lacks the route; not a moment, so a conformance failure
     unavailable_route: str | None = None
+    # "METHOD /route": every such request answers 404, as an endpoint that lacks a route later SDK releases use
+    # (`e2b-bench bisect` names the first release that meets it)
+    missing_route: str | None = None
     # Hostile: what a misbehaving third-party endpoint does to a whole run (bench/localbox/hostile.py).
     envd_pool: int = 0  # per sandbox, at most N process streams (Start, Connect) served at once; the next waits
     pool_until_exit: bool = False  # with envd_pool: a slot is held until its command ends, even after its client left
@@ -227,7 +230,7 @@ def _number(name: str, value: str, current: int | float | tuple[int, int]) -> ob
 COUNTS = frozenset({"stream_stall"})  # quirks whose value is a whole number; given bare, 0 (every one)
 
 
-ROUTES = frozenset({"unavailable_route"})  # quirks whose value is "METHOD /route"
+ROUTES = frozenset({"unavailable_route", "missing_route"})  # quirks whose value is "METHOD /route"
 
 
 def _route(name: str, value: str) -> str:

@@ -25,6 +25,7 @@ import pytest
 from bench.conformance import BenchSession
 from bench.expectations import judge
 from bench.plugin import STASH
+from bench.repro.commands import follow_up_lines
 from bench.results import CaseRecord, Run, RunError, case_id, read_run
 from bench.triage.causes import cause_document, find_causes
 from bench.triage.hygiene import hygiene_lines
@@ -155,6 +156,7 @@ def cause_lines(run: Run, declarations: str | None = None, width: int = 160) -> 
         shown = [first, *(case for suite, case in by_suite.items() if suite != first.suite)]
         for case in shown[:LISTED_SUITE_RERUNS]:
             lines.append(f"    {case.id}  re-run: {rerun_command(run, case)}")
+            lines.extend(f"      {line}" for line in follow_up_lines(run, case))  # repro and, with a reference, diff
         if len(shown) > LISTED_SUITE_RERUNS:
             lines.append(f"    … and cases of {len(shown) - LISTED_SUITE_RERUNS} more suite(s)")
     if len(causes) > LISTED_CAUSES:

@@ -1,0 +1,1 @@
+"""From a failing case to something a stranger can run: `repro` (a standalone reproduction of one case)."""

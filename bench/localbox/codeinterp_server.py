@@ -10,6 +10,12 @@ jupyter_client. The protocol is the one the `e2b-code-interpreter` SDKs speak:
   and last `{"type": "end_of_execution"}`. A client that goes away interrupts its cell.
 - `POST /contexts` {language?, cwd?}, `GET /contexts`, `POST /contexts/{id}/restart`, `DELETE /contexts/{id}`.
 - `GET /health`.
+
+Started by the endpoint (codeinterp.py), it prints `ready` once it listens and `kernel` once the default context's
+kernel is ready (or failed). A sandbox prepared ahead of its create (a warm pool) has its server started with none
+of the sandbox's env vars: the create hands them over on stdin as one JSON line `{"envs": {...}}`, which the server
+sets for itself (so every kernel it starts later has them) and in the running default kernel, then prints `envs`.
+As E2B's own server reads the sandbox's env vars from envd after its template's snapshot resumed.
 """
 
 from __future__ import annotations
@@ -407,11 +413,45 @@ class Server(ThreadingHTTPServer):
     interpreter: Interpreter
 
 
+ENV_UPDATE = "import os as _e2b_os\n_e2b_os.environ.update({values!r})\ndel _e2b_os\n"
+
+
+def set_envs(interpreter: Interpreter, envs: dict[str, str]) -> None:
+    """The sandbox's env vars, handed over after the server started: for this process (kernels started from now
+    on inherit them) and every kernel already running."""
+    os.environ.update(envs)
+    for context in list(interpreter.contexts.values()):
+        context.ready.wait(KERNEL_START_S)
+        if context.failure or context.client is None:
+            continue
+        with context.lock:
+            try:
+                context._drain(context.client.execute(ENV_UPDATE.format(values=envs), silent=True))
+                context._drop_replies()
+            except Exception as exc:  # a kernel that died meanwhile: the next cell finds it so
+                print(f"e2b-bench code interpreter: env vars not set in a kernel: {exc}", file=sys.stderr, flush=True)
+
+
+def read_commands(interpreter: Interpreter, stream: Any) -> None:
+    """The endpoint's lines on stdin until it closes it: `{"envs": {...}}`, answered `envs` once set."""
+    for line in stream:
+        try:
+            command = json.loads(line)
+            envs = {str(k): str(v) for k, v in dict(command["envs"]).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"e2b-bench code interpreter: unreadable command on stdin: {exc}", file=sys.stderr, flush=True)
+            continue
+        set_envs(interpreter, envs)
+        print("envs", flush=True)
+
+
 def main() -> None:
     server = Server(("127.0.0.1", PORT), Handler)
-    server.interpreter = Interpreter()
-    server.interpreter.default("python")  # its kernel starts now, so the first cell does not wait for it
+    interpreter = server.interpreter = Interpreter()
+    default = interpreter.default("python")  # its kernel starts now, so the first cell does not wait for it
     print("ready", flush=True)  # the endpoint's boot waits for this line
+    threading.Thread(target=lambda: (default.ready.wait(), print("kernel", flush=True)), daemon=True).start()
+    threading.Thread(target=read_commands, args=(interpreter, sys.stdin), daemon=True).start()
     server.serve_forever()
 
 

@@ -38,7 +38,7 @@ from .disk import Disks, Spares, end_spares, unmount_under
 from .inflight import InFlight
 from .network import EgressRules, Ingress
 from .quirks import Quirks
-from .template import ensure_template
+from .template import TemplateError, ensure_template
 from .warm import WARM_SIZE, WarmPool
 
 if TYPE_CHECKING:
@@ -502,7 +502,11 @@ class Registry:
         that for a run of this server, which knows how many it will create)."""
         if self._closing or template not in WARM_STARTS:
             return
-        await self.template_root(template)
+        try:
+            await self.template_root(template)
+        except TemplateError as exc:
+            log.warning("e2b-bench: no %s sandbox is prepared ahead: %s", template, exc)
+            return
         pool = self._warm_pool(template)
         if pool is None:
             return

@@ -335,13 +335,19 @@ def test_the_code_interpreters_port_follows_the_traffic_token_rules(endpoint: Lo
     assert with_token.status_code == 200
 
 
-def test_a_create_takes_a_sandbox_kept_warm_and_its_env_vars_reach_every_kernel(endpoint: LocalEndpoint) -> None:
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "still-being-prepared"])
+def test_a_create_takes_a_sandbox_kept_warm_and_its_env_vars_reach_every_kernel(
+    endpoint: LocalEndpoint, ready: bool
+) -> None:
     """E2B's template snapshots its server running: a create's first cell waits for no server or kernel. Here a
-    sandbox is kept warm (its server listening, its kernel ready) and the create hands it its env vars."""
+    sandbox is kept warm (its server listening, its kernel ready) and the create hands it its env vars; a create
+    that finds one still being prepared takes it (its env vars reach the kernel that was starting too)."""
     ensure_template(name="code-interpreter-v1")
     api = httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}, timeout=None)
-    warm = {"code-interpreter-v1": 1}
-    settled = api.post("/e2b-bench/pool", json={"warm": warm, "within_s": min(scaled(180), SETTLE_MAX_S)}).json()
+    template = "code-interpreter-v1"
+    emptied = api.post("/e2b-bench/pool", json={"warm": {template: 0}, "within_s": min(scaled(60), SETTLE_MAX_S)})
+    within_s = min(scaled(180), SETTLE_MAX_S) if ready else 0
+    settled = api.post("/e2b-bench/pool", json={"warm": {template: 1}, "within_s": within_s}).json()
     sbx = Sandbox.create(timeout=120, envs={"WARM_WIDE": "given at create"})
     try:
         after = api.get("/e2b-bench/pool").json()
@@ -354,8 +360,9 @@ def test_a_create_takes_a_sandbox_kept_warm_and_its_env_vars_reach_every_kernel(
         sbx.kill()
         api.close()
 
-    assert settled.get("settled"), settled
-    assert settled["warm"] == {"code-interpreter-v1": {"size": 1, "ready": 1}}
+    assert emptied.json()["warm"][template] == {"size": 0, "ready": 0}
+    assert settled["settled"] is ready, settled  # not yet: the create came while it was being prepared
+    assert settled["warm"] == {template: {"size": 1, "ready": int(ready)}}
     assert after["served"] == {**settled["served"], "prepared": settled["served"]["prepared"] + 1}  # none made for it
     assert [r.text for r in first.results] == ["'given at create'"]
     assert first.execution_count == 1  # the env vars were set silently: the user's first cell is the kernel's first

@@ -5,9 +5,10 @@ snapshot, a cold-boot resume), and the boot is ready once the server listens. Th
 (codeinterp_server.py) goes in on the process's stdin: nothing is added to the sandbox's files.
 
 A sandbox prepared ahead of its create (warm.py) is started `warm`: without the sandbox's env vars, which no
-create has given yet, and ready only once the default kernel is, so its first cell waits for nothing. Its stdin
-stays open; the create hands the env vars over (`hand_over`), as E2B's server reads them from envd once a
-sandbox resumed from the template's snapshot.
+create has given yet, and ready only once the default kernel is, so its first cell waits for nothing (or, taken by
+a create while still being prepared, once the server listens, as a create that starts it). Its stdin stays open;
+the create hands the env vars over (`hand_over`), as E2B's server reads them from envd once a sandbox resumed
+from the template's snapshot.
 """
 
 from __future__ import annotations
@@ -45,37 +46,79 @@ class Started:
     record: ProcessRecord
 
 
+class Output:
+    """The server's output lines while the endpoint listens to them (it prints `ready`, `kernel`, `envs`)."""
+
+    def __init__(self, record: ProcessRecord) -> None:
+        self.record = record
+        self.queue = record.subscribe()
+        self.lines: set[bytes] = set()
+        self._partial = b""
+        self._errors = b""
+
+    async def wait_for(self, line: bytes) -> None:
+        """Until the server printed `line` as a line of its own; AgentError if it exits first."""
+        while line not in self.lines:
+            event = await self.queue.get()
+            if event[0] != "data":
+                raise AgentError(f"the code interpreter exited: {self._errors.decode(errors='replace')[-2000:]}")
+            if event[1] == "stderr":
+                self._errors = (self._errors + event[2])[-4000:]
+                continue
+            *complete, self._partial = (self._partial + event[2]).split(b"\n")
+            self.lines.update(complete)
+
+    def close(self) -> None:
+        self.record.unsubscribe(self.queue)
+
+
 async def start_server(box: Box, env_vars: dict[str, str]) -> None:
     """Start the server as the sandbox's `user` with the sandbox's env vars and return once it listens;
     AgentError if it does not."""
-    record = await _start(box, env_vars, until=(b"ready",), close_input=True)
-    del record
+    (await _start(box, env_vars, close_input=True)).close()
 
 
-async def start_warm(box: Box) -> Started:
-    """Start the server without env vars and return once its default kernel is ready too (`hand_over` gives it
-    the sandbox's env vars when a create takes the sandbox); AgentError if it does not."""
-    return Started(box, await _start(box, {}, until=(b"ready", b"kernel"), close_input=False))
+async def start_warm(box: Box, taken: asyncio.Event) -> Started:
+    """Start the server without env vars and return once its default kernel is ready too, or once it listens if
+    `taken` is set (a create waits for it); `hand_over` gives it the sandbox's env vars. AgentError if it does not
+    start."""
+    output = await _start(box, {}, close_input=False)
+    kernel = asyncio.ensure_future(output.wait_for(b"kernel"))
+    create = asyncio.ensure_future(taken.wait())
+    bound = scaled(KERNEL_START_S)
+    try:
+        await asyncio.wait([kernel, create], timeout=bound, return_when=asyncio.FIRST_COMPLETED)
+        if kernel.done():
+            kernel.result()  # the server exited: AgentError
+        elif not create.done():
+            raise AgentError(f"the code interpreter's kernel was not ready within {bound:.0f}s")
+    finally:
+        output.close()
+        for task in (kernel, create):
+            task.cancel()
+    return Started(box, output.record)
 
 
 async def hand_over(started: Started, env_vars: dict[str, str]) -> None:
-    """Give a warm server the env vars of the create that took its sandbox; return once they are set."""
+    """Give a warm server the env vars of the create that took its sandbox; return once it has them (its kernels
+    get them before their next cell)."""
     box, record = started.box, started.record
-    events = record.subscribe()
+    output = Output(record)
     bound = scaled(HAND_OVER_S)
     try:
         if env_vars:
             line = json.dumps({"envs": env_vars}).encode() + b"\n"
             await box.write_input(record, line, pty=False)
-            await asyncio.wait_for(_lines(events, (b"envs",)), bound)
+            await asyncio.wait_for(output.wait_for(b"envs"), bound)
         await box.close_input(record)
     except TimeoutError as exc:
         raise AgentError(f"the code interpreter did not take the sandbox's env vars within {bound:.0f}s") from exc
     finally:
-        record.unsubscribe(events)
+        output.close()
 
 
-async def _start(box: Box, env_vars: dict[str, str], until: tuple[bytes, ...], close_input: bool) -> ProcessRecord:
+async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Output:
+    """Spawn the server and return once it listens, its output still listened to."""
     record = await box.spawn(
         cmd="/usr/bin/python3",
         args=["-I", "-c", LOADER, f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}"],
@@ -86,38 +129,22 @@ async def _start(box: Box, env_vars: dict[str, str], until: tuple[bytes, ...], c
         stdin=True,
         pty=None,
     )
-    events = record.subscribe()
-    ready_s = scaled(READY_TIMEOUT_S) + (scaled(KERNEL_START_S) if b"kernel" in until else 0.0)
+    output = Output(record)
+    ready_s = scaled(READY_TIMEOUT_S)
     try:
         source = SERVER_SOURCE.read_bytes()
         await box.write_input(record, b"%d\n" % len(source) + source, pty=False)
         if close_input:
             await box.close_input(record)
-        await asyncio.wait_for(_lines(events, until), ready_s)
-    except TimeoutError as exc:
-        with contextlib.suppress(AgentError):
-            await box.signal(record.pid, 9)
-        raise AgentError(f"the code interpreter did not start listening within {ready_s:.0f}s") from exc
-    finally:
-        record.unsubscribe(events)
-    return record
-
-
-async def _lines(events: asyncio.Queue, wanted: tuple[bytes, ...]) -> None:
-    """Wait until the server printed each of `wanted` as a line of its own (in any order)."""
-    output = b""
-    errors = b""
-    while True:
-        event = await events.get()
-        if event[0] != "data":
-            raise AgentError(f"the code interpreter exited: {errors.decode(errors='replace')[-2000:]}")
-        if event[1] == "stderr":
-            errors = (errors + event[2])[-4000:]
-            continue
-        output += event[2]
-        lines = output.split(b"\n")[:-1]
-        if all(w in lines for w in wanted):
-            return
+        await asyncio.wait_for(output.wait_for(b"ready"), ready_s)
+    except BaseException as exc:
+        output.close()
+        if isinstance(exc, TimeoutError):
+            with contextlib.suppress(AgentError):
+                await box.signal(record.pid, 9)
+            raise AgentError(f"the code interpreter did not start listening within {ready_s:.0f}s") from exc
+        raise
+    return output
 
 
 START_COMMANDS = {TEMPLATE_ID: start_server}  # template id -> what every boot of its sandboxes starts

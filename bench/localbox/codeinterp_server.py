@@ -57,6 +57,7 @@ import os as _e2b_os
 _e2b_saved_env = {{k: _e2b_os.environ.get(k) for k in {keys!r}}}
 _e2b_os.environ.update({values!r})
 """
+ENV_UPDATE = "import os as _e2b_os\n_e2b_os.environ.update({values!r})\ndel _e2b_os\n"
 ENV_RESTORE = """\
 for _e2b_k, _e2b_v in _e2b_saved_env.items():
     if _e2b_v is None:
@@ -82,6 +83,8 @@ class ClientGone(Exception):
 class Context:
     """One kernel, its language and working directory; cells run one at a time."""
 
+    interpreter_lock = threading.Lock()  # guards every context's pending_envs and the server's environment
+
     def __init__(self, language: str, cwd: str) -> None:
         self.id = str(uuid.uuid4())
         self.language = language
@@ -92,6 +95,7 @@ class Context:
         self.manager = KernelManager(kernel_name=KERNELS[language])
         self.client: Any = None
         self.removed = False
+        self.pending_envs: dict[str, str] = {}  # the sandbox's env vars handed over after its kernel started
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -132,6 +136,7 @@ class Context:
     ) -> None:
         self.wait_ready()
         with self.lock:
+            self._set_pending_envs()
             if env_vars:
                 self._drain(self.client.execute(ENV_SET.format(keys=list(env_vars), values=env_vars), silent=True))
             try:
@@ -144,6 +149,14 @@ class Context:
                 if env_vars:
                     self._drain(self.client.execute(ENV_RESTORE, silent=True))
                 self._drop_replies()
+
+    def _set_pending_envs(self) -> None:
+        """Set the env vars handed over since the kernel started in it, silently, before its next cell."""
+        with self.interpreter_lock:
+            envs, self.pending_envs = self.pending_envs, {}
+        if envs:
+            self._drain(self.client.execute(ENV_UPDATE.format(values=envs), silent=True))
+            self._drop_replies()
 
     def _events(self, msg_id: str, gone: Callable[[], bool]) -> Iterator[dict]:
         """The cell's output as protocol events until the kernel is idle again; a client that goes away
@@ -413,23 +426,13 @@ class Server(ThreadingHTTPServer):
     interpreter: Interpreter
 
 
-ENV_UPDATE = "import os as _e2b_os\n_e2b_os.environ.update({values!r})\ndel _e2b_os\n"
-
-
 def set_envs(interpreter: Interpreter, envs: dict[str, str]) -> None:
     """The sandbox's env vars, handed over after the server started: for this process (kernels started from now
-    on inherit them) and every kernel already running."""
-    os.environ.update(envs)
-    for context in list(interpreter.contexts.values()):
-        context.ready.wait(KERNEL_START_S)
-        if context.failure or context.client is None:
-            continue
-        with context.lock:
-            try:
-                context._drain(context.client.execute(ENV_UPDATE.format(values=envs), silent=True))
-                context._drop_replies()
-            except Exception as exc:  # a kernel that died meanwhile: the next cell finds it so
-                print(f"e2b-bench code interpreter: env vars not set in a kernel: {exc}", file=sys.stderr, flush=True)
+    on inherit them) and, before their next cell, every kernel started already (ready or not yet)."""
+    with interpreter.lock, Context.interpreter_lock:
+        os.environ.update(envs)
+        for context in interpreter.contexts.values():
+            context.pending_envs.update(envs)
 
 
 def read_commands(interpreter: Interpreter, stream: Any) -> None:

@@ -483,16 +483,17 @@ class Registry:
             root = str(self.template_roots[template])
             pool = self.warm[template] = WarmPool(
                 template,
-                lambda box: self._prepare_warm(template, box),
+                lambda box, taken: self._prepare_warm(template, box, taken),
                 lambda: self._box(internet=True, sandbox_id=self.new_id(), layers=root),
                 self._changed.set,
+                lambda started: self._background(asyncio.ensure_future(started.box.kill())),
             )
         return pool
 
-    async def _prepare_warm(self, template: str, box: Box) -> Started:
+    async def _prepare_warm(self, template: str, box: Box, taken: asyncio.Event) -> Started:
         await self._boot_box(box, warm_up=True)
         try:
-            return await WARM_STARTS[template](box)
+            return await WARM_STARTS[template](box, taken)
         except BaseException:
             await box.kill()
             raise
@@ -511,8 +512,7 @@ class Registry:
         if pool is None:
             return
         run = run or self.config.pool_total is not None
-        for started in pool.resize(count, allowance=count if run else None):
-            self._background(asyncio.ensure_future(started.box.kill()))
+        pool.resize(count, allowance=count if run else None)
 
     def keep_warm(self, templates: dict[str, int]) -> None:
         """From any thread: the work ahead will create about `count` sandboxes of each template (a run's suites

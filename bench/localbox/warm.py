@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .box import Box
 from .codeinterp import Started
@@ -37,19 +37,21 @@ class Preparing:
 
     box: Box
     claimed: bool = False
+    taken: asyncio.Event = field(default_factory=asyncio.Event)  # set once a create waits: ready when it listens
 
 
 class WarmPool:
     """One template's sandboxes prepared ahead with their start command done."""
 
     def __init__(
-        self, template: str, prepare: Callable[[Box], Awaitable[Started]], new_box: Callable[[], Box],
-        changed: Callable[[], None],
+        self, template: str, prepare: Callable[[Box, asyncio.Event], Awaitable[Started]], new_box: Callable[[], Box],
+        changed: Callable[[], None], end: Callable[[Started], None],
     ) -> None:  # fmt: skip
         self.template = template
         self._prepare = prepare  # boots the box and starts its server warm; kills the box on failure
         self._new_box = new_box
         self._changed = changed  # a settle hears that the pool's state changed
+        self._end = end  # ends a sandbox the pool no longer keeps (in the background)
         self.size = 0  # kept ready from now on
         self.allowance: int | None = None  # at most this many prepared in all (a run's), else no limit
         self.made = 0
@@ -74,16 +76,16 @@ class WarmPool:
             wanted = min(wanted, self.allowance - self.made)
         return max(wanted, 0)
 
-    def resize(self, size: int, allowance: int | None = None) -> list[Started]:
-        """Keep `size` ready from now on (`allowance`: at most that many more prepared); returns those ready beyond
-        it, for the caller to end."""
+    def resize(self, size: int, allowance: int | None = None) -> None:
+        """Keep `size` ready from now on (`allowance`: at most that many more prepared); those ready beyond it are
+        ended, as are those being prepared beyond it once they are ready."""
         self.size, self.failed = max(size, 0), None
         if allowance is not None:
             self.allowance = self.made + allowance
-        extra = self.ready[self.size :]
+        for started in self.ready[self.size :]:
+            self._end(started)
         del self.ready[self.size :]
         self.refill()
-        return extra
 
     def refill(self) -> None:
         if self.closing or self.failed is not None:
@@ -91,9 +93,9 @@ class WarmPool:
         parallel = WARM_SETTLE_PARALLEL if self.settling else WARM_PARALLEL
         while self.wanted() > 0 and sum(not p.claimed for p in self.preparing.values()) < parallel:
             self.made += 1
-            box = self._new_box()
-            task = asyncio.ensure_future(self._prepare(box))
-            self.preparing[task] = Preparing(box)
+            preparing = Preparing(self._new_box())
+            task = asyncio.ensure_future(self._prepare(preparing.box, preparing.taken))
+            self.preparing[task] = preparing
             task.add_done_callback(self._prepared)
         self.weigh()
 
@@ -105,8 +107,12 @@ class WarmPool:
             if not self.closing:
                 self.failed = error
                 log.error("could not prepare a %s sandbox in advance", self.template, exc_info=error)
-        elif not preparing.claimed:
+        elif preparing.claimed:
+            pass  # the create waiting for it has it
+        elif len(self.ready) < self.size or self.closing:
             self.ready.append(task.result())  # a pool closing meanwhile ends it with the others
+        else:  # resized meanwhile
+            self._end(task.result())
         self.refill()
         self._changed()
 
@@ -131,6 +137,7 @@ class WarmPool:
         if task is None:
             return None
         self.preparing[task].claimed = True
+        self.preparing[task].taken.set()  # ready for the create once its server listens: the kernel may follow
         self.refill()  # a claimed one is no longer the pool's: the next is started if it keeps more
         try:
             started = await asyncio.shield(task)

@@ -501,7 +501,7 @@ class Registry:
     async def _keep_warm(self, template: str, count: int, run: bool = False) -> None:
         """Keep `count` sandboxes of `template` ready with their start command done (`run`: and prepare no more than
         that for a run of this server, which knows how many it will create)."""
-        if self._closing or template not in WARM_STARTS:
+        if self._closing or template not in WARM_STARTS or (count == 0 and template not in self.warm):
             return
         try:
             await self.template_root(template)

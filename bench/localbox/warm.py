@@ -78,13 +78,16 @@ class WarmPool:
 
     def resize(self, size: int, allowance: int | None = None) -> None:
         """Keep `size` ready from now on (`allowance`: at most that many more prepared); those ready beyond it are
-        ended, as are those being prepared beyond it once they are ready."""
+        ended, and those being prepared beyond it stopped (each preparation kills its box)."""
         self.size, self.failed = max(size, 0), None
         if allowance is not None:
             self.allowance = self.made + allowance
         for started in self.ready[self.size :]:
             self._end(started)
         del self.ready[self.size :]
+        unclaimed = [task for task, preparing in self.preparing.items() if not preparing.claimed]
+        for task in unclaimed[max(self.size - len(self.ready), 0) :]:
+            task.cancel()
         self.refill()
 
     def refill(self) -> None:

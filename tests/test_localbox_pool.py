@@ -362,7 +362,7 @@ def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_rest
         (
             {"warm": ["code-interpreter-v1"]},
             "warm maps a template with a start command (code-interpreter-v1) to a count",
-        ),  # noqa: E501
+        ),
         ({"warm": {"code-interpreter-v1": 17}}, "warm code-interpreter-v1 must be a whole number from 0 to 16, not 17"),
     ],
 )

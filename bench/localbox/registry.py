@@ -525,7 +525,8 @@ class Registry:
             for template, count in templates.items():
                 self._background(asyncio.ensure_future(self._keep_warm(template, count, run=True)))
 
-        loop.call_soon_threadsafe(start)
+        with contextlib.suppress(RuntimeError):  # the server stopped meanwhile: nothing to prepare for
+            loop.call_soon_threadsafe(start)
 
     def _warm_template(self, layers: str | None) -> str | None:
         """The template a create boots on when it is one of those with a warm pool (not a snapshot of one)."""

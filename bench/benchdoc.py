@@ -16,7 +16,10 @@ from .results import validate
 BENCH_JSON = "bench.json"
 BENCH_SCHEMA = "e2b-bench/bench/1"
 TRANSFER_KINDS = tuple(f"{way}{twin}" for way in ("upload", "download") for twin in ("", "_http", "_floor"))
-PHASE_NAMES = {"create_ms": "create", "first_run_ms": "first command", "kill_ms": "kill", "first_byte_ms": "first byte"}
+PHASE_NAMES = {
+    "create_ms": "create", "first_run_ms": "first command", "first_cell_ms": "first cell", "kill_ms": "kill",
+    "first_byte_ms": "first byte",
+}  # fmt: skip
 
 
 def read_bench(run_dir: Path) -> dict[str, Any] | None:

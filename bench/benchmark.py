@@ -78,7 +78,9 @@ STOP_GRACE_S = 10.0
 BASELINE_COUNT = 30  # each of the two times the baselines are measured: before the runners and after
 DRIFT_NOTE = 0.25  # a baseline median that moved this much between the two is noted
 BURST_TARGET = (100, 1500.0)  # a burst of 100 all ready within 1.5 s (E2B's own cloud: 1.59 s, #30)
-TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork")
+TTI_KINDS = ("tti", "tti_http", "tti_snapshot", "tti_fork", "tti_cell")
+CELL_TEMPLATE = "code-interpreter-v1"  # tti.code_interpreter's: its server answers the first cell
+CELL_COUNT = 3  # tti.code_interpreter's samples at most: each holds a kernel warm, prepared within the wall clock
 PLAIN_HTTP = "the same with a plain HTTP client (no SDK)"
 FLOOR = "the same SDK call against a server that only moves bytes (the client's floor)"
 FLOOR_RATIO = 1.5  # an endpoint this close to the SDK's floor is as fast as that SDK lets it be
@@ -102,7 +104,8 @@ class Measure:
     languages: tuple[str, ...] = ("python", "js")
     floor: str | None = None  # the measure of the same SDK call against the floor server
     # The embedded endpoint's pool when the measure starts: its usual size, that plus the measure's count ("burst"),
-    # or none, every create made on demand ("none": measured against the embedded endpoint only).
+    # or none, every create made on demand ("none": measured against the embedded endpoint only), or its count of
+    # the code interpreter's kept warm ("warm": as E2B's snapshot of that template has its server running).
     pool: str = "usual"
 
 
@@ -129,6 +132,8 @@ MEASURES: tuple[Measure, ...] = (
         Measure(kind, kind, f"{what} -> first commands.run('true') done", (base.SPAWN,), None, languages=("python",))
         for kind, what in (("tti_snapshot", "create from a snapshot"), ("tti_fork", "fork"))
     ),
+    Measure("tti.code_interpreter", "tti_cell", f"create on {CELL_TEMPLATE} -> first cell's result (POST /execute "
+            "on port 49999)", (base.SPAWN,), None, "sequential", languages=("python",), pool="warm"),
 )  # fmt: skip
 BY_ID = {measure.id: measure for measure in MEASURES}
 
@@ -180,6 +185,8 @@ def plan(
             task["interval_ms"] = options.interval_ms
         if measure.kind in TRANSFER_KINDS:
             task.update(count=min(count, TRANSFER_COUNT), bytes=options.transfer_bytes)
+        if measure.kind == "tti_cell":
+            task.update(count=min(count, CELL_COUNT), template=CELL_TEMPLATE)
         if measure.kind.endswith("_floor"):
             if floor_url is None:
                 continue
@@ -190,6 +197,8 @@ def plan(
             task["settle"] = {"reserve": task["count"] if measure.pool == "burst" else 0, "within_s": settle_s}
             if measure.pool == "none":
                 task["settle"]["size"] = 0
+            if measure.pool == "warm":
+                task["settle"]["warm"] = {CELL_TEMPLATE: task["count"]}
         tasks.append(task)
     return tasks
 
@@ -307,6 +316,7 @@ class Benchmark:
                 print(f"e2b-bench bench: runner environment {runner.name} could not be built: {exc}", file=sys.stderr)
                 return ExitCode.USAGE
         pins = {r.name: r.resolved_versions(executables[r.name]) for r in self.runners}
+        self._build_cell_template()
         header = {}
         if (server := self.lifecycle.server) is not None:
             from .localbox.registry import POOL_MAX
@@ -360,6 +370,24 @@ class Benchmark:
             print(f"report: {self.lifecycle.report_paths.html}", file=self.out)
         return code
 
+    def _build_cell_template(self) -> None:
+        """The embedded endpoint's code-interpreter template, built before the clock when tti.code_interpreter is
+        planned (minutes when cold, once: it is cached); a build that fails is noted and the measure's creates say
+        why."""
+        planned = "sequential" in self.options.modes and any(r.language == "python" for r in self.runners)
+        if self.lifecycle.server is None or not planned:
+            return
+        from .localbox.template import TemplateError, ensure_template, template_built
+
+        if template_built(CELL_TEMPLATE):
+            return
+        print(f"e2b-bench bench: building the embedded endpoint's template {CELL_TEMPLATE}, cached for later runs",
+              file=sys.stderr)  # fmt: skip
+        try:
+            ensure_template(name=CELL_TEMPLATE)
+        except TemplateError as exc:
+            self.notes.append(f"template {CELL_TEMPLATE} could not be built: {exc}")
+
     def _run_one(self, runner: Runner, executable: Path, run_id: str, share_s: float, floor_url: str) -> RunnerOutcome:
         settle_s = None
         if self.lifecycle.server is not None:
@@ -389,6 +417,8 @@ class Benchmark:
             on_event=outcome.on_event,
             stop=self.stop,
         )
+        if self.lifecycle.server is not None:  # what tti.code_interpreter kept warm competes with no later measure
+            self.lifecycle.server.keep_warm({CELL_TEMPLATE: 0})
         outcome.footer, outcome.exit_code, outcome.stderr_tail = result.footer, result.exit_code, result.stderr_tail
         outcome.pins = dict((result.hello or {}).get("pins") or {})
         if result.stopped:

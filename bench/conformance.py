@@ -231,19 +231,21 @@ class BenchSession:
         A template that cannot be built is left to the create, which answers why."""
         if not self.endpoint.provider.embedded:
             return
-        from .localbox.template import TemplateError
+        from .localbox.template import TemplateError, template_built
 
         by_name = {r.name: r for r in self.runners}
-        wanted = {
+        wanted = Counter(
             template
             for suite, name in self.selected
             for template in load_manifest()[suite][by_name[name].table(suite)].get("templates", ())
-        }
+        )
         for template in sorted(wanted):
             try:
                 self._build_template(template)
             except TemplateError as exc:
                 self.progress(f"template {template} could not be built: {exc}")
+        if self.lifecycle.server is not None:  # about one sandbox of it per runner: started ahead (warm.py)
+            self.lifecycle.server.keep_warm({t: n for t, n in wanted.items() if template_built(t)})
 
     def _pins(self, runner: Runner) -> dict[str, str]:
         executable = self.prepared.get(runner.name)

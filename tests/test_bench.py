@@ -17,6 +17,7 @@ from run_cli import e2b_bench, only_run_dir
 
 from bench.benchdoc import BENCH_JSON, ms, pool_text
 from bench.benchmark import (
+    CELL_TEMPLATE,
     BenchOptions,
     _floor_target,
     _verdict,
@@ -107,7 +108,7 @@ def test_small_run_writes_a_valid_bench_json_with_every_sample(small_run: Path) 
         assert list(entry["measures"]) == [
             "tti.sequential", "tti.burst", "tti.burst_on_demand", "tti_http.sequential", "run_true", "run_true_http",
             "upload", "upload_http", "upload_floor", "download", "download_http", "download_floor",
-            *(("tti_snapshot", "tti_fork") if runner.startswith("py-") else ()),  # the Python runner only
+            *(("tti_snapshot", "tti_fork", "tti.code_interpreter") if runner.startswith("py-") else ()),  # Python's
         ]  # fmt: skip
     for entry in document["runners"].values():
         for measure in entry["measures"].values():
@@ -152,6 +153,9 @@ def test_small_run_settles_the_embedded_endpoint_before_each_measure_and_counts_
         assert measures["tti.burst_on_demand"]["target"] is None  # no cloud target for sandboxes made on demand
         for measure_id in ("tti.sequential", "tti_http.sequential"):  # every create counted, one way or the other
             assert sum(measures[measure_id]["served"].values()) == 3
+        if "tti.code_interpreter" in measures:  # each first cell answered by a server kept warm for it
+            assert measures["tti.code_interpreter"]["served"] == {"prepared": 3, "on_demand": 0}
+            assert set(measures["tti.code_interpreter"]["phases"]) == {"create_ms", "first_cell_ms", "kill_ms"}
         row = next(i for i, line in enumerate(table) if re.match(rf"{runner} +tti\.burst ", line))
         assert table[row + 1].endswith(" · 3 prepared, 0 on demand")
 
@@ -288,6 +292,8 @@ def test_the_embedded_endpoint_is_settled_before_each_measure_a_burst_with_its_c
     embedded, remote = plan(options, runner, 7, floor, settle_s=42.0), plan(options, runner, 7, floor)
 
     settles = {task["id"]: task["settle"] for task in embedded}
+    if runner.language == "python":  # its 3 samples at most, each taking a sandbox kept warm
+        assert settles.pop("tti.code_interpreter") == {"reserve": 0, "within_s": 42.0, "warm": {CELL_TEMPLATE: 3}}
     assert settles.pop("tti.burst") == {"reserve": 7, "within_s": 42.0}
     assert settles.pop("tti.burst_on_demand") == {"reserve": 0, "size": 0, "within_s": 42.0}
     assert settles and all(settle == {"reserve": 0, "within_s": 42.0} for settle in settles.values())  # the usual pool

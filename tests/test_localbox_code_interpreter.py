@@ -11,8 +11,10 @@ import pytest
 from e2b import NotFoundException, SandboxException, TimeoutException
 from e2b_code_interpreter import OutputMessage, Sandbox
 
+from bench.localbox.registry import SETTLE_MAX_S
 from bench.localbox.server import LocalEndpoint, LocalServer
 from bench.localbox.template import TemplateError, ensure_template
+from bench.remote.slowness import scaled
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -331,3 +333,40 @@ def test_the_code_interpreters_port_follows_the_traffic_token_rules(endpoint: Lo
     assert ran == "42"
     assert (without.status_code, without.json()["code"]) == (403, 403)
     assert with_token.status_code == 200
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "still-being-prepared"])
+def test_a_create_takes_a_sandbox_kept_warm_and_its_env_vars_reach_every_kernel(
+    endpoint: LocalEndpoint, ready: bool
+) -> None:
+    """E2B's template snapshots its server running: a create's first cell waits for no server or kernel. Here a
+    sandbox is kept warm (its server listening, its kernel ready) and the create hands it its env vars; a create
+    that finds one still being prepared takes it (its env vars reach the kernel that was starting too)."""
+    ensure_template(name="code-interpreter-v1")
+    api = httpx.Client(base_url=endpoint.api_url, headers={"X-API-KEY": endpoint.api_key}, timeout=None)
+    template = "code-interpreter-v1"
+    emptied = api.post("/e2b-bench/pool", json={"warm": {template: 0}, "within_s": min(scaled(60), SETTLE_MAX_S)})
+    within_s = min(scaled(180), SETTLE_MAX_S) if ready else 0
+    settled = api.post("/e2b-bench/pool", json={"warm": {template: 1}, "within_s": within_s}).json()
+    sbx = Sandbox.create(timeout=120, envs={"WARM_WIDE": "given at create"})
+    try:
+        after = api.get("/e2b-bench/pool").json()
+        first = sbx.run_code("import os\nos.environ['WARM_WIDE']")
+        shell = sbx.run_code("!echo $WARM_WIDE")
+        context = sbx.create_code_context()
+        in_new_kernel = sbx.run_code("import os\nos.environ['WARM_WIDE']", context=context)
+        kernels = sbx.commands.run("pgrep -c -u user -f ipykernel_launcher")
+    finally:
+        sbx.kill()
+        api.close()
+
+    none_yet = {"size": 0, "ready": 0}  # what the pool route says of it before the template's first create too
+    assert emptied.json()["warm"].get(template, none_yet) == none_yet
+    assert settled["settled"] is ready, settled  # not yet: the create came while it was being prepared
+    assert settled["warm"] == {template: {"size": 1, "ready": int(ready)}}
+    assert after["served"] == {**settled["served"], "prepared": settled["served"]["prepared"] + 1}  # none made for it
+    assert [r.text for r in first.results] == ["'given at create'"]
+    assert first.execution_count == 1  # the env vars were set silently: the user's first cell is the kernel's first
+    assert shell.logs.stdout == ["given at create\r\n"]
+    assert [r.text for r in in_new_kernel.results] == ["'given at create'"]
+    assert kernels.stdout == "2\n"

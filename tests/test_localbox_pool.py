@@ -357,7 +357,13 @@ def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_rest
         ({"reserve": True}, "reserve must be a whole number of sandboxes from 0 to 1024, not True"),
         ({"within_s": 1e9}, "within_s must be a number of seconds from 0 to 600, not 1000000000.0"),
         ({"within_s": "soon"}, "within_s must be a number of seconds from 0 to 600, not 'soon'"),
-        ({"reserved": 3}, "the pool takes reserve, size and within_s, not 'reserved'"),
+        ({"reserved": 3}, "the pool takes reserve, size, within_s and warm, not 'reserved'"),
+        ({"warm": {"base": 1}}, "warm maps a template with a start command (code-interpreter-v1) to a count"),
+        (
+            {"warm": ["code-interpreter-v1"]},
+            "warm maps a template with a start command (code-interpreter-v1) to a count",
+        ),
+        ({"warm": {"code-interpreter-v1": 17}}, "warm code-interpreter-v1 must be a whole number from 0 to 16, not 17"),
     ],
 )
 def test_a_settle_the_pool_cannot_do_is_refused_in_one_sentence_and_changes_nothing(

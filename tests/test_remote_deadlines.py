@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from e2b_code_interpreter import Sandbox
 
@@ -28,6 +29,11 @@ def test_the_code_interpreters_kernel_start_deadline_is_scaled_by_the_hosts_slow
     endpoint: LocalEndpoint,
 ) -> None:
     ensure_template(name="code-interpreter-v1")
+    # None kept warm (started earlier, at another slowness): this create starts its own server, now.
+    none_warm = {"warm": {"code-interpreter-v1": 0}, "within_s": 600}
+    emptied = httpx.post(f"{endpoint.api_url}/e2b-bench/pool", json=none_warm, headers={"X-API-KEY": endpoint.api_key},
+                         timeout=None)  # fmt: skip
+    assert emptied.status_code == 200 and emptied.json()["settled"], emptied.text
     sbx = Sandbox.create(timeout=120)
     try:
         lines = sbx.commands.run(COMMAND_LINES).stdout.splitlines()

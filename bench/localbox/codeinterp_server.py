@@ -10,6 +10,12 @@ jupyter_client. The protocol is the one the `e2b-code-interpreter` SDKs speak:
   and last `{"type": "end_of_execution"}`. A client that goes away interrupts its cell.
 - `POST /contexts` {language?, cwd?}, `GET /contexts`, `POST /contexts/{id}/restart`, `DELETE /contexts/{id}`.
 - `GET /health`.
+
+Started by the endpoint (codeinterp.py), it prints `ready` once it listens and `kernel` once the default context's
+kernel is ready (or failed). A sandbox prepared ahead of its create (a warm pool) has its server started with none
+of the sandbox's env vars: the create hands them over on stdin as one JSON line `{"envs": {...}}`, which the server
+sets for itself (so every kernel it starts later has them) and in the running default kernel, then prints `envs`.
+As E2B's own server reads the sandbox's env vars from envd after its template's snapshot resumed.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ import os as _e2b_os
 _e2b_saved_env = {{k: _e2b_os.environ.get(k) for k in {keys!r}}}
 _e2b_os.environ.update({values!r})
 """
+ENV_UPDATE = "import os as _e2b_os\n_e2b_os.environ.update({values!r})\ndel _e2b_os\n"
 ENV_RESTORE = """\
 for _e2b_k, _e2b_v in _e2b_saved_env.items():
     if _e2b_v is None:
@@ -76,6 +83,8 @@ class ClientGone(Exception):
 class Context:
     """One kernel, its language and working directory; cells run one at a time."""
 
+    interpreter_lock = threading.Lock()  # guards every context's pending_envs and the server's environment
+
     def __init__(self, language: str, cwd: str) -> None:
         self.id = str(uuid.uuid4())
         self.language = language
@@ -86,6 +95,7 @@ class Context:
         self.manager = KernelManager(kernel_name=KERNELS[language])
         self.client: Any = None
         self.removed = False
+        self.pending_envs: dict[str, str] = {}  # the sandbox's env vars handed over after its kernel started
 
     def describe(self) -> dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
@@ -126,6 +136,7 @@ class Context:
     ) -> None:
         self.wait_ready()
         with self.lock:
+            self._set_pending_envs()
             if env_vars:
                 self._drain(self.client.execute(ENV_SET.format(keys=list(env_vars), values=env_vars), silent=True))
             try:
@@ -138,6 +149,14 @@ class Context:
                 if env_vars:
                     self._drain(self.client.execute(ENV_RESTORE, silent=True))
                 self._drop_replies()
+
+    def _set_pending_envs(self) -> None:
+        """Set the env vars handed over since the kernel started in it, silently, before its next cell."""
+        with self.interpreter_lock:
+            envs, self.pending_envs = self.pending_envs, {}
+        if envs:
+            self._drain(self.client.execute(ENV_UPDATE.format(values=envs), silent=True))
+            self._drop_replies()
 
     def _events(self, msg_id: str, gone: Callable[[], bool]) -> Iterator[dict]:
         """The cell's output as protocol events until the kernel is idle again; a client that goes away
@@ -407,11 +426,35 @@ class Server(ThreadingHTTPServer):
     interpreter: Interpreter
 
 
+def set_envs(interpreter: Interpreter, envs: dict[str, str]) -> None:
+    """The sandbox's env vars, handed over after the server started: for this process (kernels started from now
+    on inherit them) and, before their next cell, every kernel started already (ready or not yet)."""
+    with interpreter.lock, Context.interpreter_lock:
+        os.environ.update(envs)
+        for context in interpreter.contexts.values():
+            context.pending_envs.update(envs)
+
+
+def read_commands(interpreter: Interpreter, stream: Any) -> None:
+    """The endpoint's lines on stdin until it closes it: `{"envs": {...}}`, answered `envs` once set."""
+    for line in stream:
+        try:
+            command = json.loads(line)
+            envs = {str(k): str(v) for k, v in dict(command["envs"]).items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            print(f"e2b-bench code interpreter: unreadable command on stdin: {exc}", file=sys.stderr, flush=True)
+            continue
+        set_envs(interpreter, envs)
+        print("envs", flush=True)
+
+
 def main() -> None:
     server = Server(("127.0.0.1", PORT), Handler)
-    server.interpreter = Interpreter()
-    server.interpreter.default("python")  # its kernel starts now, so the first cell does not wait for it
+    interpreter = server.interpreter = Interpreter()
+    default = interpreter.default("python")  # its kernel starts now, so the first cell does not wait for it
     print("ready", flush=True)  # the endpoint's boot waits for this line
+    threading.Thread(target=lambda: (default.ready.wait(), print("kernel", flush=True)), daemon=True).start()
+    threading.Thread(target=read_commands, args=(interpreter, sys.stdin), daemon=True).start()
     server.serve_forever()
 
 

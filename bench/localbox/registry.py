@@ -33,12 +33,13 @@ from .box import (
     release_uplink,
     remove_tree,
 )
-from .codeinterp import START_COMMANDS
+from .codeinterp import START_COMMANDS, WARM_STARTS, Started, hand_over
 from .disk import Disks, Spares, end_spares, unmount_under
 from .inflight import InFlight
 from .network import EgressRules, Ingress
 from .quirks import Quirks
-from .template import ensure_template
+from .template import TemplateError, ensure_template
+from .warm import WARM_SIZE, WarmPool
 
 if TYPE_CHECKING:
     from .watch import Watcher
@@ -139,6 +140,7 @@ class Sandbox:
 POOL_SIZE = 4  # sandboxes kept prepared by default (`serve --pool N`, `bench --pool N` keep N)
 POOL_MAX = ID_RANGES // 4  # a pool takes a uid range per sandbox: room is left for the sandboxes it serves
 SETTLE_MAX_S = 600.0  # the longest a settle waits, whatever it is asked
+WARM_MAX = 16  # sandboxes kept warm per template at most (each holds a server and a kernel: ~100 MiB)
 
 
 @dataclass
@@ -207,6 +209,8 @@ class Registry:
         self._spares_task: asyncio.Future | None = None
         self._spares_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="e2b-bench-spares")
         self.template_roots: dict[str, Path] = {"base": config.template_root}
+        self.warm: dict[str, WarmPool] = {}  # template -> its sandboxes prepared with their start command done
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def quirks(self) -> Quirks:
@@ -217,12 +221,12 @@ class Registry:
         """Nothing is being prepared for the pool, made for the spare disks or torn down in the background: what
         the server holds on the host stays as it is until the next request (read from any thread)."""
         pool = self._pool_task
-        return (pool is None or pool.done()) and not self._tasks
+        return (pool is None or pool.done()) and not self._tasks and all(w.idle for w in list(self.warm.values()))
 
     async def start(self) -> None:
         private_dir(self.config.state_dir)
         private_dir(self.boxes_dir)
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         if SLIRP4NETNS is None:
             log.warning("e2b-bench: slirp4netns is not installed, so sandboxes have no outbound network")
         else:
@@ -352,14 +356,17 @@ class Registry:
     @property
     def settled(self) -> bool:
         """Nothing is prepared or torn down, and the pool holds what it keeps (read from any thread)."""
-        return self.idle and self._pool_wanted() <= 0
+        return self.idle and self._pool_wanted() <= 0 and all(w.settled for w in list(self.warm.values()))
 
-    async def settle(self, reserve: int, within_s: float, size: int | None = None) -> Settled:
+    async def settle(
+        self, reserve: int, within_s: float, size: int | None = None, warm: dict[str, int] | None = None
+    ) -> Settled:
         """Keep `size` sandboxes prepared from now on (None: the configured pool_size; 0: every create made on
         demand), hold `reserve` more for the next creates that take from the pool (what is prepared beyond both,
         e.g. left by a burst cut short, is ended), and wait, at most `within_s`, until the server is settled: a
         measure that starts then competes with no preparation or teardown, and finds the pool as asked. Not settled
-        in time, or a preparation failed: `settled` is False."""
+        in time, or a preparation failed: `settled` is False. `warm`: templates whose sandboxes are kept ready with
+        their start command done (warm.py), and how many of each, from now on."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         deadline = started + min(max(within_s, 0.0), SETTLE_MAX_S)
@@ -373,11 +380,17 @@ class Registry:
         spares = self._spares
         if spares is not None and (extra := spares.resize(self._spares_wanted())):
             self._background(loop.run_in_executor(None, end_spares, extra))
+        for template, count in (warm or {}).items():
+            await self._keep_warm(template, count)
         self._settling += 1
+        for pool in self.warm.values():
+            pool.settling += 1
         self._weigh_preparing()
         try:
             self._refill_pool()
             self._refill_spares()
+            for pool in self.warm.values():
+                pool.refill()
             while not self.settled and not self.idle:  # idle and not settled: a preparation failed
                 self._changed.clear()
                 remaining = deadline - loop.time()
@@ -387,6 +400,9 @@ class Registry:
                     await asyncio.wait_for(self._changed.wait(), remaining)
         finally:
             self._settling -= 1
+            for pool in self.warm.values():
+                pool.settling -= 1
+                pool.weigh()
             self._weigh_preparing()
         return Settled(self.settled, round((loop.time() - started) * 1000, 3))
 
@@ -456,6 +472,83 @@ class Registry:
             self.template_roots[template_id] = root
         return self.template_roots[template_id]
 
+    # --- warm pools (warm.py) ------------------------------------------------------------------
+    def _warm_pool(self, template: str) -> WarmPool | None:
+        """The template's warm pool, made (empty) on first ask; None for a template without a start command or not
+        yet built."""
+        if template not in WARM_STARTS or template not in self.template_roots:
+            return None
+        pool = self.warm.get(template)
+        if pool is None:
+            root = str(self.template_roots[template])
+            pool = self.warm[template] = WarmPool(
+                template,
+                lambda box, taken: self._prepare_warm(template, box, taken),
+                lambda: self._box(internet=True, sandbox_id=self.new_id(), layers=root),
+                self._changed.set,
+                lambda started: self._background(asyncio.ensure_future(started.box.kill())),
+            )
+        return pool
+
+    async def _prepare_warm(self, template: str, box: Box, taken: asyncio.Event) -> Started:
+        await self._boot_box(box, warm_up=True)
+        try:
+            return await WARM_STARTS[template](box, taken)
+        except BaseException:
+            await box.kill()
+            raise
+
+    async def _keep_warm(self, template: str, count: int, run: bool = False) -> None:
+        """Keep `count` sandboxes of `template` ready with their start command done (`run`: and prepare no more than
+        that for a run of this server, which knows how many it will create)."""
+        if self._closing or template not in WARM_STARTS or (count == 0 and template not in self.warm):
+            return
+        try:
+            await self.template_root(template)
+        except TemplateError as exc:
+            log.warning("e2b-bench: no %s sandbox is prepared ahead: %s", template, exc)
+            return
+        pool = self._warm_pool(template)
+        if pool is None:
+            return
+        run = run or self.config.pool_total is not None
+        pool.resize(count, allowance=count if run else None)
+
+    def keep_warm(self, templates: dict[str, int]) -> None:
+        """From any thread: the work ahead will create about `count` sandboxes of each template (a run's suites
+        say so): prepare them warm now, once each template is built."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def start() -> None:
+            for template, count in templates.items():
+                self._background(asyncio.ensure_future(self._keep_warm(template, count, run=True)))
+
+        with contextlib.suppress(RuntimeError):  # the server stopped meanwhile: nothing to prepare for
+            loop.call_soon_threadsafe(start)
+
+    def _warm_template(self, layers: str | None) -> str | None:
+        """The template a create boots on when it is one of those with a warm pool (not a snapshot of one)."""
+        return next((t for t, root in self.template_roots.items() if layers == str(root) and t in WARM_STARTS), None)
+
+    async def _take_warm(self, template: str, internet: bool, sandbox_id: str | None) -> Started | None:
+        pool = self._warm_pool(template)
+        if pool is None or not internet or sandbox_id is not None:
+            return None
+        started = await pool.take()
+        if started is not None:
+            self.served.prepared += 1
+        return started
+
+    def _used(self, template: str | None) -> None:
+        """A create of `template` ended: from now on its pool keeps WARM_SIZE ready (unless sized already)."""
+        if not template or self._closing or self.config.pool_total is not None:  # a run says what it needs
+            return
+        pool = self._warm_pool(template)
+        if pool is not None and pool.size == 0 and pool.allowance is None:
+            pool.resize(WARM_SIZE)
+
     async def _boot(self, box: Box, env_vars: dict[str, str]) -> None:
         """Run the start command of the template the box's lowest layer is (none for base); on failure the
         box is killed."""
@@ -490,14 +583,24 @@ class Registry:
         egress: EgressRules | None = None,
         ingress: Ingress | None = None,
     ) -> tuple[Sandbox, str]:
-        box = await self._take_box(internet, sandbox_id, layers)
+        template = self._warm_template(layers)
+        warm = await self._take_warm(template, internet, sandbox_id) if template else None
+        box = warm.box if warm is not None else await self._take_box(internet, sandbox_id, layers)
         if egress is not None and not egress.unrestricted:
             try:
                 await box.apply_egress(egress)
             except BaseException:
                 await box.kill()
                 raise
-        await self._boot(box, env_vars)
+        if warm is None:
+            await self._boot(box, env_vars)
+        else:
+            try:
+                await hand_over(warm, env_vars)
+            except BaseException:
+                await box.kill()
+                raise
+        self._used(template)
         sandbox_id = box.name
         now = time.time()
         sandbox = Sandbox(
@@ -623,6 +726,7 @@ class Registry:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        await asyncio.gather(*(pool.close() for pool in self.warm.values()), return_exceptions=True)
         boxes = [s.box for s in self.sandboxes.values()] + self._pool
         self.sandboxes.clear()
         self._pool.clear()

@@ -279,6 +279,11 @@ class LocalServer:
         False if `timeout` passed first."""
         return self.registry.pool_full.wait(timeout)
 
+    def keep_warm(self, templates: dict[str, int]) -> None:
+        """From any thread: the work ahead creates about this many sandboxes of each template; those with a start
+        command are prepared with it done, once the template is built (a run's suites say so)."""
+        self.registry.keep_warm(templates)
+
     def key_file(self) -> Path:
         """The API key in a file only host root can read (the state directory is 0700, the file 0600, both gone
         with the server): `serve` names the file and never prints the key."""

@@ -11,6 +11,9 @@ Kinds: `tti` (create -> first `commands.run("true")` done; mode sequential, stag
 verified by SHA-256). Each has a `<kind>_http` twin doing the same requests with a plain `httpx` client
 and no SDK at all (its own sandboxes, created and killed over the REST API): the SDK's row minus its
 twin's is what the client library adds; the twins also time the answer's first byte (`first_byte_ms`).
+`tti_cell` (Python only): a create of the measure's `template` (the code interpreter's) -> its first cell's
+result, the cell sent as the code-interpreter SDK sends it (`POST /execute` on the sandbox's port 49999, read to
+`end_of_execution`) with `httpx`, since this environment holds the `e2b` SDK only.
 `upload_floor` / `download_floor` make the SDK's own call against the harness's floor server (the
 measure's `floor_url`, bench/floor.py: it discards uploads and serves zeros), through the SDK's
 `sandbox_url` option on the shared sandbox: what the client library alone takes. A measure whose task names
@@ -47,6 +50,8 @@ TRANSFER_PATH = "/tmp/e2b-bench-transfer.bin"
 WARMUP = {"run_true": 2, "run_true_http": 2, **{f"{way}{twin}": 1 for way in ("upload", "download")
                                                  for twin in ("", "_http", "_floor")}}  # fmt: skip
 CONNECT_END_STREAM = 0x02  # envelope flag of a Connect stream's last message (trailers or an error)
+CELL_PORT = 49999  # the code interpreter's server in a sandbox of its template
+CELL, CELL_RESULT = "6 * 7", "42"  # the first cell and the text of its main result
 
 
 def describe(exc: BaseException) -> str:
@@ -57,10 +62,11 @@ def ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def ready(started: float, created_ms: float) -> dict[str, Any]:
-    """A successful time-to-interactive sample: first command done now, the sandbox created after `created_ms`."""
+def ready(started: float, created_ms: float, first: str = "first_run_ms") -> dict[str, Any]:
+    """A successful time-to-interactive sample: first command (or cell: `first`) done now, the sandbox created after
+    `created_ms`."""
     total = ms_since(started)
-    return {"ok": True, "ms": total, "parts": {"create_ms": created_ms, "first_run_ms": round(total - created_ms, 3)}}
+    return {"ok": True, "ms": total, "parts": {"create_ms": created_ms, first: round(total - created_ms, 3)}}
 
 
 class Bench:
@@ -140,6 +146,7 @@ class Bench:
         first_command: Callable[[Any], object],
         kill: Callable[[Any], float | None],
         client: str,
+        first: str = "first_run_ms",
     ) -> dict[str, Any]:
         """One sandbox at a time: create, first command (timed together), kill (timed apart)."""
         began, attempted = time.perf_counter(), 0
@@ -153,7 +160,7 @@ class Bench:
                 sandbox = create()
                 created = ms_since(started)
                 first_command(sandbox)
-                outcome = ready(started, created)
+                outcome = ready(started, created, first)
             except Exception as exc:  # a failed sample is a result, not a crash
                 outcome = {"ok": False, "ms": None, "error": describe(exc)}
             killed_ms = kill(sandbox) if sandbox is not None else None
@@ -190,6 +197,24 @@ class Bench:
             return fork
 
         return self._sequential(measure, create, lambda s: s.commands.run("true"), self._kill_timed, "Sandbox")
+
+    def tti_cell(self, measure: dict[str, Any]) -> dict[str, Any]:
+        """Create from the code interpreter's template -> the first cell's result."""
+        from e2b import Sandbox
+
+        template = str(measure.get("template") or "code-interpreter-v1")
+
+        def create() -> Any:
+            sandbox = Sandbox.create(template, timeout=self.sandbox_timeout_s, metadata=self.metadata)
+            self.created.append(sandbox.sandbox_id)
+            return sandbox
+
+        def first_cell(sandbox: Any) -> None:
+            found = run_cell(self._plain().client, sandbox, CELL, self.remaining_s())
+            if found != CELL_RESULT:
+                raise AssertionError(f"the first cell {CELL!r} answered {found!r}, not {CELL_RESULT!r}")
+
+        return self._sequential(measure, create, first_cell, self._kill_timed, "Sandbox", first="first_cell_ms")
 
     def _kill_timed(self, sandbox: Any) -> float | None:
         started = time.perf_counter()
@@ -542,6 +567,39 @@ class PlainHttp:
             return marks, [first, *chunks]
 
 
+def run_cell(client: httpx.Client, sandbox: Any, code: str, timeout_s: float) -> str | None:
+    """Run `code` as the code-interpreter SDK does (`POST /execute` to the sandbox's port 49999, JSON lines read to
+    `end_of_execution`): the main result's text; a cell's error is raised."""
+    configured = os.environ.get("E2B_SANDBOX_URL")
+    if configured:
+        url = configured.rstrip("/")
+        headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(CELL_PORT)}
+    else:
+        url, headers = f"https://{sandbox.get_host(CELL_PORT)}", {}
+    token = getattr(sandbox, "_envd_access_token", None)
+    if token:
+        headers["X-Access-Token"] = token
+    traffic = getattr(sandbox, "traffic_access_token", None)
+    if traffic:
+        headers["E2B-Traffic-Access-Token"] = traffic
+    main, ended = None, False
+    with client.stream("POST", f"{url}/execute", json={"code": code}, headers=headers, timeout=timeout_s) as answer:
+        if not answer.is_success:
+            raise RuntimeError(f"POST /execute: HTTP {answer.status_code}: {answer.read()[:300]!r}")
+        for line in answer.iter_lines():
+            if not line.strip():
+                continue
+            event = json.loads(line)
+            if event.get("type") == "error":
+                raise AssertionError(f"the cell failed: {event.get('name')}: {event.get('value')}")
+            if event.get("type") == "result" and event.get("is_main_result"):
+                main = event.get("text")
+            ended = ended or event.get("type") == "end_of_execution"
+    if not ended:
+        raise AssertionError("the cell's answer ended without end_of_execution")
+    return main
+
+
 def _envd_url(created: dict[str, Any]) -> str:
     configured = os.environ.get("E2B_SANDBOX_URL")
     if configured:
@@ -627,6 +685,7 @@ def main() -> int:
         "download_http": bench.download_http,
         "tti_snapshot": bench.tti_snapshot,
         "tti_fork": bench.tti_fork,
+        "tti_cell": bench.tti_cell,
     }
     cleaned: dict[str, str] = {}
     try:

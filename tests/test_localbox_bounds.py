@@ -7,6 +7,7 @@ latency with its own quiet baseline taken in the same test.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import socket
 import time
@@ -19,6 +20,7 @@ import pytest
 from e2b import CommandExitException, Sandbox, SandboxException
 from e2b.sandbox_sync.filesystem.watch_handle import WatchHandle
 
+from bench.localbox import server as localbox_server
 from bench.localbox.server import LocalEndpoint
 from bench.localbox.watch import PENDING_MAX
 from bench.remote.slowness import scaled
@@ -199,3 +201,72 @@ def test_a_websocket_client_that_does_not_read_holds_a_few_messages_in_the_serve
 
     assert int(counts[-1]) >= 2
     assert grown <= GROWTH_MAX, f"the server grew by {grown >> 20} MiB relaying to a client that does not read"
+
+
+def huge_request(endpoint: LocalEndpoint, head: bytes, size: int) -> bytes:
+    """Send `head` followed by `size` bytes of filler (in a thread: the server may stop reading); what came back
+    before the server closed."""
+    port = int(endpoint.api_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.settimeout(scaled(30))
+
+        def send() -> None:
+            with contextlib.suppress(OSError):
+                conn.sendall(head)
+                for _ in range(size // len(FILLER)):
+                    conn.sendall(FILLER)
+
+        with ThreadPoolExecutor(1) as pool:
+            sending = pool.submit(send)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+                if answer and not answer.startswith(b"HTTP/1.1 "):
+                    break
+            conn.shutdown(socket.SHUT_RDWR)
+            sending.result()
+    return answer
+
+
+FILLER = b"a" * (1 << 16)
+HUGE = 50 << 20
+
+
+@pytest.mark.parametrize(
+    ("form", "head", "status"),
+    [
+        ("url", b"GET /sandboxes?x=", 414),
+        ("header", b"GET /sandboxes HTTP/1.1\r\nHost: x\r\nX-Big: ", 431),
+    ],
+)
+def test_a_huge_url_or_header_is_refused_at_once_and_never_stalls_another_client(
+    endpoint: LocalEndpoint, form: str, head: bytes, status: int
+) -> None:
+    other = httpx.Client(base_url=endpoint.api_url, headers={"X-API-Key": endpoint.api_key})
+    ask_other = lambda: other.get("/sandboxes").raise_for_status()  # noqa: E731
+    quiet = latencies(ask_other)
+
+    taken: list[float] = []
+    with ThreadPoolExecutor(1) as pool:
+        huge = pool.submit(huge_request, endpoint, head, HUGE)
+        while not huge.done():
+            taken += latencies(ask_other, 1)
+        answer = huge.result()
+    other.close()
+
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert b"connection: close" in answer.lower() and answer.endswith(b'bytes"}')
+    assert max(taken) <= max(quiet) + scaled(0.1), (quiet, taken)
+
+
+def test_a_request_without_a_valid_key_is_answered_and_its_huge_body_not_read(
+    endpoint: LocalEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the header timeout out of the way (it would close the connection too, later): the close is the answer's
+    monkeypatch.setattr(localbox_server, "HEADER_TIMEOUT_S", 3600.0)
+    head = f"POST /sandboxes HTTP/1.1\r\nHost: x\r\nX-API-Key: wrong\r\nContent-Length: {HUGE}\r\n\r\n".encode()
+
+    # 1 MiB of its 50 MiB sent: the server closes the connection (recv ends) rather than wait for the rest
+    answer = huge_request(endpoint, head, 1 << 20)
+
+    assert answer.startswith(b"HTTP/1.1 401 ") and b"Invalid API key" in answer

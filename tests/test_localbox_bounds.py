@@ -21,6 +21,7 @@ from e2b import CommandExitException, Sandbox, SandboxException
 from e2b.sandbox_sync.filesystem.watch_handle import WatchHandle
 
 from bench.localbox import server as localbox_server
+from bench.localbox.agent import DATABASE_MAX
 from bench.localbox.server import LocalEndpoint
 from bench.localbox.watch import PENDING_MAX
 from bench.remote.slowness import scaled
@@ -270,3 +271,31 @@ def test_a_request_without_a_valid_key_is_answered_and_its_huge_body_not_read(
     answer = huge_request(endpoint, head, 1 << 20)
 
     assert answer.startswith(b"HTTP/1.1 401 ") and b"Invalid API key" in answer
+
+
+@pytest.mark.parametrize(
+    ("replacement", "refusal"),
+    [
+        ("mkfifo /etc/passwd", "not a regular file"),
+        ("truncate -s 3G /etc/passwd", f"larger than {DATABASE_MAX} bytes"),
+    ],
+)
+def test_a_fifo_or_huge_file_at_etc_passwd_is_refused_by_pid_1_not_waited_on(
+    sbx: Sandbox, replacement: str, refusal: str
+) -> None:
+    sbx.commands.run(f"mv /etc/passwd /etc/passwd.real && {replacement} && chmod 644 /etc/passwd", user="root")
+
+    with pytest.raises(SandboxException, match=refusal):
+        sbx.commands.run("true", timeout=scaled(30))
+    with pytest.raises(SandboxException, match=refusal):
+        sbx.files.write("/tmp/x", "x")
+
+
+def test_a_snapshot_of_a_tree_deeper_than_any_path_is_refused_naming_the_limit(sbx: Sandbox) -> None:
+    deep = "import os\nos.chdir('/tmp')\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    sbx.files.write("/tmp/deep.py", deep)  # 6,000 bytes of path below /tmp
+    sbx.commands.run("python3 /tmp/deep.py")
+
+    with pytest.raises(SandboxException, match=r"^400: a snapshot copies paths of up to 4095 bytes \(PATH_MAX\)"):
+        sbx.create_snapshot()
+    assert sbx.commands.run("echo still here").stdout == "still here\n"  # thawed, answering

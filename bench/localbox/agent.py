@@ -346,10 +346,31 @@ def read_database(path: str) -> list[list[str]]:
     cached = _databases.get(path)
     if cached and cached[0] == stamp:
         return cached[1]
-    with open(path, encoding="utf-8", errors="replace") as f:
-        rows = [line.rstrip("\n").split(":") for line in f if line.count(":") >= 3 and not line.startswith("#")]
+    text = read_bounded(path, DATABASE_MAX).decode("utf-8", errors="replace")
+    rows = [line.split(":") for line in text.split("\n") if line.count(":") >= 3 and not line.startswith("#")]
     _databases[path] = (stamp, rows)
     return rows
+
+
+DATABASE_MAX = 4 << 20  # bytes of /etc/passwd or /etc/group pid 1 reads: a sandbox user can replace either
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """A regular file of at most `limit` bytes, whole; anything else (a FIFO, which would block pid 1 forever, a
+    device, a file larger than the limit, which could exhaust its memory) is an error naming the limit."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file: pid 1 reads no other kind", path)
+        data = b""
+        while st.st_size <= limit and len(data) <= limit and (piece := os.read(fd, limit + 1 - len(data))):
+            data += piece
+        if st.st_size > limit or len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes, which is all pid 1 reads of it", path)
+        return data
+    finally:
+        os.close(fd)
 
 
 def user_ids(name: str) -> tuple[int, int, list[int], str]:

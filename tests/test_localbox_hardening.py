@@ -26,7 +26,7 @@ from e2b import CommandExitException, InvalidArgumentException, Sandbox
 from netns import listener_in_own_netns
 
 from bench.localbox import server as localbox_server
-from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
+from bench.localbox.box import AGENT_PATH, ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
 from bench.remote.slowness import scaled
 
@@ -156,10 +156,11 @@ SYSCALLS = {  # name: (x86_64, aarch64, arguments)
     "unshare": (272, 97, (0x10000000,)),
     "mount": (165, 40, (b"none", b"/mnt", b"tmpfs", 0, 0)),
     "clone_newuser": (56, 220, (0x10000000 | 17, 0, 0, 0, 0)),
+    "vsock_socket": (41, 198, (40, 1, 0)),  # AF_VSOCK, SOCK_STREAM: the host's virtual machine sockets
 }
 
 
-def test_seccomp_refuses_keyrings_bpf_mounts_and_new_namespaces(sbx: Sandbox) -> None:
+def test_seccomp_refuses_keyrings_bpf_mounts_new_namespaces_and_vsock(sbx: Sandbox) -> None:
     script = textwrap.dedent(f"""
         import ctypes, os
         libc = ctypes.CDLL(None, use_errno=True)
@@ -173,6 +174,16 @@ def test_seccomp_refuses_keyrings_bpf_mounts_and_new_namespaces(sbx: Sandbox) ->
     out = run(sbx, "python3 /tmp/calls.py")
 
     assert out.splitlines() == [f"{name} -1 {errno.EPERM}" for name in SYSCALLS]
+
+
+def test_pid1s_command_line_names_no_host_path(server: LocalServer, sbx: Sandbox) -> None:
+    shown = sbx.commands.run("tr '\\0' '\\n' < /proc/1/cmdline").stdout.split()
+    missing = [
+        word for word in shown if word.startswith("/") and sbx.commands.run(f"test -e '{word}' || echo gone").stdout
+    ]
+
+    assert shown and not missing, shown  # a path there that the sandbox does not have is the host's
+    assert not any(str(AGENT_PATH.parent) in word or "e2b-bench-localbox" in word for word in shown), shown
 
 
 LISTEN = textwrap.dedent("""

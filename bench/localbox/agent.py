@@ -259,7 +259,7 @@ DENIED_SYSCALLS = {  # name: (x86_64, aarch64); refused with EPERM
 }  # fmt: skip
 SYS_CLONE, SYS_CLONE3 = {"x86_64": (56, 435), "aarch64": (220, 435)}[MACHINE]
 SYS_SOCKET = {"x86_64": 41, "aarch64": 198}[MACHINE]
-AF_INET, AF_INET6, AF_PACKET = 2, 10, 17
+AF_INET, AF_INET6, AF_PACKET, AF_VSOCK = 2, 10, 17, 40
 SOCK_RAW, SOCK_PACKET, SOCK_TYPE_MASK = 3, 10, 0xF  # the type's low bits (NONBLOCK and CLOEXEC are flags above)
 CLONE_NEW_ANY = 0x7E020080  # newns newcgroup newuts newipc newuser newpid newnet newtime
 X32_SYSCALL_BIT = 0x40000000
@@ -269,7 +269,8 @@ RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 def seccomp_program() -> bytes:
     """Classic BPF: another architecture is killed, denied calls and namespace-making clones get EPERM, clone3
     ENOSYS (its flags are out of a filter's reach; libc then falls back to clone); so do packet sockets and
-    raw inet sockets (a second lock on hand-made frames, after the missing CAP_NET_RAW)."""
+    raw inet sockets (a second lock on hand-made frames, after the missing CAP_NET_RAW), and vsock sockets (the
+    host's virtual machine sockets, which a sandbox has no business reaching)."""
     ld, jeq, jset, jge, ret, and_ = 0x20, 0x15, 0x45, 0x35, 0x06, 0x54
     column = 0 if MACHINE == "x86_64" else 1
     denied = sorted({numbers[column] for numbers in DENIED_SYSCALLS.values()})
@@ -280,7 +281,7 @@ def seccomp_program() -> bytes:
         (jeq, "enosys", 0, SYS_CLONE3), (jeq, "clone", 0, SYS_CLONE), (jeq, "socket", 0, SYS_SOCKET),
         (ret, 0, 0, RET_ALLOW),
         "clone", (ld, 0, 0, 16), (jset, "eperm", 0, CLONE_NEW_ANY), (ret, 0, 0, RET_ALLOW),
-        "socket", (ld, 0, 0, 16), (jeq, "eperm", 0, AF_PACKET),
+        "socket", (ld, 0, 0, 16), (jeq, "eperm", 0, AF_PACKET), (jeq, "eperm", 0, AF_VSOCK),
         (jeq, "inet", 0, AF_INET), (jeq, "inet", 0, AF_INET6), (ret, 0, 0, RET_ALLOW),
         "inet", (ld, 0, 0, 24), (and_, 0, 0, SOCK_TYPE_MASK),
         (jeq, "eperm", 0, SOCK_RAW), (jeq, "eperm", 0, SOCK_PACKET), (ret, 0, 0, RET_ALLOW),
@@ -1124,7 +1125,23 @@ def zygote(control_fd: int) -> None:
             sock.send(json.dumps({"pid": pid}).encode())
 
 
+PROCESS_TITLE = b"e2b-bench-agent"
+
+
+def hide_command_line() -> None:
+    """/proc/<pid>/cmdline, which every process of the sandbox can read of its pid 1, names the agent's host path
+    (and, launched without the fork-server, its configuration): the arguments' memory is overwritten with a
+    title and zeros. Python holds copies of its arguments of its own: none is used from that memory again."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of proc(5)
+        title = PROCESS_TITLE[: end - start - 1]
+        ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
+
+
 def main() -> None:
+    hide_command_line()
     if sys.argv[1] == "--zygote":
         zygote(int(sys.argv[2]))
     elif sys.argv[1] == "--launch":

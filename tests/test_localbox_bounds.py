@@ -299,3 +299,4 @@ def test_a_snapshot_of_a_tree_deeper_than_any_path_is_refused_naming_the_limit(s
     with pytest.raises(SandboxException, match=r"^400: a snapshot copies paths of up to 4095 bytes \(PATH_MAX\)"):
         sbx.create_snapshot()
     assert sbx.commands.run("echo still here").stdout == "still here\n"  # thawed, answering
+

@@ -1021,6 +1021,25 @@ def map_ids(config: dict, sync: socket.socket) -> None:
     socket.send_fds(sync, [b"m"], fds)
 
 
+def unshare_as(owner: int) -> None:
+    """Unshare a user namespace owned by host uid and gid `owner` (the sandbox's root), not host root: what runs
+    in it is charged to that uid where the kernel counts per user (inotify instances and watches, fanotify
+    groups, POSIX message queues, pending signals, user namespaces, processes), so a sandbox exhausting its share
+    leaves every other sandbox and host root theirs. The saved ids stay root's until the namespace exists:
+    where the host refuses unprivileged user namespaces, it is made as host root after all (charged to root)."""
+    os.setgroups([])
+    os.setresgid(owner, owner, 0)
+    os.setresuid(owner, owner, 0)
+    made = libc.unshare(CLONE_NEWUSER) == 0
+    refused = ctypes.get_errno()
+    if not made:
+        os.setresuid(0, 0, 0)
+        os.setresgid(0, 0, 0)
+        if refused not in (errno.EPERM, errno.EACCES):
+            raise OSError(refused, f"unshare of a user namespace: {os.strerror(refused)}")
+        _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
+
+
 def enter_user_namespace(config: dict) -> list[int]:
     """Become root of a new user namespace whose ids are the host's config["ids"] range; returns the
     lower layers' idmapped mounts."""
@@ -1034,7 +1053,7 @@ def enter_user_namespace(config: dict) -> list[int]:
             os._exit(0)
     theirs.close()
     try:
-        _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
+        unshare_as(config["ids"][0])
         ours.send(b"u")
         answer, fds, _, _ = socket.recv_fds(ours, 4096, MAX_LAYERS)
     finally:

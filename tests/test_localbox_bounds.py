@@ -300,3 +300,27 @@ def test_a_snapshot_of_a_tree_deeper_than_any_path_is_refused_naming_the_limit(s
         sbx.create_snapshot()
     assert sbx.commands.run("echo still here").stdout == "still here\n"  # thawed, answering
 
+
+def test_a_watch_stream_whose_client_does_not_read_holds_a_bounded_backlog(
+    endpoint: LocalEndpoint, sbx: Sandbox
+) -> None:
+    sbx.commands.run("mkdir -p /tmp/w")
+    body = b'{"path": "/tmp/w"}'
+    port = int(endpoint.sandbox_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as stream:
+        stream.sendall(
+            b"POST /filesystem.Filesystem/WatchDir HTTP/1.1\r\nHost: localhost\r\n"
+            b"Content-Type: application/connect+json\r\nConnect-Protocol-Version: 1\r\n"
+            + f"E2b-Sandbox-Id: {sbx.sandbox_id}\r\nX-Access-Token: {sbx._envd_access_token}\r\n".encode()
+            + f"Content-Length: {5 + len(body)}\r\n\r\n".encode()
+            + b"\0"
+            + len(body).to_bytes(4, "big")
+            + body
+        )
+        assert stream.recv(12) == b"HTTP/1.1 200"  # and nothing more is read
+        before = rss()
+        # 1.2 million events: held by the server, they would be 160 MiB
+        sbx.commands.run(f"for i in $(seq {10 * TOUCHES}); do echo $i > /tmp/w/f$((i % 2)); done", timeout=0)
+        grown = rss() - before
+
+    assert grown <= GROWTH_MAX, f"the server grew by {grown >> 20} MiB holding a stream's events"

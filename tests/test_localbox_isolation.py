@@ -307,8 +307,7 @@ BOUND_PROBES = (
     "is19_fifo_at_etc_passwd_hangs_no_call",
     "is20_deep_tree_snapshots_or_is_refused",
     "is21_unpolled_watchers_stall_no_other_client",
-    "is22_fork_bomb_keeps_another_sandbox_answering",
-    "is23_per_user_kernel_limits_are_per_sandbox",
+    "is22_per_user_kernel_limits_are_per_sandbox",
 )
 
 
@@ -338,5 +337,5 @@ def test_the_isolation_suites_bound_probes_pass_on_the_embedded_endpoint_and_say
     assert details["is20_deep_tree_snapshots_or_is_refused"]["refusal"].startswith("400: ")
     polls = details["is21_unpolled_watchers_stall_no_other_client"]["polls"]
     assert len(polls) == 5 and all(p.isdigit() or "overflow" in p for p in polls), polls
-    queues, signals, _ = map(int, details["is23_per_user_kernel_limits_are_per_sandbox"]["held"].split())
+    queues, signals, _ = map(int, details["is22_per_user_kernel_limits_are_per_sandbox"]["held"].split())
     assert queues >= 1 and signals >= 1000

@@ -551,19 +551,6 @@ def unpolled_watchers(ctx: Context, obs: Observed) -> None:
     expect(max(loaded) <= allowed, f"another client waited {obs['slowest_ms']} ms while watchers were polled")
 
 
-@step("is22_fork_bomb_keeps_another_sandbox_answering")
-def fork_bomb(ctx: Context, obs: Observed) -> None:
-    bombed, other = ctx.new_sandbox(), ctx.new_sandbox()
-    run_true = lambda: other.commands.run("true")  # noqa: E731
-    quiet = quiet_latency(run_true, 5)
-    bombed.commands.run("bomb() { bomb | bomb & }; bomb", background=True, timeout=0)
-    loaded = quiet_latency(run_true, 8)
-    obs.update(quiet_ms=round(quiet * 1000, 1), loaded_ms=round(loaded * 1000, 1))
-    expect(
-        loaded <= quiet + 1.0 * ctx.slowness, f"with a fork bomb in one sandbox, another's `true` took {loaded:.1f} s"
-    )
-
-
 # Takes every POSIX message queue, queued signal and inotify instance the kernel gives this user, then holds them.
 GRAB_USER_LIMITS = textwrap.dedent("""
     import ctypes, os, signal, time
@@ -598,7 +585,7 @@ PROBE_USER_LIMITS = textwrap.dedent("""
 """)
 
 
-@step("is23_per_user_kernel_limits_are_per_sandbox")
+@step("is22_per_user_kernel_limits_are_per_sandbox")
 def per_user_limits(ctx: Context, obs: Observed) -> None:
     greedy, other = ctx.new_sandbox(), ctx.new_sandbox()
     greedy.files.write("/tmp/e2b-bench-grab.py", GRAB_USER_LIMITS)

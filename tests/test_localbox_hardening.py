@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import re
 import socket
 import stat
+import struct
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -26,7 +29,7 @@ from e2b import CommandExitException, InvalidArgumentException, Sandbox
 from netns import listener_in_own_netns
 
 from bench.localbox import server as localbox_server
-from bench.localbox.box import ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
+from bench.localbox.box import AGENT_PATH, ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
 from bench.remote.slowness import scaled
 
@@ -156,10 +159,11 @@ SYSCALLS = {  # name: (x86_64, aarch64, arguments)
     "unshare": (272, 97, (0x10000000,)),
     "mount": (165, 40, (b"none", b"/mnt", b"tmpfs", 0, 0)),
     "clone_newuser": (56, 220, (0x10000000 | 17, 0, 0, 0, 0)),
+    "vsock_socket": (41, 198, (40, 1, 0)),  # AF_VSOCK, SOCK_STREAM: the host's virtual machine sockets
 }
 
 
-def test_seccomp_refuses_keyrings_bpf_mounts_and_new_namespaces(sbx: Sandbox) -> None:
+def test_seccomp_refuses_keyrings_bpf_mounts_new_namespaces_and_vsock(sbx: Sandbox) -> None:
     script = textwrap.dedent(f"""
         import ctypes, os
         libc = ctypes.CDLL(None, use_errno=True)
@@ -173,6 +177,16 @@ def test_seccomp_refuses_keyrings_bpf_mounts_and_new_namespaces(sbx: Sandbox) ->
     out = run(sbx, "python3 /tmp/calls.py")
 
     assert out.splitlines() == [f"{name} -1 {errno.EPERM}" for name in SYSCALLS]
+
+
+def test_pid1s_command_line_names_no_host_path(server: LocalServer, sbx: Sandbox) -> None:
+    shown = sbx.commands.run("tr '\\0' '\\n' < /proc/1/cmdline").stdout.split()
+    missing = [
+        word for word in shown if word.startswith("/") and sbx.commands.run(f"test -e '{word}' || echo gone").stdout
+    ]
+
+    assert shown and not missing, shown  # a path there that the sandbox does not have is the host's
+    assert not any(str(AGENT_PATH.parent) in word or "e2b-bench-localbox" in word for word in shown), shown
 
 
 LISTEN = textwrap.dedent("""
@@ -477,3 +491,78 @@ def test_a_sandboxs_uplink_holds_nothing_of_the_server_but_its_exit_pipe(server:
         second.kill()
 
     assert shared - {"/dev/null"} == {exit_pipe}
+
+
+# Takes every POSIX message queue and queued signal the kernel lets this user have (and inotify instances, up
+# to the per-user limit), says how many, and holds them.
+GRAB_USER_LIMITS = textwrap.dedent("""
+    import ctypes, os, signal, time
+    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
+    class Value(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
+    queues = 0
+    while rt.mq_open(f"/q{queues}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+        queues += 1
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    signals = 0
+    while signals < 1_000_000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0:
+        signals += 1
+    watches = 0
+    while libc.inotify_init1(0) >= 0:
+        watches += 1
+    open("/tmp/held", "w").write(f"{queues} {signals} {watches}")
+    time.sleep(600)
+""")
+# One of each, then gone: what another user of the host gets while the grabber holds its share.
+PROBE_USER_LIMITS = textwrap.dedent("""
+    import ctypes, os, signal
+    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
+    class Value(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
+    name = f"/probe{os.getpid()}".encode()
+    queue = rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
+    queue and rt.mq_unlink(name)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    queued = libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0
+    watch = libc.inotify_init1(0) >= 0
+    print(f"queue={queue} signal={queued} inotify={watch}")
+""")
+
+
+def test_a_sandbox_spending_its_per_user_kernel_limits_leaves_another_sandbox_and_host_root_theirs(
+    server: LocalServer,
+) -> None:
+    greedy, other = create(server), create(server)
+    try:
+        greedy.files.write("/tmp/grab.py", GRAB_USER_LIMITS)
+        other.files.write("/tmp/probe.py", PROBE_USER_LIMITS)
+        holding = greedy.commands.run("python3 /tmp/grab.py", background=True)
+        deadline = time.monotonic() + scaled(60)
+        while not greedy.files.exists("/tmp/held") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        held = [int(n) for n in greedy.files.read("/tmp/held").split()]
+        in_other = run(other, "python3 /tmp/probe.py", user="user")
+        as_host_root = subprocess.run(
+            [sys.executable, "-c", PROBE_USER_LIMITS], capture_output=True, text=True, check=True
+        ).stdout
+        holding.kill()
+    finally:
+        greedy.kill()
+        other.kill()
+
+    assert held[0] >= 1 and held[1] >= 1000 and held[2] >= 1, held  # it did take its share of each
+    assert in_other == as_host_root == "queue=True signal=True inotify=True\n", (in_other, as_host_root)
+
+
+def test_a_sandboxs_user_namespace_belongs_to_its_own_host_uid(server: LocalServer, sbx: Sandbox) -> None:
+    box = box_of(server, sbx)
+    fd = os.open(f"/proc/{pid1_of(server, sbx)}/ns/user", os.O_RDONLY)
+    try:
+        owner = struct.unpack("I", fcntl.ioctl(fd, NS_GET_OWNER_UID, b"\0" * 4))[0]
+    finally:
+        os.close(fd)
+
+    assert box.ids is not None and owner == box.ids.base != 0
+
+
+NS_GET_OWNER_UID = 0xB704

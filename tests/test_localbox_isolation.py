@@ -297,3 +297,45 @@ def test_the_isolation_suites_server_probes_pass_on_the_embedded_endpoint_and_sa
     assert details["is15_traffic_token_enforced"]["statuses"] == {"none": 403, "wrong": 403, "valid": 200}
     linked = details["is16_hard_linked_tree_snapshots"]["seen"]
     assert linked[0] == linked[1] and linked[0].startswith("2 ") and linked[2] == "linked"
+
+
+# --- the isolation suite's probes of #44 (is17..is22) -----------------------------------------------------
+
+BOUND_PROBES = (
+    "is17_unread_output_waits_in_its_pipe",
+    "is18_pid1_command_line_names_no_host_path",
+    "is19_fifo_at_etc_passwd_hangs_no_call",
+    "is20_deep_tree_snapshots_or_is_refused",
+    "is21_unpolled_watchers_stall_no_other_client",
+    "is22_per_user_kernel_limits_are_per_sandbox",
+)
+
+
+def test_the_isolation_suites_bound_probes_pass_on_the_embedded_endpoint_and_say_what_they_saw(
+    tmp_path: Path,
+) -> None:
+    done = e2b_bench(
+        "run",
+        "isolation",
+        "--runner",
+        "py-e2b-2.63.0",
+        "-k",
+        " or ".join(BOUND_PROBES),
+        "--results-dir",
+        str(tmp_path),
+        "--no-report",
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = {c.case: c for c in read_run(only_run_dir(tmp_path)).cases if c.suite == "isolation"}
+    assert sorted(cases) == sorted(BOUND_PROBES)
+    assert {c.outcome for c in cases.values()} == {"pass"}
+    details = {name: case.details for name, case in cases.items()}
+    assert details["is17_unread_output_waits_in_its_pipe"]["writer"].startswith("stalled wchar: ")
+    assert details["is18_pid1_command_line_names_no_host_path"]["cmdline"] == ["e2b-bench-agent"]
+    assert "not a regular file" in details["is19_fifo_at_etc_passwd_hangs_no_call"]["answer"]
+    assert details["is20_deep_tree_snapshots_or_is_refused"]["refusal"].startswith("400: ")
+    polls = details["is21_unpolled_watchers_stall_no_other_client"]["polls"]
+    assert len(polls) == 5 and all(p.isdigit() or "overflow" in p for p in polls), polls
+    queues, signals, _ = map(int, details["is22_per_user_kernel_limits_are_per_sandbox"]["held"].split())
+    assert queues >= 1 and signals >= 1000

@@ -259,7 +259,7 @@ DENIED_SYSCALLS = {  # name: (x86_64, aarch64); refused with EPERM
 }  # fmt: skip
 SYS_CLONE, SYS_CLONE3 = {"x86_64": (56, 435), "aarch64": (220, 435)}[MACHINE]
 SYS_SOCKET = {"x86_64": 41, "aarch64": 198}[MACHINE]
-AF_INET, AF_INET6, AF_PACKET = 2, 10, 17
+AF_INET, AF_INET6, AF_PACKET, AF_VSOCK = 2, 10, 17, 40
 SOCK_RAW, SOCK_PACKET, SOCK_TYPE_MASK = 3, 10, 0xF  # the type's low bits (NONBLOCK and CLOEXEC are flags above)
 CLONE_NEW_ANY = 0x7E020080  # newns newcgroup newuts newipc newuser newpid newnet newtime
 X32_SYSCALL_BIT = 0x40000000
@@ -269,7 +269,8 @@ RET_KILL_PROCESS, RET_ALLOW, RET_ERRNO = 0x80000000, 0x7FFF0000, 0x00050000
 def seccomp_program() -> bytes:
     """Classic BPF: another architecture is killed, denied calls and namespace-making clones get EPERM, clone3
     ENOSYS (its flags are out of a filter's reach; libc then falls back to clone); so do packet sockets and
-    raw inet sockets (a second lock on hand-made frames, after the missing CAP_NET_RAW)."""
+    raw inet sockets (a second lock on hand-made frames, after the missing CAP_NET_RAW), and vsock sockets (the
+    host's virtual machine sockets, which a sandbox has no business reaching)."""
     ld, jeq, jset, jge, ret, and_ = 0x20, 0x15, 0x45, 0x35, 0x06, 0x54
     column = 0 if MACHINE == "x86_64" else 1
     denied = sorted({numbers[column] for numbers in DENIED_SYSCALLS.values()})
@@ -280,7 +281,7 @@ def seccomp_program() -> bytes:
         (jeq, "enosys", 0, SYS_CLONE3), (jeq, "clone", 0, SYS_CLONE), (jeq, "socket", 0, SYS_SOCKET),
         (ret, 0, 0, RET_ALLOW),
         "clone", (ld, 0, 0, 16), (jset, "eperm", 0, CLONE_NEW_ANY), (ret, 0, 0, RET_ALLOW),
-        "socket", (ld, 0, 0, 16), (jeq, "eperm", 0, AF_PACKET),
+        "socket", (ld, 0, 0, 16), (jeq, "eperm", 0, AF_PACKET), (jeq, "eperm", 0, AF_VSOCK),
         (jeq, "inet", 0, AF_INET), (jeq, "inet", 0, AF_INET6), (ret, 0, 0, RET_ALLOW),
         "inet", (ld, 0, 0, 24), (and_, 0, 0, SOCK_TYPE_MASK),
         (jeq, "eperm", 0, SOCK_RAW), (jeq, "eperm", 0, SOCK_PACKET), (ret, 0, 0, RET_ALLOW),
@@ -346,10 +347,31 @@ def read_database(path: str) -> list[list[str]]:
     cached = _databases.get(path)
     if cached and cached[0] == stamp:
         return cached[1]
-    with open(path, encoding="utf-8", errors="replace") as f:
-        rows = [line.rstrip("\n").split(":") for line in f if line.count(":") >= 3 and not line.startswith("#")]
+    text = read_bounded(path, DATABASE_MAX).decode("utf-8", errors="replace")
+    rows = [line.split(":") for line in text.split("\n") if line.count(":") >= 3 and not line.startswith("#")]
     _databases[path] = (stamp, rows)
     return rows
+
+
+DATABASE_MAX = 4 << 20  # bytes of /etc/passwd or /etc/group pid 1 reads: a sandbox user can replace either
+
+
+def read_bounded(path: str, limit: int) -> bytes:
+    """A regular file of at most `limit` bytes, whole; anything else (a FIFO, which would block pid 1 forever, a
+    device, a file larger than the limit, which could exhaust its memory) is an error naming the limit."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO's open does not wait for a writer
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file: pid 1 reads no other kind", path)
+        data = b""
+        while st.st_size <= limit and len(data) <= limit and (piece := os.read(fd, limit + 1 - len(data))):
+            data += piece
+        if st.st_size > limit or len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes, which is all pid 1 reads of it", path)
+        return data
+    finally:
+        os.close(fd)
 
 
 def user_ids(name: str) -> tuple[int, int, list[int], str]:
@@ -999,6 +1021,25 @@ def map_ids(config: dict, sync: socket.socket) -> None:
     socket.send_fds(sync, [b"m"], fds)
 
 
+def unshare_as(owner: int) -> None:
+    """Unshare a user namespace owned by host uid and gid `owner` (the sandbox's root), not host root: what runs
+    in it is charged to that uid where the kernel counts per user (inotify instances and watches, fanotify
+    groups, POSIX message queues, pending signals, user namespaces, processes), so a sandbox exhausting its share
+    leaves every other sandbox and host root theirs. The saved ids stay root's until the namespace exists:
+    where the host refuses unprivileged user namespaces, it is made as host root after all (charged to root)."""
+    os.setgroups([])
+    os.setresgid(owner, owner, 0)
+    os.setresuid(owner, owner, 0)
+    made = libc.unshare(CLONE_NEWUSER) == 0
+    refused = ctypes.get_errno()
+    if not made:
+        os.setresuid(0, 0, 0)
+        os.setresgid(0, 0, 0)
+        if refused not in (errno.EPERM, errno.EACCES):
+            raise OSError(refused, f"unshare of a user namespace: {os.strerror(refused)}")
+        _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
+
+
 def enter_user_namespace(config: dict) -> list[int]:
     """Become root of a new user namespace whose ids are the host's config["ids"] range; returns the
     lower layers' idmapped mounts."""
@@ -1012,7 +1053,7 @@ def enter_user_namespace(config: dict) -> list[int]:
             os._exit(0)
     theirs.close()
     try:
-        _check(libc.unshare(CLONE_NEWUSER), "unshare of a user namespace")
+        unshare_as(config["ids"][0])
         ours.send(b"u")
         answer, fds, _, _ = socket.recv_fds(ours, 4096, MAX_LAYERS)
     finally:
@@ -1103,7 +1144,23 @@ def zygote(control_fd: int) -> None:
             sock.send(json.dumps({"pid": pid}).encode())
 
 
+PROCESS_TITLE = b"e2b-bench-agent"
+
+
+def hide_command_line() -> None:
+    """/proc/<pid>/cmdline, which every process of the sandbox can read of its pid 1, names the agent's host path
+    (and, launched without the fork-server, its configuration): the arguments' memory is overwritten with a
+    title and zeros. Python holds copies of its arguments of its own: none is used from that memory again."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end: fields 48 and 49 of proc(5)
+        title = PROCESS_TITLE[: end - start - 1]
+        ctypes.memmove(start, title + b"\0" * (end - start - len(title)), end - start)
+
+
 def main() -> None:
+    hide_command_line()
     if sys.argv[1] == "--zygote":
         zygote(int(sys.argv[2]))
     elif sys.argv[1] == "--launch":

@@ -417,7 +417,7 @@ class Api:
         try:
             return await self.snapshots.take(sandbox, name, listed)
         except SnapshotError as exc:
-            raise ApiError(500, str(exc)) from exc
+            raise ApiError(exc.status, str(exc)) from exc
 
     async def list_snapshots(self, request: Request) -> Response:
         params = request.query_params

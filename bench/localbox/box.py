@@ -95,6 +95,35 @@ class ExitStatus:
         return cls(-1, False, text, text)
 
 
+# A command's output one stream may hold unsent (its client not reading) before the server stops reading the
+# command's pipes: the command then blocks on its writes, as under envd, whose fan-out to its streams waits for
+# the slowest. Output no stream listens to is read and dropped, as envd drops it.
+OUTPUT_HELD_MAX = 1 << 20
+
+
+class OutputQueue(asyncio.Queue):
+    """One stream's events of a command, counting the output bytes it holds; taking from it may let the
+    command's paused pipes be read again."""
+
+    def __init__(self, record: ProcessRecord) -> None:
+        super().__init__()
+        self.record = record
+        self.held = 0
+
+    def put_nowait(self, item: tuple) -> None:
+        super().put_nowait(item)
+        if item[0] == "data":
+            self.held += len(item[2])
+
+    def get_nowait(self) -> tuple:
+        item = super().get_nowait()
+        if item[0] == "data":
+            self.held -= len(item[2])
+            if self.held <= OUTPUT_HELD_MAX // 2:
+                self.record.drained()
+        return item
+
+
 @dataclass
 class ProcessRecord:
     """A process started through envd, with everyone currently listening to it."""
@@ -116,19 +145,31 @@ class ProcessRecord:
     input_lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # input is written in the order it came
     input_waiters: set[asyncio.Future] = field(default_factory=set)  # writes waiting for the process to read
     done_callbacks: list[Callable[[], object]] = field(default_factory=list)
+    paused: Callable[[], None] | None = None  # while its pipes are not read (a stream is full): resumes them
 
     def subscribe(self) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue()
+        queue = OutputQueue(self)
         self.subscribers.append(queue)
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue) -> None:
         with contextlib.suppress(ValueError):
             self.subscribers.remove(queue)
+        self.drained()
 
     def publish(self, event: tuple) -> None:
         for queue in self.subscribers:
             queue.put_nowait(event)
+
+    @property
+    def full(self) -> bool:
+        """A stream holds as much unsent output as it may: the command's pipes wait."""
+        return any(isinstance(q, OutputQueue) and q.held >= OUTPUT_HELD_MAX for q in self.subscribers)
+
+    def drained(self) -> None:
+        if self.paused is not None and not self.full:
+            resume, self.paused = self.paused, None
+            resume()
 
 
 @dataclass(frozen=True)
@@ -1137,9 +1178,24 @@ class Box:
             data = b""
         if data:
             record.publish(("data", kind, data))
+            if record.full and record.paused is None:
+                self._pause_output(record)
             return
         self._close_output(record, fd)
         self._maybe_finish(record)
+
+    def _pause_output(self, record: ProcessRecord) -> None:
+        """Stop reading the command's pipes until its fullest stream has sent half of what it holds."""
+        loop = asyncio.get_running_loop()
+        for fd in record.outputs:
+            with contextlib.suppress(ValueError, OSError):
+                loop.remove_reader(fd)
+
+        def resume() -> None:
+            for fd, kind in record.outputs.items():
+                loop.add_reader(fd, self._read_output, record, fd, kind)
+
+        record.paused = resume
 
     def _close_output(self, record: ProcessRecord, fd: int) -> None:
         if record.pty_fd == fd:

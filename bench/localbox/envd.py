@@ -109,6 +109,8 @@ class EnvdBase:
         try:
             return (await sandbox.box.user(user))["home"]
         except AgentError as exc:
+            if exc.errno is not None:  # the user database could not be read (e.g. pid 1 refused what it became)
+                raise connect_error(exc) from exc
             raise ConnectError(Code.UNAUTHENTICATED, f"invalid user: '{user}'") from exc
 
     async def path(self, sandbox: Sandbox, ctx: RequestContext, path: str) -> tuple[str, str]:

@@ -145,6 +145,8 @@ class Files:
         try:
             home = (await sandbox.box.user(user))["home"]
         except AgentError as exc:
+            if exc.errno is not None:  # the user database could not be read (e.g. pid 1 refused what it became)
+                raise ApiError(500, f"cannot look up user '{user}': {exc}: {exc.filename}") from exc
             raise ApiError(401, f"invalid user: '{user}'") from exc
         return user, home
 

@@ -39,6 +39,10 @@ CREDENTIAL_HEADERS = {b"x-api-key", b"authorization", b"x-access-token", TRAFFIC
 NOT_PASSED = HOP_HEADERS | CREDENTIAL_HEADERS
 READ_CHUNK = 1 << 16
 WS_MAX_MESSAGE = 16 << 20
+# Frames of the sandbox's server read ahead of a client that does not take them: past this the relay stops reading
+# the sandbox's socket (its sends then wait, as through a byte-copying proxy). With the message the relay holds and
+# the one the client's transport holds and one partly read, a WebSocket keeps at most about 4 messages in the server.
+WS_READ_AHEAD = 1
 
 
 def _header(scope: Scope, name: bytes) -> str:
@@ -210,6 +214,7 @@ async def _relay_websocket(
             subprotocols=scope.get("subprotocols") or None,  # type: ignore[arg-type]
             ping_interval=None,
             max_size=WS_MAX_MESSAGE,
+            max_queue=WS_READ_AHEAD,
             open_timeout=10,
         )
     except (InvalidHandshake, InvalidURI, OSError, TimeoutError) as exc:

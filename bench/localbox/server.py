@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import itertools
+import json
 import logging
 import os
 import resource
@@ -117,6 +119,17 @@ def check_host() -> None:
 
 HEADER_TIMEOUT_S = 10.0  # a request's headers are complete this long after the connection or their first byte
 MAX_CONNECTIONS = 2048  # beyond this, the longest-idle connection makes room for a new one
+# A request's head is bounded before it is parsed (the parser builds a header or URL by repeated concatenation, its
+# cost growing with the square of the size): a request line past URL_MAX is answered 414, a head past HEAD_MAX
+# (Go's net/http default, as E2B's Go services have) 431, at once, and the connection closed.
+URL_MAX = 64 << 10
+HEAD_MAX = 1 << 20
+# A body still to come when its answer is complete (e.g. a request refused for its key before its body was read):
+# past this much (or of unknown length) the connection is closed rather than the rest read and dropped, as Go's
+# net/http does.
+BODY_LEFT_MAX = 256 << 10
+LINGER_S = 2.0  # a closing connection's input is read and dropped this long, so the client reads the answer first
+REASONS = {414: "URI Too Long", 431: "Request Header Fields Too Large"}
 
 
 class GuardedHttp(asgi.ResettableHttp):
@@ -136,6 +149,11 @@ class GuardedHttp(asgi.ResettableHttp):
         open_[self] = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._arm()
+        self._closing = False
+        self._new_head()
+
+    def _new_head(self) -> None:
+        self._in_head, self._head_bytes, self._line_done = True, 0, False
 
     @property
     def _idle(self) -> bool:
@@ -152,9 +170,64 @@ class GuardedHttp(asgi.ResettableHttp):
             self._drop()
 
     def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
         if self._idle and self._idle_timer is None:  # the first bytes of the next request
             self._arm()
+        if self._in_head:
+            if not self._line_done:
+                end = data.find(b"\n")
+                if self._head_bytes + (end if end >= 0 else len(data)) > URL_MAX:
+                    self._refuse(414, f"the request line is longer than {URL_MAX} bytes")
+                    return
+                self._line_done = end >= 0
+            self._head_bytes += len(data)
+            if self._head_bytes > HEAD_MAX:
+                self._refuse(431, f"the request's headers are longer than {HEAD_MAX} bytes")
+                return
         super().data_received(data)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._new_head()
+        super().on_message_complete()
+
+    def restart_parser(self) -> None:
+        self._new_head()
+        super().restart_parser()
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer a request whose head is too large without parsing it, and close the connection."""
+        if self._idle:  # no answer of an earlier request is under way on this connection
+            body = json.dumps({"code": status, "message": message}).encode()
+            head = (
+                f"HTTP/1.1 {status} {REASONS[status]}\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode() + body)
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after what was written, reading and dropping the input meanwhile: closed with unread input, the
+        connection would be reset, and the client could lose the answer."""
+        self._closing = True
+        self._forget()
+        with contextlib.suppress(OSError, RuntimeError, NotImplementedError):
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+    def _body_left(self) -> int | None:
+        """Bytes of the current request's body still to come through the parser (None: of unknown length)."""
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or self.transport.get_protocol() is not self:
+            return 0  # none, or read by a RawBody of its own
+        lengths = [value for name, value in self.headers if name == b"content-length"]
+        if len(lengths) != 1 or not lengths[0].isdigit():
+            return None
+        return int(lengths[0]) - self._body_parsed
 
     def _drop(self) -> None:
         self._forget()
@@ -162,8 +235,11 @@ class GuardedHttp(asgi.ResettableHttp):
             self.transport.close()
 
     def on_response_complete(self) -> None:
+        left = self._body_left()
         super().on_response_complete()
         self._disarm()
+        if (left is None or left > BODY_LEFT_MAX) and not self.transport.is_closing():
+            self._linger()
 
     def handle_websocket_upgrade(self) -> None:
         """The connection now belongs to a WebSocket: neither idle by this measure nor counted here."""
@@ -311,6 +387,9 @@ class LocalServer:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, self._stop_soon)
+        # What the server imported and booted lives to its end: kept out of every later collection, so a full
+        # one (which a burst of events or sandboxes triggers) walks what requests made, not the whole heap.
+        gc.freeze()
         asgi.run(self.server, self.sockets)
 
     def _stop_soon(self, signum: int, frame: object) -> None:

@@ -8,6 +8,7 @@ creating one copies nothing. Snapshots hold the filesystem only: processes and m
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import subprocess
 import time
@@ -16,13 +17,19 @@ from pathlib import Path
 
 from .box import remove_tree, shift_ids
 from .disk import Disks
+from .messages import PATH_MAX
 from .registry import ID_ALPHABET, Registry, Sandbox
 
 TAG = "default"
+TOO_LONG = "File name too long"  # strerror(ENAMETOOLONG) in the C locale
 
 
 class SnapshotError(Exception):
-    """The sandbox's files could not be copied into a snapshot."""
+    """The sandbox's files could not be copied into a snapshot (`status`: the API's answer)."""
+
+    def __init__(self, message: str, status: int = 500) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -113,8 +120,19 @@ def _copy_tree(source: Path, target: Path, id_base: int) -> None:
     failure nothing of the copy is left, and the error names paths as the sandbox sees them."""
     try:
         done = subprocess.run(
-            ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)], capture_output=True, text=True, check=False
+            ["cp", "-a", "--reflink=auto", f"{source}/.", str(target)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "LC_ALL": "C"},
         )
+        if done.returncode != 0 and TOO_LONG in done.stderr:
+            # A tree deeper than any path: the sandbox's own doing, refused as such (a client error naming the limit).
+            raise SnapshotError(
+                f"a snapshot copies paths of up to {PATH_MAX - 1} bytes (PATH_MAX) and the sandbox's files hold a "
+                f"longer one: {_in_sandbox(done.stderr.split(TOO_LONG)[0], source, target)[:200]}...",
+                400,
+            )
         if done.returncode != 0:
             raise SnapshotError(f"copying the sandbox's files failed: {_in_sandbox(done.stderr, source, target)}")
         shift_ids(target, -id_base)

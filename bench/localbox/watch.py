@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import struct
 from typing import TYPE_CHECKING
 
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 from e2b.envd.filesystem import filesystem_pb as fs_pb
 
 from .agentlink import AgentError
@@ -29,6 +32,15 @@ KINDS = (
 )
 
 
+# Events one watcher holds undelivered (its stream's client not reading, or not polled): past this the server
+# stops reading its inotify descriptor, and the kernel's own queue (fs.inotify.max_queued_events, charged to the
+# sandbox) takes the rest until it overflows, which the watcher then reports as envd reports fsnotify's overflow.
+PENDING_MAX = 4096
+PENDING_BYTES_MAX = 1 << 20  # of their paths
+SLICE = 256  # events converted between two turns of the event loop
+OVERFLOW = "watcher error: fsnotify: queue or buffer overflow"
+
+
 class WatchClosed(Exception):
     """The watch was closed while a stream waited on it."""
 
@@ -43,9 +55,13 @@ class Watcher:
         self.watch_id = 0
         self.fd = -1
         self.paths: dict[int, str] = {}
-        self.raw: list[tuple[int, str]] = []  # (mask, absolute path)
+        self.raw: collections.deque[tuple[int, str]] = collections.deque()  # (mask, absolute path)
+        self.ready: list[fs_pb.FilesystemEvent] = []  # converted by a drain, not yet returned
         self.arrived = asyncio.Event()
         self.tasks: set[asyncio.Future] = set()
+        self.pending_bytes = 0
+        self.paused = False
+        self.overflowed = False
 
     @classmethod
     async def open(cls, sandbox: Sandbox, path: str, recursive: bool, include_entry: bool, user: str) -> Watcher:
@@ -67,6 +83,8 @@ class Watcher:
             wd, mask, _cookie, length = HEADER.unpack_from(data, offset)
             name = data[offset + HEADER.size : offset + HEADER.size + length].rstrip(b"\0").decode(errors="replace")
             offset += HEADER.size + length
+            self.overflowed |= bool(mask & IN_Q_OVERFLOW)
+            self.pending_bytes += len(name)
             directory = self.paths.get(wd)
             if directory is None:
                 continue
@@ -83,6 +101,9 @@ class Watcher:
                 task = asyncio.ensure_future(self._add(full))
                 self.tasks.add(task)
                 task.add_done_callback(self.tasks.discard)
+        if len(self.raw) >= PENDING_MAX or self.pending_bytes >= PENDING_BYTES_MAX:
+            self.paused = True
+            asyncio.get_running_loop().remove_reader(self.fd)
         self.arrived.set()
 
     async def _add(self, path: str) -> None:
@@ -92,7 +113,9 @@ class Watcher:
 
     async def next_events(self) -> list[fs_pb.FilesystemEvent]:
         """The next events; raises WatchClosed once the watch was closed (its sandbox killed) and drained."""
-        while not self.raw:
+        while not self.raw and not self.ready:
+            if self.overflowed:
+                raise ConnectError(Code.INTERNAL, OVERFLOW)
             if self.fd < 0:
                 raise WatchClosed(self.root)
             self.arrived.clear()
@@ -100,20 +123,39 @@ class Watcher:
         return await self.drain()
 
     async def drain(self) -> list[fs_pb.FilesystemEvent]:
-        raw, self.raw = self.raw, []
-        events = []
-        for mask, full in raw:
-            kind = next((k for bits, k in KINDS if mask & bits), None)
-            if kind is None:
-                continue
-            name = os.path.relpath(full, self.root)
-            entry = None
-            if self.include_entry and kind != fs_pb.EventType.REMOVE and kind != fs_pb.EventType.RENAME:
-                with contextlib.suppress(AgentError):
-                    info = await self.sandbox.box.fs("stat", path=full, user=self.user)
-                    entry = entry_message(info, go_dir_bit=self.sandbox.quirks.dir_mode_go_bit)
-            events.append(fs_pb.FilesystemEvent(name=name, type=kind, entry=entry))
+        """What arrived before this call (at most PENDING_MAX events), converted a slice at a time; an event
+        leaves `raw` once converted, so a drain cancelled midway (its stream's keepalive wait) loses none."""
+        if self.overflowed:
+            raise ConnectError(Code.INTERNAL, OVERFLOW)
+        for index in range(len(self.raw)):
+            if index % SLICE == SLICE - 1:
+                await asyncio.sleep(0)
+            if not self.raw:  # another drain of the same watcher took the rest
+                break
+            mask, full = self.raw[0]
+            event = await self._event(mask, full)
+            if self.raw and self.raw[0] == (mask, full):
+                self.raw.popleft()
+            if event is not None:
+                self.ready.append(event)
+        events, self.ready = self.ready, []
+        self.pending_bytes = sum(len(full) for _, full in self.raw)
+        if self.paused and self.fd >= 0:
+            self.paused = False
+            asyncio.get_running_loop().add_reader(self.fd, self._readable)
         return events
+
+    async def _event(self, mask: int, full: str) -> fs_pb.FilesystemEvent | None:
+        kind = next((k for bits, k in KINDS if mask & bits), None)
+        if kind is None:
+            return None
+        name = os.path.relpath(full, self.root)
+        entry = None
+        if self.include_entry and kind != fs_pb.EventType.REMOVE and kind != fs_pb.EventType.RENAME:
+            with contextlib.suppress(AgentError):
+                info = await self.sandbox.box.fs("stat", path=full, user=self.user)
+                entry = entry_message(info, go_dir_bit=self.sandbox.quirks.dir_mode_go_bit)
+        return fs_pb.FilesystemEvent(name=name, type=kind, entry=entry)
 
     async def close(self) -> None:
         if self.fd < 0:

@@ -16,6 +16,8 @@ import os
 import socket
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -414,6 +416,191 @@ def hard_links(ctx: Context, obs: Observed) -> None:
     obs["seen"] = seen
     expect(len(seen) == 3 and seen[2] == "linked", f"the snapshot's files are not the source's: {seen}")
     expect(seen[0] == seen[1] and seen[0].startswith("2 "), f"the hard link did not stay one file: {seen[:2]}")
+
+
+# --- what one sandbox holds of the server, or spends of the host (#44) ------------------------------------
+
+STALLED = (
+    "( pid=$(pgrep -xo {name}) || exit 3; a=$(grep wchar /proc/$pid/io); sleep 0.5; "
+    'b=$(grep wchar /proc/$pid/io); [ "$a" = "$b" ] && echo "stalled $a" )'
+)
+UNREAD_MB = 512  # far more than any server should hold of output nobody reads
+
+
+def quiet_latency(ask: Callable[[], object], count: int = 10) -> float:
+    """The slowest of `count` answers to `ask`, in seconds: another client's quiet baseline."""
+    taken = []
+    for _ in range(count):
+        started = time.perf_counter()
+        ask()
+        taken.append(time.perf_counter() - started)
+    return max(taken)
+
+
+def poll_state(ctx: Context, check: Callable[[], bool], seconds: float) -> bool:
+    """Whether `check` held within `seconds` (scaled by the run's slowness), polled."""
+    deadline = time.monotonic() + seconds * ctx.slowness
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@step("is17_unread_output_waits_in_its_pipe")
+def unread_output(ctx: Context, obs: Observed) -> None:
+    sandbox = ctx.new_sandbox()
+    handle = sandbox.commands.run(
+        f"head -c {UNREAD_MB}M /dev/zero | tr '\\0' y; touch /tmp/e2b-bench-written", background=True
+    )  # its stream stays open and is never read
+    seen: list[str] = []
+    obs["stalled"] = poll_state(
+        ctx, lambda: bool(seen.append(shell(sandbox, STALLED.format(name="tr"))) or "stalled" in seen[-1]), 60
+    )
+    obs["writer"] = seen[-1].strip() if seen else ""
+    obs["finished"] = "yes" in shell(sandbox, "test -e /tmp/e2b-bench-written && echo yes")
+    handle.kill()
+    expect(
+        obs["stalled"] and not obs["finished"],
+        f"a command wrote {UNREAD_MB} MiB nobody read without waiting (the endpoint held it): {obs['writer']}",
+    )
+
+
+@step("is18_pid1_command_line_names_no_host_path")
+def pid1_command_line(ctx: Context, obs: Observed) -> None:
+    first, _ = pair(ctx)
+    words = shell(first, "tr '\\0' '\\n' < /proc/1/cmdline").split()
+    absent = [w for w in words if w.startswith("/") and shell(first, f"test -e '{w}' || echo absent").strip()]
+    obs.update(cmdline=words, absent=absent)
+    expect(not absent, f"pid 1's command line names paths the sandbox does not have (the host's): {absent}")
+
+
+@step("is19_fifo_at_etc_passwd_hangs_no_call")
+def fifo_passwd(ctx: Context, obs: Observed) -> None:
+    from e2b import TimeoutException
+
+    sandbox = ctx.new_sandbox()
+    shell(sandbox, "mv /etc/passwd /etc/passwd.e2b-bench && mkfifo -m 644 /etc/passwd", user="root")
+    started = time.monotonic()
+    try:
+        sandbox.commands.run("true", timeout=30 * ctx.slowness)
+        obs["answer"] = "ran"
+    except TimeoutException as exc:
+        obs["answer"] = f"timed out: {excerpt(str(exc))}"
+    except Exception as exc:  # an error naming what is wrong is the answer asked for
+        obs["answer"] = f"{type(exc).__name__}: {excerpt(str(exc))}"
+    obs["seconds"] = round(time.monotonic() - started, 1)
+    expect(not obs["answer"].startswith("timed out"), "with a FIFO at /etc/passwd the sandbox's calls hang")
+
+
+@step("is20_deep_tree_snapshots_or_is_refused")
+def deep_tree_snapshot(ctx: Context, obs: Observed) -> None:
+    from e2b import Sandbox, SandboxException
+
+    sandbox = ctx.new_sandbox()
+    deep = "import os\nos.chdir('/tmp')\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\n"
+    sandbox.files.write("/tmp/e2b-bench-deep.py", deep)
+    shell(sandbox, "python3 /tmp/e2b-bench-deep.py")
+    try:
+        snapshot = sandbox.create_snapshot()
+        obs["snapshot"] = snapshot.snapshot_id
+        Sandbox.delete_snapshot(snapshot.snapshot_id)
+    except SandboxException as exc:
+        obs["refusal"] = excerpt(str(exc))
+    status = obs.get("refusal", "")[:3]
+    expect(
+        "snapshot" in obs or (status.startswith("4") and status.isdigit()),
+        f"a snapshot of a 3,000-deep tree neither succeeded nor was refused with a 4xx: {obs.get('refusal')}",
+    )
+
+
+WATCHERS, TOUCHES = 5, 60_000
+
+
+@step("is21_unpolled_watchers_stall_no_other_client")
+def unpolled_watchers(ctx: Context, obs: Observed) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sandbox = ctx.new_sandbox()
+    with rest() as client:
+        ask = lambda: client.get(f"/sandboxes/{sandbox.sandbox_id}")  # noqa: E731
+        quiet = quiet_latency(ask)
+        shell(sandbox, "mkdir -p /tmp/e2b-bench-w")
+        handles = [sandbox.files.watch_dir("/tmp/e2b-bench-w") for _ in range(WATCHERS)]
+        shell(sandbox, f"for i in $(seq {TOUCHES}); do echo $i > /tmp/e2b-bench-w/f$((i % 2)); done")
+
+        def drain() -> list[str]:
+            got = []
+            for handle in handles:
+                try:
+                    got.append(str(len(handle.get_new_events())))
+                except Exception as exc:  # a bound reported as an error is an answer
+                    got.append(excerpt(str(exc)))
+            return got
+
+        loaded = []
+        with ThreadPoolExecutor(1) as pool:
+            polls = pool.submit(drain)
+            while not polls.done():
+                loaded.append(quiet_latency(ask, 1))
+            obs["polls"] = polls.result()
+        for handle in handles:
+            handle.stop()
+    allowed = quiet + 0.1 * ctx.slowness
+    obs.update(quiet_ms=round(quiet * 1000, 1), slowest_ms=round(max(loaded) * 1000, 1))
+    expect(max(loaded) <= allowed, f"another client waited {obs['slowest_ms']} ms while watchers were polled")
+
+
+# Takes every POSIX message queue, queued signal and inotify instance the kernel gives this user, then holds them.
+GRAB_USER_LIMITS = textwrap.dedent("""
+    import ctypes, os, signal, time
+    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
+    class Value(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
+    queues = 0
+    while queues < 10_000 and rt.mq_open(f"/e2b-bench-q{queues}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+        queues += 1
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    signals = 0
+    while signals < 1_000_000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0:
+        signals += 1
+    watches = 0
+    while watches < 10_000 and libc.inotify_init1(0) >= 0:
+        watches += 1
+    open("/tmp/e2b-bench-held", "w").write(f"{queues} {signals} {watches}")
+    time.sleep(600)
+""")
+PROBE_USER_LIMITS = textwrap.dedent("""
+    import ctypes, os, signal
+    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
+    class Value(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
+    name = f"/e2b-bench-probe{os.getpid()}".encode()
+    queue = rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
+    queue and rt.mq_unlink(name)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
+    queued = libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0
+    watch = libc.inotify_init1(0) >= 0
+    print(f"queue={queue} signal={queued} inotify={watch}")
+""")
+
+
+@step("is22_per_user_kernel_limits_are_per_sandbox")
+def per_user_limits(ctx: Context, obs: Observed) -> None:
+    greedy, other = ctx.new_sandbox(), ctx.new_sandbox()
+    greedy.files.write("/tmp/e2b-bench-grab.py", GRAB_USER_LIMITS)
+    other.files.write("/tmp/e2b-bench-probe.py", PROBE_USER_LIMITS)
+    holding = greedy.commands.run("python3 /tmp/e2b-bench-grab.py", background=True)
+    obs["held"] = poll_state(ctx, lambda: greedy.files.exists("/tmp/e2b-bench-held"), 60) and greedy.files.read(
+        "/tmp/e2b-bench-held"
+    )
+    obs["other_got"] = shell(other, "python3 /tmp/e2b-bench-probe.py").strip()
+    holding.kill()
+    expect(bool(obs["held"]), "the sandbox taking its message queues, signals and inotify instances never finished")
+    expect(
+        obs["other_got"] == "queue=True signal=True inotify=True",
+        f"while one sandbox holds its share of per-user kernel limits, another got: {obs['other_got']}",
+    )
 
 
 if __name__ == "__main__":

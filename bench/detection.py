@@ -255,7 +255,6 @@ COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
     "mutations=output_truncated": ("computer/co04_command_limits",),
     "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
     "mutations=output_held": ("computer/co05_cancel_descendants",),  # waits for its tree's "started" line
-    "mutations=remove_ignored": ("computer/co03_skills_read_only",),
     "mutations=download_truncated": ("computer/co06_file_streams",),
     "mutations=download_drops_last_byte": ("computer/co06_file_streams",),
 }

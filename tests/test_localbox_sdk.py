@@ -350,16 +350,6 @@ def test_files_written_as_user_belong_to_user_and_as_root_to_root(sandbox: Sandb
     assert parents.stdout == "user\nuser\n"
 
 
-def test_a_user_cannot_read_roots_files(sandbox: Sandbox) -> None:
-    sandbox.files.write("/root/secret.txt", "s", user="root")
-    sandbox.commands.run("chmod 600 /root/secret.txt", user="root")
-
-    with pytest.raises(Exception) as refused:
-        sandbox.files.read("/root/secret.txt")
-
-    assert "403" in str(refused.value) or "permission" in str(refused.value).lower()
-
-
 def test_list_exists_info_rename_remove_and_missing_files(sandbox: Sandbox) -> None:
     sandbox.files.write("/home/user/tree/a/b.txt", "b")
     sandbox.files.write("/home/user/tree/c.txt", "cc")

@@ -1293,7 +1293,8 @@ class Box:
         return fds[0], result
 
     async def open_read(self, path: str, user: str) -> tuple[int, dict]:
-        """A non-blocking fd of a file to download, opened with the user's rights; magic links refused."""
+        """A non-blocking fd of a file to download, opened by root as envd opens it (the user names `~`); magic links
+        refused."""
         result, fds = await self._call("read_open", path=path, user=user)
         return fds[0], result
 

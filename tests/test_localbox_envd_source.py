@@ -8,7 +8,7 @@ sandbox as root).
 from __future__ import annotations
 
 import pytest
-from e2b import InvalidArgumentException, Sandbox
+from e2b import CommandExitException, InvalidArgumentException, NotFoundException, Sandbox
 
 ROOT_ONLY = (
     "mkdir -p /root/closed && printf secret > /root/closed/s.txt"
@@ -90,3 +90,31 @@ def test_make_dir_of_an_existing_file_is_an_invalid_argument_and_of_a_link_to_a_
 
     assert "not a directory" in str(refused.value)
     assert through_link is False
+
+
+def test_a_working_directory_that_does_not_exist_is_an_invalid_argument(sandbox: Sandbox) -> None:
+    """internal/services/process/handler/handler.go New: the resolved cwd is stat'ed (as root) before the start;
+    a missing one is invalid_argument "cwd '...' does not exist"."""
+    with pytest.raises(InvalidArgumentException) as refused:
+        sandbox.commands.run("pwd", cwd="/no/such/dir")
+
+    assert str(refused.value) == "cwd '/no/such/dir' does not exist"
+
+
+def test_connect_to_a_process_that_ended_lately_gets_its_start_and_end(sandbox: Sandbox) -> None:
+    """internal/services/process/service.go finalizeTermination keeps each exit terminatedRetentionTTL (30 s);
+    connect.go handleConnect serves a process no longer running from it (serveTerminated): its start, then
+    its end, no output. A pid that never ran is still not_found."""
+    handle = sandbox.commands.run("exit 3", background=True)
+    with pytest.raises(CommandExitException) as first:
+        handle.wait()
+
+    late = sandbox.commands.connect(handle.pid)
+    with pytest.raises(CommandExitException) as again:
+        late.wait()
+    with pytest.raises(NotFoundException):
+        sandbox.commands.connect(handle.pid + 100_000)
+
+    assert late.pid == handle.pid
+    assert (first.value.exit_code, again.value.exit_code) == (3, 3)
+    assert (again.value.stdout, again.value.stderr) == ("", "")

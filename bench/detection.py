@@ -102,7 +102,7 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "create_ignores_timeout": both("create_timeout_end_at"),
     "create_ignores_envs": both("create_envs_metadata"),
     "create_ignores_internet_access": both("create_internet_access"),
-    "set_timeout_ignored": both("rest_statuses", "set_timeout"),
+    "set_timeout_ignored": both("rest_statuses", "set_timeout", "rest_options"),
     "pause_ignored": both("list_filters_paging", "pause_connect", "rest_statuses", "pause_filesystem"),
     "kill_ignored": (*both("kill", "rest_statuses", "kill_cuts_stream"), "housekeeping/leak_check"),
     "not_found_as_400": both("errors", "kill", "rest_statuses"),

@@ -434,7 +434,9 @@ async def metrics_window(fl: Flavour, obs: Observed) -> None:
 
 async def _from_snapshot(fl: Flavour, snapshot_id: str) -> Any:
     """A sandbox created from a snapshot: the snapshot id takes the template's place."""
-    sandbox = await got(fl.Sandbox.create(template=snapshot_id, timeout=60, metadata=fl.ctx.metadata))
+    sandbox = await got(
+        fl.Sandbox.create(template=snapshot_id, timeout=fl.ctx.sandbox_timeout_s, metadata=fl.ctx.metadata)
+    )
     fl.ctx.created.append(sandbox.sandbox_id)
     return sandbox
 
@@ -1341,6 +1343,7 @@ def watch_mismatches(got_events: dict[str, list[tuple[str, str]]]) -> dict[str, 
     return wrong
 
 
+E2B_DEFAULT_LIFETIME_S = 300  # the SDKs' default lifetime, which an endpoint ignoring a create's timeout may well give
 WATCH_WAIT_S = 60  # bounds a wait for an event that arrives in milliseconds
 KILL_CUT_S = 5.0  # bounds the wait, once a kill answered, for the killed sandbox's streams to be cut (quiet host)
 
@@ -1639,7 +1642,12 @@ async def process_selectors(fl: Flavour, obs: Observed) -> None:
 
     with rest() as api:
         made = api.post(
-            "/sandboxes", json={"templateID": fl.ctx.template or "base", "timeout": 120, "metadata": fl.ctx.metadata}
+            "/sandboxes",
+            json={
+                "templateID": fl.ctx.template or "base",
+                "timeout": fl.ctx.sandbox_timeout_s,
+                "metadata": fl.ctx.metadata,
+            },
         ).json()
     fl.ctx.created.append(made["sandboxID"])
     pty_tag, cat_tag = f"bh-pty-{fl.name}", f"bh-cat-{fl.name}"
@@ -1725,10 +1733,13 @@ async def rest_options(fl: Flavour, obs: Observed) -> None:
     group = f"{fl.ctx.run_id}-{fl.name}-options"
     tag = {**fl.ctx.metadata, "bh-options": group}
     with rest() as api:
+        # The run's lifetime (it outlasts this case), never E2B's default: a create that ignored it would not show.
+        lifetime = fl.ctx.sandbox_timeout_s + (fl.ctx.sandbox_timeout_s == E2B_DEFAULT_LIFETIME_S)
 
         def create(**body: Any) -> dict[str, Any]:
             made = api.post(
-                "/sandboxes", json={"templateID": fl.ctx.template or "base", "timeout": 120, "metadata": tag, **body}
+                "/sandboxes",
+                json={"templateID": fl.ctx.template or "base", "timeout": lifetime, "metadata": tag, **body},
             )
             expect(made.status_code == 201, f"create answered {made.status_code}: {excerpt(made.text)}")
             fl.ctx.created.append(made.json()["sandboxID"])
@@ -1751,6 +1762,10 @@ async def rest_options(fl: Flavour, obs: Observed) -> None:
             return {s.get("sandboxID") for s in found if isinstance(s, dict) and s.get("state") == "paused"}
 
         first = create()
+        made = detail(first["sandboxID"])
+        obs["created_lifetime_s"] = (parse_time(made["endAt"]) - parse_time(made["startedAt"])).total_seconds()
+        lived = obs["created_lifetime_s"]
+        expect(abs(lived - lifetime) <= 3, f"a create of timeout {lifetime} lives {lived} s (endAt - startedAt)")
         time.sleep(1.1)  # a second later: startedAfter falls between the two
         second = create()
         ids = [first["sandboxID"], second["sandboxID"]]
@@ -1771,6 +1786,9 @@ async def rest_options(fl: Flavour, obs: Observed) -> None:
         same(obs, "template_own", sorted(listed("/v2/sandboxes", template=detail(ids[0])["templateID"])), sorted(ids))
         same(obs, "template_other", listed("/v2/sandboxes", template="bh-no-such-template"), [])
 
+        # A refresh never shortens a lifetime: the sandbox (made with the run's, which may be longer) gets a short one
+        # first, so the refresh's 250 s is what endAt shows.
+        same(obs, "shortened", api.post(f"/sandboxes/{ids[0]}/timeout", json={"timeout": 100}).status_code, 204)
         same(obs, "refresh", api.post(f"/sandboxes/{ids[0]}/refreshes", json={"duration": 250}).status_code, 204)
         obs["refresh_ahead_s"] = round(ahead(ids[0]), 1)
         expect(abs(obs["refresh_ahead_s"] - 250) <= 5, f"refreshes(250) put endAt {obs['refresh_ahead_s']} s ahead")

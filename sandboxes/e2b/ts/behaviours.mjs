@@ -272,7 +272,7 @@ behaviour('snapshots', async (b, obs) => {
   obs.snapshot = snapshot
   const listed = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
   expect(listed.includes(snapshot.snapshotId), 'listSnapshots() does not list the new snapshot')
-  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: 60_000, metadata: b.ctx.metadata })
+  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: b.ctx.sandboxTimeoutMs, metadata: b.ctx.metadata })
   b.ctx.created.push(restored.sandboxId)
   same(obs, 'restored_file', await b.sh(restored, `cat ${HOME}/origin.txt`), 'from the origin')
   same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)

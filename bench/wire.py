@@ -490,7 +490,9 @@ class WireProxy:
                 body = _json_object(exchange.lifecycle_body)
                 timeout = body.get("timeout")
                 timeout_s = float(timeout) if isinstance(timeout, int | float) else None
-                pauses = body.get("autoPause") is True or (body.get("lifecycle") or {}).get("onTimeout") == "pause"
+                lifecycle = body.get("lifecycle")
+                on_timeout = lifecycle.get("onTimeout") if isinstance(lifecycle, dict) else None
+                pauses = body.get("autoPause") is True or on_timeout == "pause"
                 self.ledger.created(sandbox_id, self.suite or "", self.runner, timeout_s, pauses=pauses)
                 made = True
                 if exchange.gone:  # nobody will use or kill it

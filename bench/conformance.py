@@ -31,6 +31,7 @@ from .remote import capacity
 from .remote.budget import Budget, cost_line, retries_figure
 from .remote.faults import fault_options
 from .remote.ledger import SandboxLedger
+from .remote.lifetimes import task_factor, task_lifetime_s
 from .remote.rerun import Settled, handed_on, rerun, wants_rerun
 from .remote.resume import run_resuming, step_deadlines
 from .remote.slowness import scaled, slowness
@@ -350,15 +351,16 @@ class BenchSession:
             for result in results.values():
                 deliver(result)
             return results
-        factor = slowness()
-        options = {**self._options(runner), "sandbox_timeout_s": sandbox_lifetime_s(factor), **fault_options()}
+        factor = task_factor()  # the host may have got busier since the run began
+        deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
+        lifetime = {"sandbox_timeout_s": task_lifetime_s(factor, deadlines.values()), "slowness": round(factor, 2)}
+        options = {**self._options(runner), **lifetime, **fault_options()}
         table = load_manifest()[suite][runner.table(suite)]
         extra: dict[str, Any] = {}
         if "steps_from" in table:  # E2B's own tests: their source, what this endpoint cannot serve, their domain
             options.update(upstream_options(table, planned["steps"], self.endpoint.provider.embedded))
             extra["env"] = {"E2B_DOMAIN": self.endpoint.domain or "localhost"}
         task = make_task(suite, runner.name, self.run_id, **planned, options=options, **extra)
-        deadlines = step_deadlines(steps, self.options.step_timeout_s * factor)
         wire = run_dir.wire_path(runner.name)
         with WireProxy(
             self.endpoint.api_url,
@@ -695,21 +697,12 @@ class BenchSession:
         return self.exit_code
 
 
-SANDBOX_LIFETIME_S = 120  # what the SDK runners' sandboxes are created with on a quiet host
-# A lifetime stays below the 300 s the quickstart's set_timeout step sets (it checks that end_at moves later).
-MAX_SANDBOX_LIFETIME_S = 290
 EVIDENCE_WAIT_S = 1.0  # how long a failing case waits for its last exchange to reach the wire log (quiet host)
 KILL_GRACE_S = 5.0  # a stopped runner's time to kill its sandboxes on a quiet host (then SIGKILL)
 RUNNER_END_S = 30.0  # a runner's time, after its last step, to kill its sandboxes and end on a quiet host
 FRAMEWORKS = "frameworks"  # the suite whose runners talk to a model (other runner families, e.g. SDKs, do not)
 SCRIPTED_KEY_ENV = "E2B_BENCH_MODEL_KEY"
 SCRIPTED_KEY = "e2b-bench-scripted-model"  # the scripted model checks no key; OpenAI clients need one
-
-
-def sandbox_lifetime_s(factor: float) -> int:
-    """What the SDK runners' sandboxes live on a host `factor` times slower than a quiet one: their steps take
-    longer there, and a sandbox a suite shares must not expire under them."""
-    return min(round(SANDBOX_LIFETIME_S * factor), MAX_SANDBOX_LIFETIME_S)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,7 @@ MUTATION_CASES: dict[str, tuple[str, ...]] = {
     "create_ignores_timeout": both("create_timeout_end_at"),
     "create_ignores_envs": both("create_envs_metadata"),
     "create_ignores_internet_access": both("create_internet_access"),
-    "set_timeout_ignored": both("rest_statuses", "set_timeout"),
+    "set_timeout_ignored": both("rest_statuses", "set_timeout", "rest_options"),
     "pause_ignored": both("list_filters_paging", "pause_connect", "rest_statuses", "pause_filesystem"),
     "kill_ignored": (*both("kill", "rest_statuses", "kill_cuts_stream"), "housekeeping/leak_check"),
     "not_found_as_400": both("errors", "kill", "rest_statuses"),
@@ -258,7 +258,6 @@ COMPUTER_ALSO: dict[str, tuple[str, ...]] = {
     "mutations=output_truncated": ("computer/co04_command_limits",),
     "mutations=output_chunks_repeated": ("computer/co04_command_limits",),
     "mutations=output_held": ("computer/co05_cancel_descendants",),  # waits for its tree's "started" line
-    "mutations=remove_ignored": ("computer/co03_skills_read_only",),
     "mutations=download_truncated": ("computer/co06_file_streams",),
     "mutations=download_drops_last_byte": ("computer/co06_file_streams",),
 }

@@ -38,8 +38,8 @@ import httpx
 import uvicorn
 
 from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
-from bench.remote import capacity
-from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
+from bench.remote import capacity, lifetimes
+from bench.remote.ledger import SANDBOX_PATH, SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
 from bench.remote.slowness import scaled
 from bench.remote.tls import verifying
@@ -279,6 +279,22 @@ class WireProxy:
             taken, self._conditions = self._conditions, []
         return taken
 
+    def _note_expired(self, exchange: _Exchange, status: int) -> None:
+        """An answer that a sandbox is gone after the lifetime the wire saw it given ran out: the step takes it
+        as the harness's doing (bench/remote/lifetimes.py), not the endpoint's."""
+        if self.ledger is None or status not in lifetimes.GONE_STATUSES:
+            return
+        path = httpx.URL(exchange.url).path
+        named = SANDBOX_PATH.match(path)
+        sandbox_id = exchange.request_headers.get("e2b-sandbox-id") or (named["id"] if named else None)
+        if not isinstance(sandbox_id, str):
+            return
+        past = self.ledger.past_lifetime(sandbox_id, lifetimes.EXPIRED_SLACK_S)
+        if past is not None:
+            condition = lifetimes.expired_condition(sandbox_id, past[0], exchange.method, path, status, past[1])
+            with self._conditions_lock:
+                self._conditions.append(condition)
+
     def _condition(self, exchange: _Exchange, status: int, **more: Any) -> dict[str, Any]:
         path = httpx.URL(exchange.url).path
         condition = {"method": exchange.method, "path": path, "status": status, **more}
@@ -471,9 +487,13 @@ class WireProxy:
             answer = exchange.response_json if isinstance(exchange.response_json, dict) else {}
             sandbox_id = answer.get("sandboxID")
             if exchange.status is not None and exchange.status < 300 and isinstance(sandbox_id, str):
-                timeout = _json_object(exchange.lifecycle_body).get("timeout")
+                body = _json_object(exchange.lifecycle_body)
+                timeout = body.get("timeout")
                 timeout_s = float(timeout) if isinstance(timeout, int | float) else None
-                self.ledger.created(sandbox_id, self.suite or "", self.runner, timeout_s)
+                lifecycle = body.get("lifecycle")
+                on_timeout = lifecycle.get("onTimeout") if isinstance(lifecycle, dict) else None
+                pauses = body.get("autoPause") is True or on_timeout == "pause"
+                self.ledger.created(sandbox_id, self.suite or "", self.runner, timeout_s, pauses=pauses)
                 made = True
                 if exchange.gone:  # nobody will use or kill it
                     await self._kill_unwanted(sandbox_id, headers)
@@ -609,6 +629,7 @@ class WireProxy:
         if response.status_code in TRANSIENT or response.status_code == RATE_LIMITED:
             capacity = {"capacity": True} if room.full else {}
             exchange.condition = self._condition(exchange, response.status_code, retried=False, **capacity)
+        self._note_expired(exchange, response.status_code)
         if self.on_answer is not None:
             self.on_answer(exchange.method, httpx.URL(exchange.url).path, response.status_code)
         try:

@@ -224,9 +224,17 @@ async function probe(step, framework, handle, details) {
  * to `(framework, handle, details) -> error | null`, run on the probes' handle. `killSandbox(modules, id)`
  * kills what a session left (true: killed, false: already gone).
  */
+// The task's sandbox lifetime in ms (bench/remote/lifetimes.py: longer than any step of the task may run on this
+// host); a framework gives its sandboxes this when longer than its own choice.
+let taskLifetimeMs = 0
+
+/** The lifetime (ms) a framework's sandboxes are created with: its own, or the task's when longer. */
+export const lifetimeMs = (ownMs) => Math.max(ownMs, taskLifetimeMs)
+
 export async function runFramework({ name, packages, runnerUrl, backend, tagging, make, killSandbox, extraSteps = {} }) {
   process.on('SIGTERM', () => process.exit(143))
   const task = await readTask()
+  taskLifetimeMs = Number(task.options?.sandbox_timeout_s ?? 0) * 1000
   const { modules, versions } = await loadPackages(packages, runnerUrl)
   const framework = await make(modules, task)
   hello(task.runner, versions, { framework: name, backend })

@@ -198,6 +198,16 @@ def judge(run: Run, verify: dict[str, Any]) -> dict[str, Any]:
     return {"passed": not problems, "uname_output": line, "answer_word": answer_word, "problems": problems}
 
 
+# The task's sandbox lifetime (bench/remote/lifetimes.py: longer than any step of the task may run on this host),
+# set by the Runner from its task; a framework gives its sandboxes this when longer than its own choice.
+_task_lifetime_s = 0
+
+
+def lifetime_s(own_s: int) -> int:
+    """The lifetime (seconds) a framework's sandboxes are created with: its own, or the task's when longer."""
+    return max(own_s, _task_lifetime_s)
+
+
 def exception_text(exc: BaseException) -> str:
     return one_line(f"{type(exc).__name__}: {exc}", 600)
 
@@ -220,6 +230,8 @@ class Runner:
         self.attempts = max(1, int(options.get("attempts", DEFAULT_ATTEMPTS)))
         # `e2b-bench repro`: the tool calls of a recorded transcript, sent straight through the backend (no model)
         self.replay: list[dict[str, Any]] | None = options.get("replay")
+        global _task_lifetime_s
+        _task_lifetime_s = int(options.get("sandbox_timeout_s") or 0)
         self.metadata = dict(task["metadata"])
         tag = next(iter(self.metadata))
         self.transcript: dict[str, Any] = {

@@ -797,64 +797,64 @@ class Agent:
                 os.setxattr(fd, METADATA_PREFIX + key, value.encode())
             return {}, [fd]
 
+    # envd's filesystem RPCs (internal/services/filesystem: stat.go, dir.go, move.go, remove.go, watch.go) act as
+    # root: the request's user only expands `~` and relative paths and owns the directories they make
+    # (permissions.EnsureDirs). So do these: a user may stat, list, watch, move and remove what it could not itself.
+
     def op_stat(self, message: dict, fds: list[int]) -> dict:
-        with self._creds(message)[0]:
-            return entry_info(message["path"])
+        return entry_info(message["path"])
 
     def op_list(self, message: dict, fds: list[int]) -> list[dict]:
-        with self._creds(message)[0]:
-            path = message["path"]
-            require_dir(path)
-            return list_dir(path, message.get("depth", 1))
+        path = message["path"]
+        require_dir(path)
+        return list_dir(path, message.get("depth", 1))
 
     def op_mkdir(self, message: dict, fds: list[int]) -> dict:
-        creds, uid, gid, _ = self._creds(message)
+        uid, gid, _, _ = user_ids(message["user"])
         path = message["path"]
-        with creds:
-            if os.path.lexists(path):
-                raise FileExistsError(errno.EEXIST, "directory already exists", path)
-            make_dirs(path, uid, gid)
-            return entry_info(path)
+        if os.path.isdir(path):  # envd stats through links (dir.go MakeDir): a link to a directory is one
+            raise FileExistsError(errno.EEXIST, "directory already exists", path)
+        if os.path.lexists(path):  # envd: invalid_argument, which the SDKs raise, where a directory gives False
+            raise NotADirectoryError(errno.ENOTDIR, "path already exists but it is not a directory", path)
+        make_dirs(path, uid, gid)
+        return entry_info(path)
 
     def op_move(self, message: dict, fds: list[int]) -> dict:
-        creds, uid, gid, _ = self._creds(message)
-        with creds:
-            parent = os.path.dirname(message["destination"])
-            if not os.path.isdir(parent):
-                make_dirs(parent, uid, gid)
-            os.rename(message["source"], message["destination"])
-            return entry_info(message["destination"])
+        uid, gid, _, _ = user_ids(message["user"])
+        parent = os.path.dirname(message["destination"])
+        if not os.path.isdir(parent):
+            make_dirs(parent, uid, gid)
+        os.rename(message["source"], message["destination"])
+        return entry_info(message["destination"])
 
     def op_remove(self, message: dict, fds: list[int]) -> dict:
-        with self._creds(message)[0]:
-            path = message["path"]
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.unlink(path)
-            return {}
+        path = message["path"]
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        return {}
 
     def op_watch(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        with self._creds(message)[0]:
-            path = message["path"]
-            require_dir(path)
-            fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
-            if fd < 0:
-                raise OSError(ctypes.get_errno(), "inotify_init1")
-            paths: dict[int, str] = {}
-            dirs = [path]
-            if message.get("recursive"):
-                for root, subdirs, _ in os.walk(path):
-                    dirs.extend(os.path.join(root, d) for d in subdirs)
-            for directory in dirs:
-                wd = libc.inotify_add_watch(fd, directory.encode(), IN_EVENTS)
-                if wd >= 0:
-                    paths[wd] = directory
-            watch_id = self.next_watch
-            self.next_watch += 1
-            self.watches[watch_id] = (fd, paths)
-            # The server reads a duplicate; this copy stays open so later subdirectories can be added.
-            return {"watch": watch_id, "paths": {str(k): v for k, v in paths.items()}}, [os.dup(fd)]
+        path = message["path"]
+        require_dir(path)
+        fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        paths: dict[int, str] = {}
+        dirs = [path]
+        if message.get("recursive"):
+            for root, subdirs, _ in os.walk(path):
+                dirs.extend(os.path.join(root, d) for d in subdirs)
+        for directory in dirs:
+            wd = libc.inotify_add_watch(fd, directory.encode(), IN_EVENTS)
+            if wd >= 0:
+                paths[wd] = directory
+        watch_id = self.next_watch
+        self.next_watch += 1
+        self.watches[watch_id] = (fd, paths)
+        # The server reads a duplicate; this copy stays open so later subdirectories can be added.
+        return {"watch": watch_id, "paths": {str(k): v for k, v in paths.items()}}, [os.dup(fd)]
 
     def op_watch_add(self, message: dict, fds: list[int]) -> dict:
         fd, paths = self.watches[message["watch"]]
@@ -891,15 +891,17 @@ class Agent:
     def op_read_open(self, message: dict, fds: list[int]) -> tuple[dict, list[int]]:
         """A regular file to download (through links or not), as envd serves only those: a device, FIFO or
         socket is refused before it is opened (opening one can act, reading one need never end), and again
-        after, should the path have changed in between. Opened non-blocking, so nothing here waits."""
+        after, should the path have changed in between. Opened non-blocking, so nothing here waits.
+
+        Opened by root, whoever asks: envd's GetFiles (internal/api/download.go) looks the user up only to expand
+        `~` and relative paths, then opens the file itself, so a user downloads what only root may read."""
         path = message["path"]
-        with self._creds(message)[0]:
-            found = open_in_sandbox(path, os.O_PATH)  # names the file without opening it
-            try:
-                _refuse_irregular(os.fstat(found).st_mode, path)
-            finally:
-                os.close(found)
-            fd = open_in_sandbox(path, os.O_RDONLY | os.O_NONBLOCK)
+        found = open_in_sandbox(path, os.O_PATH)  # names the file without opening it
+        try:
+            _refuse_irregular(os.fstat(found).st_mode, path)
+        finally:
+            os.close(found)
+        fd = open_in_sandbox(path, os.O_RDONLY | os.O_NONBLOCK)
         st = os.fstat(fd)
         try:
             _refuse_irregular(st.st_mode, path)

@@ -124,6 +124,9 @@ class OutputQueue(asyncio.Queue):
         return item
 
 
+ENDED_KEPT_S = 30.0  # envd keeps an ended process's exit this long for a late Connect (terminatedRetentionTTL)
+
+
 @dataclass
 class ProcessRecord:
     """A process started through envd, with everyone currently listening to it."""
@@ -800,6 +803,7 @@ class Box:
         self.link: AgentLink | None = None
         self.holder: Holder | None = None
         self.processes: dict[int, ProcessRecord] = {}
+        self.ended: dict[int, tuple[ProcessRecord, float]] = {}  # exits kept for a late Connect (`ended_process`)
         self._early_exits: dict[int, int] = {}
         self._users: dict[str, dict] = {}
         self._cpu_sample: tuple[float, float] | None = None
@@ -1164,6 +1168,11 @@ class Box:
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._read_output, record, fd, kind)
         self.processes[record.pid] = record
+        # A new process takes its pid's and its tag's kept exit, as envd's Start does (terminated.Delete,
+        # clearTerminatedForTag): a late Connect is never served a predecessor's end.
+        for pid, (ended, _) in list(self.ended.items()):
+            if pid == record.pid or (tag is not None and ended.tag == tag):
+                del self.ended[pid]
         if record.pid in self._early_exits:
             # Not now: the caller subscribes right after this returns, and must not miss the end.
             loop.call_soon(self._on_process_exit, record.pid, self._early_exits.pop(record.pid))
@@ -1288,6 +1297,20 @@ class Box:
         for callback in record.done_callbacks:
             callback()
         self.processes.pop(record.pid, None)
+        if self.running and not self.ending:
+            self.ended[record.pid] = (record, time.monotonic() + ENDED_KEPT_S)
+
+    def ended_process(self, pid: int | None = None, tag: str | None = None) -> ProcessRecord | None:
+        """A process that ended at most ENDED_KEPT_S ago, by pid or tag: envd keeps each exit that long
+        (internal/services/process/service.go terminatedRetentionTTL), and its Connect serves it as a start
+        event and the end (connect.go lookupTerminated, serveTerminated)."""
+        now = time.monotonic()
+        for kept_pid, (record, until) in list(self.ended.items()):
+            if until <= now:
+                del self.ended[kept_pid]
+            elif (pid is not None and kept_pid == pid) or (tag is not None and record.tag == tag):
+                return record
+        return None
 
     async def signal(self, pid: int, signum: int) -> None:
         await self._call_result("signal", pid=pid, signal=signum)
@@ -1349,7 +1372,8 @@ class Box:
         return fds[0], result
 
     async def open_read(self, path: str, user: str) -> tuple[int, dict]:
-        """A non-blocking fd of a file to download, opened with the user's rights; magic links refused."""
+        """A non-blocking fd of a file to download, opened by root as envd opens it (the user names `~`); magic links
+        refused."""
         result, fds = await self._call("read_open", path=path, user=user)
         return fds[0], result
 

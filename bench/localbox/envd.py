@@ -22,7 +22,7 @@ from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from protobuf import Oneof
 
 from .agentlink import AgentError
-from .box import ProcessRecord
+from .box import ExitStatus, ProcessRecord
 from .messages import PATH_MAX, connect_error, entry_message
 from .registry import Registry, Sandbox
 from .watch import WatchClosed, Watcher
@@ -173,7 +173,7 @@ class ProcessService(EnvdBase, Process):
                     pty=pty,
                 )
             except AgentError as exc:
-                raise connect_error(exc) from exc
+                raise start_error(exc, config, pty) from exc
             sandbox.last_cwd = config.cwd or None
             if sandbox.quirks.pool_until_exit:
                 slot.keep_until_done(record)
@@ -191,7 +191,16 @@ class ProcessService(EnvdBase, Process):
 
     async def connect(self, request: pb.ConnectRequest, ctx: RequestContext) -> AsyncIterator[pb.ConnectResponse]:
         sandbox = self.sandbox(ctx)
-        record = self.find(sandbox, request.process)
+        try:
+            record = self.find(sandbox, request.process)
+        except ConnectError:
+            ended = _ended(sandbox, request.process)
+            if ended is None or ended.exit is None:
+                raise
+            # envd's Connect to a process that ended in the last 30 s: its start and its end (connect.go).
+            yield pb.ConnectResponse(event=_start_event(ended.pid))
+            yield pb.ConnectResponse(event=_end_event(ended.exit))
+            return
         async with stream_slot(sandbox, ctx) as slot:
             if sandbox.quirks.pool_until_exit:
                 slot.keep_until_done(record)
@@ -234,14 +243,7 @@ class ProcessService(EnvdBase, Process):
                     kind, status = event
                     if kind == "gone" and not sandbox.quirks.kill_stream_clean_end:
                         raise stream_cut(sandbox)
-                    end = pb.ProcessEvent.EndEvent(
-                        exit_code=status.exit_code,
-                        exited=status.exited,
-                        status=status.status,
-                        error=status.error,
-                    )
-                    end_event: Oneof[Literal["end"], pb.ProcessEvent.EndEvent] = Oneof("end", end)
-                    yield pb.ProcessEvent(event=end_event)
+                    yield _end_event(status)
                     return
         finally:
             record.unsubscribe(queue)
@@ -316,6 +318,23 @@ class ProcessService(EnvdBase, Process):
         return pb.UpdateResponse()
 
 
+def start_error(exc: AgentError, config: pb.ProcessConfig, pty: tuple[int, int] | None) -> ConnectError:
+    """A refused start as envd words it (internal/services/process/handler/handler.go New, Start): a working
+    directory that does not exist (envd stats it as root) and one the user cannot enter (its exec changes
+    directory after setuid, so the fork/exec fails) are both invalid_argument."""
+    if exc.errno == errno.ENOENT and exc.filename and "working directory" in str(exc):
+        return ConnectError(Code.INVALID_ARGUMENT, f"cwd '{exc.filename}' does not exist")
+    if exc.errno == errno.EACCES and exc.filename:
+        command = " ".join([config.cmd, *config.args])
+        failed = "fork/exec /bin/sh: permission denied"
+        if pty is None:
+            return ConnectError(Code.INVALID_ARGUMENT, f"error starting process '{command}': {failed}")
+        cols, rows = pty
+        where = f"in dir '{exc.filename}' with '{cols}' cols and '{rows}' rows"
+        return ConnectError(Code.INVALID_ARGUMENT, f"error starting pty with command '{command}' {where}: {failed}")
+    return connect_error(exc)
+
+
 def stream_cut(sandbox: Sandbox) -> ConnectError:
     """The end message of a stream whose stopped sandbox kept its connection (`kill_stream_unavailable`): without
     the quirk the connection is cut first (inflight.py), as E2B's proxy loses it, and this is never sent."""
@@ -325,6 +344,24 @@ def stream_cut(sandbox: Sandbox) -> ConnectError:
 def _start_event(pid: int) -> pb.ProcessEvent:
     start: Oneof[Literal["start"], pb.ProcessEvent.StartEvent] = Oneof("start", pb.ProcessEvent.StartEvent(pid=pid))
     return pb.ProcessEvent(event=start)
+
+
+def _end_event(status: ExitStatus) -> pb.ProcessEvent:
+    end = pb.ProcessEvent.EndEvent(
+        exit_code=status.exit_code, exited=status.exited, status=status.status, error=status.error
+    )
+    end_event: Oneof[Literal["end"], pb.ProcessEvent.EndEvent] = Oneof("end", end)
+    return pb.ProcessEvent(event=end_event)
+
+
+def _ended(sandbox: Sandbox, selector: pb.ProcessSelector | None) -> ProcessRecord | None:
+    """The process that ended lately (`Box.ended_process`) which `selector` names, if any."""
+    chosen = selector.selector if selector else None
+    if chosen is None:
+        return None
+    if chosen.field == "pid":
+        return sandbox.box.ended_process(pid=chosen.value)
+    return sandbox.box.ended_process(tag=chosen.value) if chosen.field == "tag" else None
 
 
 def _keepalive_interval(ctx: RequestContext) -> float:

@@ -34,6 +34,8 @@ class Sandbox:
     expires: float | None  # when its timeout ends it (None: unknown)
     running_s: float = 0.0
     killed: bool = False
+    lifetime_s: float | None = None  # the lifetime last given (create, timeout, resume/connect), as asked
+    pauses: bool = False  # its create asked it to pause when its lifetime ends (`autoPause`): no expiry then
 
 
 @dataclass
@@ -139,11 +141,12 @@ class SandboxLedger:
             self.pending = max(self.pending - 1, 0)
 
     # --- what the wire showed ----------------------------------------------------------------------
-    def created(self, sandbox_id: str, suite: str, runner: str, timeout_s: float | None) -> None:
+    def created(self, sandbox_id: str, suite: str, runner: str, timeout_s: float | None, pauses: bool = False) -> None:
         now = self.clock()
         with self._lock:
             self.pending = max(self.pending - 1, 0)
-            self.sandboxes[sandbox_id] = Sandbox(sandbox_id, suite, runner, now, _expiry(now, timeout_s))
+            made = Sandbox(sandbox_id, suite, runner, now, _expiry(now, timeout_s), lifetime_s=timeout_s, pauses=pauses)
+            self.sandboxes[sandbox_id] = made
             if self.capacity is not None and self.running() > self.capacity:  # a create in flight when it was learned
                 self.capacity = self.running()
             told = self._settled(in_flight=self.pending - self.waiting_for_room)
@@ -178,9 +181,24 @@ class SandboxLedger:
                 if sandbox.since is None and not sandbox.killed:
                     sandbox.since = now
                 if timeout_s is not None:
-                    sandbox.expires = _expiry(now, timeout_s)
+                    sandbox.expires, sandbox.lifetime_s = _expiry(now, timeout_s), timeout_s
+                if isinstance((body or {}).get("autoPause"), bool):
+                    sandbox.pauses = bool((body or {})["autoPause"])
             elif action == "/timeout" and timeout_s is not None:
-                sandbox.expires = _expiry(now, timeout_s)
+                sandbox.expires, sandbox.lifetime_s = _expiry(now, timeout_s), timeout_s
+
+    def past_lifetime(self, sandbox_id: str, slack_s: float) -> tuple[float | None, float] | None:
+        """For a running sandbox of the run whose lifetime, as the wire saw it given, has run out (or will in
+        `slack_s`): that lifetime and how long ago it ran out; None for any other (killed, paused, one that
+        pauses at its end, one whose lifetime is unknown or not over)."""
+        now = self.clock()
+        with self._lock:
+            sandbox = self.sandboxes.get(sandbox_id)
+            if sandbox is None or sandbox.killed or sandbox.since is None or sandbox.pauses:
+                return None
+            if sandbox.expires is None or now < sandbox.expires - slack_s:
+                return None
+            return sandbox.lifetime_s, now - sandbox.expires
 
     @staticmethod
     def _stop(sandbox: Sandbox, now: float) -> None:

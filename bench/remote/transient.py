@@ -21,7 +21,7 @@ from typing import Any
 
 from ..coverage import load_operations
 from ..runners.protocol import StepResult
-from . import capacity
+from . import capacity, lifetimes
 from .retry import RATE_LIMITED, TRANSIENT, transient_cause
 
 ID_SEGMENT = re.compile(r"(/(?:sandboxes|snapshots|templates|contexts|builds|volumes)/)[^/]+")
@@ -113,6 +113,9 @@ def with_conditions(
     its outcome (a conformance failure) with that route as its cause."""
     if not conditions:
         return observed
+    expired = [c for c in conditions if c.get("expired")]
+    if expired:  # the harness let a sandbox expire under the step: its doing, whatever else the endpoint said
+        return lifetimes.expired_step(observed, expired, NOT_PASSED)
     details = dict(observed.details)
     retries = [c for c in conditions if c.get("retried")]
     handed_on = [c for c in conditions if not c.get("retried")]

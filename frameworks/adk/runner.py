@@ -31,7 +31,7 @@ class ADKSession(proof.Session):
         from google.adk.tools.environment import EnvironmentToolset
 
         self.model = model
-        self.environment = E2BEnvironment(image="base", timeout=300)
+        self.environment = E2BEnvironment(image="base", timeout=proof.lifetime_s(300))
         self.toolset = EnvironmentToolset(environment=self.environment)
 
     async def _ready(self) -> Any:

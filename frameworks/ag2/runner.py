@@ -34,7 +34,7 @@ INSTRUCTIONS = "You operate a Linux sandbox through the run_shell_command tool. 
 class AG2Session(proof.Session):
     def __init__(self, model: proof.Model, metadata: dict[str, str]) -> None:
         self.model = model
-        self.environment = E2BEnvironment(timeout=60, sandbox_timeout=600, metadata=metadata)
+        self.environment = E2BEnvironment(timeout=60, sandbox_timeout=proof.lifetime_s(600), metadata=metadata)
 
     async def _sandbox(self) -> Any:
         async with self.environment.open() as sandbox:

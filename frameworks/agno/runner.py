@@ -38,7 +38,8 @@ class AgnoSession(proof.Session):
 
         # E2BTools creates its sandbox in its constructor (blocking): off the event loop.
         options = {"metadata": self.metadata}
-        self.tools = await asyncio.to_thread(E2BTools, timeout=SANDBOX_TIMEOUT_S, sandbox_options=options)
+        lifetime = proof.lifetime_s(SANDBOX_TIMEOUT_S)
+        self.tools = await asyncio.to_thread(E2BTools, timeout=lifetime, sandbox_options=options)
         self.sandbox_id = self.tools.sandbox.sandbox_id
 
     async def ask(self, prompt: str, run: proof.Run) -> None:

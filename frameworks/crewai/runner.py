@@ -67,9 +67,9 @@ class CrewAISession(proof.Session):
         from e2b_code_interpreter import Sandbox
 
         self.model = model
-        self.sandbox = Sandbox.create(metadata=metadata, timeout=SANDBOX_TIMEOUT)
+        self.sandbox = Sandbox.create(metadata=metadata, timeout=proof.lifetime_s(SANDBOX_TIMEOUT))
         self.sandbox_id = self.sandbox.sandbox_id
-        attach = {"sandbox_id": self.sandbox_id, "sandbox_timeout": SANDBOX_TIMEOUT}
+        attach = {"sandbox_id": self.sandbox_id, "sandbox_timeout": proof.lifetime_s(SANDBOX_TIMEOUT)}
         self.exec_tool = E2BExecTool(**attach)
         self.file_tool = E2BFileTool(**attach)
         self.tools = [self.exec_tool, self.file_tool, E2BPythonTool(**attach)]

@@ -97,7 +97,7 @@ class DeepAgents(proof.Framework):
         from e2b import AsyncSandbox
         from langchain_e2b import AsyncE2BSandbox
 
-        sandbox = await AsyncSandbox.create(template="base", timeout=300, metadata=dict(metadata))
+        sandbox = await AsyncSandbox.create(template="base", timeout=proof.lifetime_s(300), metadata=dict(metadata))
         try:
             yield DeepAgentsSession(model, AsyncE2BSandbox(sandbox=sandbox))
         finally:

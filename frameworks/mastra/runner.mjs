@@ -6,7 +6,7 @@
 // `E2BSandbox` (its executeCommand and the E2B sandbox it exposes). Task, steps, pass rule and
 // transcript: ../proof.mjs.
 
-import { runFramework, start } from '../proof.mjs'
+import { lifetimeMs, runFramework, start } from '../proof.mjs'
 
 // Mastra's telemetry stays off; nothing here may reach the network.
 process.env.MASTRA_TELEMETRY_DISABLED = '1'
@@ -35,7 +35,7 @@ class Mastra {
 
   async open() {
     // `template: 'base'`: without one, E2BSandbox builds its own FUSE-mount template first.
-    const sandbox = new this.e2b.E2BSandbox({ template: 'base', metadata: this.metadata, timeout: SANDBOX_TIMEOUT_MS })
+    const sandbox = new this.e2b.E2BSandbox({ template: 'base', metadata: this.metadata, timeout: lifetimeMs(SANDBOX_TIMEOUT_MS) })
     const workspace = new this.Workspace({ sandbox })
     await workspace.init()
     const id = sandbox.e2b.sandboxId

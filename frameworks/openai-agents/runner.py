@@ -113,7 +113,7 @@ class OpenAIAgents(proof.Framework):
         from agents.sandbox import Manifest
 
         options = E2BSandboxClientOptions(
-            sandbox_type=E2BSandboxType.E2B, template="base", timeout=300, metadata=dict(metadata)
+            sandbox_type=E2BSandboxType.E2B, template="base", timeout=proof.lifetime_s(300), metadata=dict(metadata)
         )
         session = await E2BSandboxClient().create(manifest=Manifest(root=WORKSPACE), options=options)
         try:

@@ -47,7 +47,7 @@ class SmolagentsSession(proof.Session):
             tools=[],
             model=llm,
             executor_type="e2b",
-            executor_kwargs={"metadata": metadata, "timeout": SANDBOX_TIMEOUT},
+            executor_kwargs={"metadata": metadata, "timeout": proof.lifetime_s(SANDBOX_TIMEOUT)},
             max_steps=MAX_STEPS,
             verbosity_level=LogLevel.ERROR,
         )

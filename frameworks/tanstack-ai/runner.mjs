@@ -4,7 +4,7 @@
 // framework runners (../proof.py), by ../proof.mjs; fw04 is this runner's own. Packages load from the
 // Node project first on NODE_PATH.
 
-import { errorText, runFramework, start } from '../proof.mjs'
+import { errorText, lifetimeMs, runFramework, start } from '../proof.mjs'
 import { e2bSandbox } from './e2b-sandbox.mjs'
 
 const PACKAGES = ['@tanstack/ai', '@tanstack/ai-openai', '@tanstack/ai-sandbox', 'e2b']
@@ -24,7 +24,7 @@ class TanStack {
     this.attempts = Math.max(1, Number(options.attempts ?? 2))
     this.provider = e2bSandbox(
       { e2b: modules.e2b, aiSandbox: modules['@tanstack/ai-sandbox'] },
-      { metadata: { ...task.metadata }, timeoutMs: 600_000 },
+      { metadata: { ...task.metadata }, timeoutMs: lifetimeMs(600_000) },
     )
     this.sandboxes = []
   }

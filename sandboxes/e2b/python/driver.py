@@ -70,9 +70,10 @@ class Refused(Exception):
 
 
 # A sandbox several steps share outlives the run however slow the endpoint (a case's own timeout never cuts
-# it short), and is given that lifetime again once a third of it has passed.
+# it short): it lives at least twice the task's lifetime, and before a step it is given that lifetime again once
+# a third of it has passed or less than the task's lifetime is left (which outlasts any step's deadline: the
+# harness chose it so, bench/remote/lifetimes.py).
 SHARED_LIFETIME_S = 900
-SHARED_REFRESH_S = SHARED_LIFETIME_S // 3
 
 
 class Context:
@@ -84,7 +85,9 @@ class Context:
         self._metadata = dict(metadata) if metadata else {RUN_TAG: run_id}
         self.template: str | None = options.get("template")
         self.sandbox_timeout_s = int(options.get("sandbox_timeout_s", 120))
-        self.shared_timeout_s = max(self.sandbox_timeout_s, SHARED_LIFETIME_S)
+        self.shared_timeout_s = max(2 * self.sandbox_timeout_s, SHARED_LIFETIME_S)
+        self.shared_refresh_s = min(self.shared_timeout_s / 3, self.shared_timeout_s - self.sandbox_timeout_s)
+        self._slowness = float(options.get("slowness") or max(1.0, self.sandbox_timeout_s / 120))
         self.refreshed: dict[str, float] = {}  # shared sandbox id -> when its lifetime was last given again
         self.sandbox: Any = None
         self.sandbox_id: str | None = None
@@ -100,8 +103,8 @@ class Context:
 
     @property
     def slowness(self) -> float:
-        """How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s)."""
-        return max(1.0, self.sandbox_timeout_s / 120)
+        """How much slower than a quiet host this run is, as the harness measured it for the task."""
+        return max(1.0, self._slowness)
 
     def new_sandbox(self, **options: Any) -> Any:
         """A sandbox tagged with the run (killed when the step ends, unless the context keeps it for later steps)."""
@@ -139,11 +142,12 @@ class Context:
         self.refreshed[sandbox_id] = float("-inf")
 
     def keep_alive(self) -> None:
-        """Give each shared sandbox its whole lifetime again once a third of it has passed, through the REST
-        API (not an SDK call a case would be credited with); one that is gone is the next step's to see."""
+        """Give each shared sandbox its whole lifetime again once a third of it has passed or less than a step's
+        worth is left, through the REST API (not an SDK call a case would be credited with); one that is gone is
+        the next step's to see."""
         import httpx
 
-        due = [sid for sid, last in self.refreshed.items() if time.monotonic() - last >= SHARED_REFRESH_S]
+        due = [sid for sid, last in self.refreshed.items() if time.monotonic() - last >= self.shared_refresh_s]
         for sandbox_id in due:
             if sandbox_id not in self.killed:
                 with rest() as client, contextlib.suppress(httpx.HTTPError):

@@ -9,7 +9,8 @@
 //   (SIGTERM, a grace, SIGKILL); output past 2 MiB is cut and flagged while the stream is drained to its end;
 // - files: streamed writes use four upload slots, are staged beside their destination and published by one
 //   rename (a parent that is a symlink, or a directory the user cannot write, is refused; a failed source
-//   leaves nothing); buffered reads stop at 16 MiB;
+//   leaves nothing); renames and removals are refused where the user could not make them itself (envd makes
+//   them as root); buffered reads stop at 16 MiB;
 // - a create or mutation whose answer was lost is never replayed: its receipt (the create's tag, the staged
 //   file's fate) says whether it happened;
 // - close kills the sandbox and confirms it is gone; after a crash the sandbox's lifetime bounds it.
@@ -97,6 +98,31 @@ const WRITE_REFUSAL = [
   "        sys.exit(print(f'its parent path {walked} is a symlink'))",
   'if os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK):',
   "    print(f'the user cannot write its directory {path}')",
+].join('\n')
+
+// Run as the acting user: why a rename (two paths) or a removal (one) is refused, if it is. envd renames and
+// removes as root (internal/services/filesystem/move.go, remove.go: the user only expands `~`), so the API alone
+// would let the agent user rename or remove a root-owned skill; the adapter allows only what the user could do
+// itself: write and enter each parent, the sticky bit's owner rule, and for a directory removed, every directory
+// in it.
+const CHANGE_REFUSAL = [
+  'import os, stat, sys',
+  'def parent_refusal(path):',
+  "    parent = os.path.dirname(os.path.normpath(path)) or '/'",
+  '    if not os.access(parent, os.W_OK | os.X_OK):',
+  "        return f'the user cannot write its directory {parent}'",
+  '    mode = os.stat(parent).st_mode',
+  '    if mode & stat.S_ISVTX and os.path.lexists(path):',
+  '        uid = os.getuid()',
+  '        if uid not in (os.lstat(path).st_uid, os.stat(parent).st_uid):',
+  "            return f'{path} is in a sticky directory and owned by another user'",
+  "    return ''",
+  'reasons = [parent_refusal(p) for p in sys.argv[1:]]',
+  "if len(sys.argv) == 2 and os.path.isdir(sys.argv[1]) and not os.path.islink(sys.argv[1]):",
+  '    for root, dirs, _ in os.walk(sys.argv[1]):',
+  '        if not os.access(root, os.W_OK | os.X_OK):',
+  "            reasons.append(f'the user cannot write the directory {root} it holds')",
+  "print(next((r for r in reasons if r), ''))",
 ].join('\n')
 
 /** A counting semaphore: at most `size` holders at once. */
@@ -330,6 +356,24 @@ export class AgentComputer {
       if (info.size !== size) throw new ComputerError(`the rename of ${staged} lost its answer and ${path} has ${info.size} bytes, not ${size}`)
       this.#receipt('publish', path, 'applied (answer lost; found by its receipt)')
     }
+  }
+
+  /** Why `user` could not itself rename or remove `paths` (one path: a removal), if it could not. */
+  async #refuseChange(paths, user) {
+    const reason = (await this.exec(`python3 -I -c ${quote(CHANGE_REFUSAL)} ${paths.map(quote).join(' ')}`, { user })).stdout.trim()
+    if (reason) throw new ComputerError(`refused to ${paths.length === 1 ? 'remove' : 'rename'} ${paths[0]}: ${reason}`)
+  }
+
+  /** Rename `from` to `to` as the agent user: refused where the user could not rename it itself (envd renames as root). */
+  async rename(from, to, { user = this.agentUser ?? 'root' } = {}) {
+    await this.#refuseChange([from, to], user)
+    return this.sandbox.files.rename(from, to, { user })
+  }
+
+  /** Remove `path` as the agent user: refused where the user could not remove it itself (envd removes as root). */
+  async remove(path, { user = this.agentUser ?? 'root' } = {}) {
+    await this.#refuseChange([path], user)
+    return this.sandbox.files.remove(path, { user })
   }
 
   /** A streamed read (any size). */

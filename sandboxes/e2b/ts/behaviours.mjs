@@ -272,7 +272,7 @@ behaviour('snapshots', async (b, obs) => {
   obs.snapshot = snapshot
   const listed = (await sbx.listSnapshots().nextItems()).map((s) => s.snapshotId)
   expect(listed.includes(snapshot.snapshotId), 'listSnapshots() does not list the new snapshot')
-  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: 60_000, metadata: b.ctx.metadata })
+  const restored = await b.Sandbox.create(snapshot.snapshotId, { timeoutMs: b.ctx.sandboxTimeoutMs, metadata: b.ctx.metadata })
   b.ctx.created.push(restored.sandboxId)
   same(obs, 'restored_file', await b.sh(restored, `cat ${HOME}/origin.txt`), 'from the origin')
   same(obs, 'delete_snapshot', await b.Sandbox.deleteSnapshot(snapshot.snapshotId), true)
@@ -575,7 +575,18 @@ behaviour('write_as_user', async (b, obs) => {
   await sbx.files.write(`${base}/by-user.txt`, 'u')
   await sbx.files.write('/tmp/bh-js-by-root.txt', 'r', { user: 'root' })
   same(obs, 'owners', (await b.sh(sbx, `stat -c %U ${base}/by-user.txt /tmp/bh-js-by-root.txt`)).split(/\s+/).filter(Boolean), ['user', 'root'])
-  await rejects(obs, 'read_root_only', () => sbx.files.read('/root/.profile'), 'SandboxError', 'InvalidArgumentError', 'NotFoundError')
+  // envd opens a download as root whoever asks (internal/api/download.go GetFiles): the username only expands `~`
+  // and relative paths. So the default user reads a file only root may read, and a relative path read as root is
+  // root's home's.
+  const secret = '/root/bh-js-root-only.txt'
+  await sbx.files.write('bh-js-root-only.txt', 'only root js', { user: 'root' })
+  await b.sh(sbx, `chmod 600 ${secret}`, { user: 'root' })
+  try {
+    same(obs, 'read_root_only', await sbx.files.read(secret), 'only root js')
+    same(obs, 'read_relative_as_root', await sbx.files.read('bh-js-root-only.txt', { user: 'root' }), 'only root js')
+  } finally {
+    await b.sh(sbx, `rm -f ${secret} /tmp/bh-js-by-root.txt`, { user: 'root' })
+  }
 })
 
 behaviour('watch_recursive', async (b, obs) => {
@@ -868,6 +879,22 @@ const WATCH_OPERATIONS = [
   ['remove a file', [['remove', 'moved.txt']]],
   ['upload into a subdirectory', [['create', 'sub/in.txt'], ['chmod', 'sub/in.txt'], ['write', 'sub/in.txt']]],
 ]
+// Other sequences envd gives for an operation, as they come by chance (the Python suite's WATCH_ALSO). make_dir:
+// envd mkdirs then chowns (permissions.EnsureDirs); its recursive watcher adds the new directory as it learns of
+// it, and when that add wins the race with the chown, the directory's own watch reports the chown too.
+const WATCH_ALSO = { make_dir: [[['create', 'made'], ['chmod', 'made'], ['chmod', 'made']]] }
+
+/** Each operation whose events are none of the sequences envd gives for it: what came, what envd gives. */
+function watchMismatches(found) {
+  const wrong = {}
+  for (const [label, wanted] of WATCH_OPERATIONS) {
+    const accepted = [wanted, ...(WATCH_ALSO[label] ?? [])]
+    if (!accepted.some((seq) => JSON.stringify(seq) === JSON.stringify(found[label]))) {
+      wrong[label] = { got: found[label], envd_gives: accepted.length > 1 ? accepted : wanted }
+    }
+  }
+  return wrong
+}
 
 behaviour('watch_events_match_envd', async (b, obs) => {
   const sbx = await b.shared()
@@ -903,7 +930,9 @@ behaviour('watch_events_match_envd', async (b, obs) => {
       events.splice(0, cut + 1)
     }
     obs.events = Object.fromEntries(Object.entries(found).map(([label, list]) => [label, list.map((e) => e.join(' '))]))
-    same(obs, 'events_per_operation', found, Object.fromEntries(WATCH_OPERATIONS))
+    obs.events_per_operation = found
+    const wrong = watchMismatches(found)
+    if (Object.keys(wrong).length) throw new Fail(`events_per_operation: ${excerpt(show(wrong))}`)
     await sbx.files.remove(base)
     const seen = await until((list) => list.some((e) => e[0] === 'remove' && e[1] === '.'))
     obs.events_of_removal = seen.map((e) => e.join(' '))

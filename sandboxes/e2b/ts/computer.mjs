@@ -143,9 +143,10 @@ step('co03_skills_read_only', async (ctx, obs) => {
   obs.shell_exit_codes = refused
   for (const [what, code] of Object.entries(refused)) expect(code !== 0, `the agent user could ${what} a skill (exit 0)`)
   await rejects(obs, 'adapter_write', () => computer.writeStream(first, [Buffer.from('changed')]), /cannot write/)
-  const files = computer.sandbox.files
-  await rejects(obs, 'files_rename', () => files.rename(first, `${first}.moved`, { user: AGENT }))
-  await rejects(obs, 'files_remove', () => files.remove(first, { user: AGENT }))
+  // envd renames and removes as root (the user only expands `~`): the adapter, not the endpoint, refuses them.
+  await rejects(obs, 'adapter_rename', () => computer.rename(first, `${first}.moved`, { user: AGENT }), /cannot write/)
+  await rejects(obs, 'adapter_remove', () => computer.remove(first, { user: AGENT }), /cannot write/)
+  await rejects(obs, 'adapter_remove_dir', () => computer.remove(`${SKILLS_DIR}/web`, { user: AGENT }), /cannot write/)
   const after = await root(computer, `cd ${SKILLS_DIR} && find . | sort && sha256sum */* && stat -c '%U:%G %a %n' . */ */*`)
   same(obs, 'unchanged', after, before)
   const modes = after.split('\n').filter((line) => line.startsWith('root:') || /^\S+:\S+ \d+ /.test(line))

@@ -160,9 +160,10 @@ export function step(id, run) {
 }
 
 // A sandbox several steps share outlives the run however slow the endpoint (a case's own timeout never cuts
-// it short), and is given that lifetime again once a third of it has passed.
+// it short): it lives at least twice the task's lifetime, and before a step it is given that lifetime again once
+// a third of it has passed or less than the task's lifetime is left (which outlasts any step's deadline: the
+// harness chose it so, bench/remote/lifetimes.py).
 export const SHARED_LIFETIME_S = 900
-const SHARED_REFRESH_MS = (SHARED_LIFETIME_S / 3) * 1000
 
 export class Context {
   constructor(sdk, task) {
@@ -172,7 +173,9 @@ export class Context {
     this.tags = { ...task.metadata }
     this.template = options.template
     this.sandboxTimeoutMs = Number(options.sandbox_timeout_s ?? 120) * 1000
-    this.sharedTimeoutMs = Math.max(this.sandboxTimeoutMs, SHARED_LIFETIME_S * 1000)
+    this.sharedTimeoutMs = Math.max(2 * this.sandboxTimeoutMs, SHARED_LIFETIME_S * 1000)
+    this.sharedRefreshMs = Math.min(this.sharedTimeoutMs / 3, this.sharedTimeoutMs - this.sandboxTimeoutMs)
+    this.measuredSlowness = Number(options.slowness) || Math.max(1, this.sandboxTimeoutMs / 120_000)
     this.refreshed = new Map() // shared sandbox id -> when its lifetime was last given again (ms)
     this.sandbox = null
     this.sandboxId = null
@@ -210,9 +213,9 @@ export class Context {
     return handedPids(Object.fromEntries(own))
   }
 
-  /** How much slower than a quiet host this run is, as the harness scaled the sandboxes' lifetime (120 s). */
+  /** How much slower than a quiet host this run is, as the harness measured it for the task. */
   get slowness() {
-    return Math.max(1, this.sandboxTimeoutMs / 120_000)
+    return Math.max(1, this.measuredSlowness)
   }
 
   /** The task's sandbox metadata: every sandbox of the run carries it. */
@@ -240,11 +243,12 @@ export class Context {
     this.refreshed.set(sandboxId, -Infinity)
   }
 
-  /** Give each shared sandbox its whole lifetime again once a third of it has passed, through the REST API
-   * (not an SDK call a case would be credited with); one that is gone is the next step's to see. */
+  /** Give each shared sandbox its whole lifetime again once a third of it has passed or less than a step's worth
+   * is left, through the REST API (not an SDK call a case would be credited with); one that is gone is the next
+   * step's to see. */
   async keepAlive() {
     for (const [id, last] of this.refreshed) {
-      if (Date.now() - last < SHARED_REFRESH_MS) continue
+      if (Date.now() - last < this.sharedRefreshMs) continue
       if (!this.killed.has(id)) {
         await fetch(`${process.env.E2B_API_URL}/sandboxes/${id}/timeout`, {
           method: 'POST',

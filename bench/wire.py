@@ -38,6 +38,7 @@ import httpx
 import uvicorn
 
 from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
+from bench.differential import capture
 from bench.remote import capacity
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
@@ -148,6 +149,7 @@ class _Exchange:
     upstream: bool = False  # a request is with the upstream, its answer not yet come
     create: bool = False  # a create the ledger counts (`_create`)
     room_message: str | None = None  # while a create refused for capacity waits for room: what the endpoint said
+    capture: capture.Capture | None = None  # both bodies as the differential judgement reads them
 
 
 @dataclass
@@ -261,6 +263,7 @@ class WireProxy:
         self.ledger = ledger
         self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
         self.on_write_error = on_write_error  # a log line that could not be written (a full disk): told, not raised
+        self.traced = capture.enabled()  # each line carries `trace` (bench/differential/capture.py)
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -426,6 +429,7 @@ class WireProxy:
             url=scope["path"],
             request_headers=_redact_headers(headers),
             reset=scope.get("extensions", {}).get(RESET_EXTENSION),
+            capture=capture.Capture() if self.traced else None,
         )
         followed = False  # a lifecycle call (kill, pause, ...) the ledger must see answered
         try:
@@ -563,6 +567,8 @@ class WireProxy:
             chunk = message.get("body", b"")
             exchange.request_bytes += len(chunk)
             self._keep(exchange.request_body, chunk)
+            if exchange.capture is not None:
+                exchange.capture.request.feed(chunk)
             if exchange.lifecycle_body is not None and len(exchange.lifecycle_body) < LEARN_LIMIT_BYTES:
                 exchange.lifecycle_body += chunk
             if chunk:
@@ -636,6 +642,8 @@ class WireProxy:
                 async for chunk in response.aiter_raw() if room.raw is None else _chunks(room.raw):
                     exchange.response_bytes += len(chunk)
                     self._keep(exchange.response_body, chunk)
+                    if exchange.capture is not None:
+                        exchange.capture.response.feed(chunk)
                     if exchange.frames is not None:
                         exchange.frames.feed(chunk)
                     if learning:
@@ -758,6 +766,10 @@ class WireProxy:
             record["frames"] = exchange.frames.texts(self.redactor)
         if exchange.retries:
             record["retries"] = exchange.retries
+        if exchange.capture is not None:
+            record["trace"] = exchange.capture.summary(
+                exchange.request_headers, exchange.response_headers, self.redactor
+            )
         if self.body_bytes:
             for part, headers, kept, total in (
                 ("request_body", exchange.request_headers, exchange.request_body, exchange.request_bytes),

@@ -1,0 +1,68 @@
+"""The differential judgement as a run uses it (bench/conformance.py calls `Differential.judged` for each case).
+
+A case's trace is written to the run directory (traces/<suite>.<runner>.jsonl: what `e2b-bench reference`
+makes references from), and a case that passed is compared with its reference traces: what differs becomes the
+case's outcome, `deviation` "differs from E2B: FIELD expected … got …" (every difference in
+`details.differential`). A declaration pins a known difference as any other deviation (`outcome = "deviation"`,
+`match` naming the field). Off with `run --no-differential` (E2B_BENCH_DIFFERENTIAL=0), and for a case with no
+reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.paths import FIELD_POLICY_PATH, REFERENCE_TRACES_DIR
+from bench.remote.slowness import scaled
+from bench.results import append_line
+from bench.runners.protocol import StepResult
+
+from .capture import enabled, judging
+from .judge import Judge
+from .policy import DELTA_S, load_rules
+from .reference import References, run_traces_path
+from .trace import case_trace
+
+PREFIX = "differs from E2B: "
+
+
+@dataclass
+class Differential:
+    run_dir: Path
+    on: bool = field(default_factory=enabled)  # traces written
+    judges: bool = field(default_factory=judging)  # and cases judged
+    policy_path: Path = FIELD_POLICY_PATH
+    references: References = field(default_factory=lambda: References(REFERENCE_TRACES_DIR))
+    _judge: Judge | None = None
+
+    def judge(self) -> Judge:
+        if self._judge is None:
+            self._judge = Judge(load_rules(self.policy_path), scaled(DELTA_S))
+        return self._judge
+
+    def judged(
+        self, suite: str, runner: str, observed: StepResult, entries: Callable[[], list[dict[str, Any]] | None]
+    ) -> StepResult:
+        """`observed`, or the deviation its trace shows against its reference."""
+        if not self.on or not observed.reported:
+            return observed
+        window = entries()
+        if window is None:
+            return observed
+        trace = case_trace(window)
+        append_line(
+            run_traces_path(self.run_dir, suite, runner),
+            {"case": observed.id, "outcome": observed.outcome, "trace": trace},
+        )
+        refs = self.references.runs(suite, runner, observed.id) if self.judges else []
+        if observed.outcome != "pass" or not refs or not self.judges:
+            return observed
+        found = self.judge().differences(refs, trace)
+        if not found:
+            return observed
+        more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""
+        details = {**observed.details, "differential": [difference.as_dict() for difference in found]}
+        return replace(observed, outcome="deviation", error=PREFIX + found[0].text() + more, details=details)

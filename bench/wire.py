@@ -39,6 +39,7 @@ import uvicorn
 
 from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
 from bench.differential import capture
+from bench.differential.probe import Prober
 from bench.remote import capacity
 from bench.remote.ledger import SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
@@ -264,6 +265,7 @@ class WireProxy:
         self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
         self.on_write_error = on_write_error  # a log line that could not be written (a full disk): told, not raised
         self.traced = capture.enabled()  # each line carries `trace` (bench/differential/capture.py)
+        self._prober: Prober | None = None
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -429,7 +431,7 @@ class WireProxy:
             url=scope["path"],
             request_headers=_redact_headers(headers),
             reset=scope.get("extensions", {}).get(RESET_EXTENSION),
-            capture=capture.Capture() if self.traced else None,
+            capture=capture.Capture(dict(headers)) if self.traced else None,
         )
         followed = False  # a lifecycle call (kill, pause, ...) the ledger must see answered
         try:
@@ -625,6 +627,7 @@ class WireProxy:
             # A client is done at the last byte it expects, so the line is written just before it.
             expected = _content_length(response, exchange.method)
             if expected == 0:
+                await self._probe(exchange)
                 self._write(exchange)
             await send(
                 {
@@ -652,6 +655,7 @@ class WireProxy:
                             continue
                         learning, chunk = False, b"".join(held)
                     if expected is not None and exchange.response_bytes >= expected:
+                        await self._probe(exchange)
                         self._write(exchange)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
@@ -662,6 +666,7 @@ class WireProxy:
                 raise
             if learning:
                 exchange.response_json = self._learn(b"".join(held), response.headers.get("content-encoding", ""))
+            await self._probe(exchange)
             self._write(exchange)
             await send({"type": "http.response.body", "body": b"".join(held) if learning else b""})
         finally:
@@ -717,6 +722,24 @@ class WireProxy:
         )
         self._write(exchange)
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _probe(self, exchange: _Exchange) -> None:
+        """The second path's look after the exchange (bench/differential/probe.py), before its client has the end."""
+        if exchange.capture is None or exchange.logged or self._client is None:
+            return
+        if self._prober is None:
+            self._prober = Prober(self._client, self.upstream_api, self.upstream_for)
+        try:
+            exchange.capture.probe = await self._prober.probe(
+                exchange.method,
+                exchange.url,
+                exchange.status,
+                exchange.capture.headers,
+                bytes(exchange.capture.request.kept),
+                exchange.response_json,
+            )
+        except Exception:
+            exchange.capture.probe = None
 
     def _learn(self, body: bytes, encoding: str) -> Any:
         """Teach the redactor the secrets of a JSON answer; returns the answer (None: not JSON)."""

@@ -50,9 +50,11 @@ def judging(environ: Mapping[str, str] | None = None) -> bool:
 class Capture:
     """Both bodies of one exchange, as much as the judgement needs."""
 
-    def __init__(self) -> None:
+    def __init__(self, headers: dict[str, str] | None = None) -> None:
         self.request = _Body()
         self.response = _Body()
+        self.headers = headers or {}  # the request's headers as sent (credentials for a probe): never written
+        self.probe: dict[str, Any] | None = None  # what bench/differential/probe.py saw after the exchange
 
     def summary(
         self, request_headers: dict[str, str], response_headers: dict[str, str], redactor: Redacting
@@ -67,6 +69,8 @@ class Capture:
             part = body.summary(headers, redactor)
             if part is not None:
                 shown[name] = part
+        if self.probe:
+            shown["probe"] = {"leaves": _cut(redactor.redact_obj(self.probe))}
         return shown
 
 

@@ -1,0 +1,193 @@
+"""A second path beside the answers: what the wire proxy looks at itself after an exchange, before its client
+has the answer's end (so nothing the case does next can race it), recorded as the exchange's `probe`.
+
+- After a lifecycle call (create, connect, timeout, resume, refresh, pause, kill) that succeeded: the sandbox as
+  the control plane's GET /sandboxes/{id} reports it then (`state`, `endAt`, `startedAt`, or the status).
+- After an envd call that changed files (an upload, Filesystem Move, MakeDir, Remove): each path as `stat` in
+  the sandbox sees it (size, mode, owner, group, links, mtime at full precision; `exists: false` once gone), run
+  as the same user (a relative path resolves as the call's did).
+- After the first command of a sandbox, user and cwd: that command's environment as a login shell of that user
+  in that cwd sees it (HOME, USER, LOGNAME, SHELL, PWD, PATH and every E2B_* variable) and `id`.
+
+The probes go to the endpoint directly (not through the proxy: no wire line of their own) with the credentials
+the client's request carried, bounded by PROBE_S scaled by the host's slowness; a probe that fails is left out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from bench.remote.slowness import scaled
+
+PROBE_S = 10.0
+ENVD_PORT = "49983"
+_LIFECYCLE = re.compile(
+    r"^/(?:v2/)?sandboxes(?:/(?P<id>[^/]+)(?:/(?P<call>connect|timeout|resume|refreshes|pause))?)?$"
+)
+_CHANGES = {"/filesystem.Filesystem/Move": ("destination",), "/filesystem.Filesystem/MakeDir": ("path",),
+            "/filesystem.Filesystem/Remove": ("path",)}  # fmt: skip
+_MULTIPART_NAME = re.compile(rb'filename="([^"]+)"')
+_ENVELOPE = struct.Struct(">BI")
+_ENV_NAMES = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "PATH")
+STAT_FORMAT = "%s|%a|%U|%G|%h|%y"
+ENV_SCRIPT = 'id -un; id -gn; env -0 | tr "\\0\\n" "\\n " | grep -E "^(E2B_[A-Za-z0-9_]*|{})=" | sort'.format(
+    "|".join(_ENV_NAMES)
+)
+
+Send = Callable[..., Awaitable[httpx.Response]]
+
+
+class Prober:
+    """The probes of one wire proxy (one runner): which environments it has seen already."""
+
+    def __init__(self, client: httpx.AsyncClient, api: str, envd_for: Callable[[str, str | None], str]) -> None:
+        self.client = client
+        self.api = api.rstrip("/")
+        self.envd_for = envd_for  # (path, sandbox id) -> the upstream base URL serving it
+        self.seen_envs: set[tuple[str, str, str]] = set()
+
+    async def probe(
+        self, method: str, url: str, status: int | None, headers: dict[str, str], request: bytes, answer: Any
+    ) -> dict[str, Any] | None:
+        """The probe's leaves for this exchange, or None (nothing to probe, or the probe failed)."""
+        if status is None or status >= 300:
+            return None
+        path = urlsplit(url).path
+        try:
+            if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
+                return await self._lifecycle(method, path, headers, answer)
+            sandbox = headers.get("e2b-sandbox-id")
+            if sandbox is None:
+                return None
+            if path == "/files" and method == "POST":
+                user = parse_qs(urlsplit(url).query).get("username")
+                if user:  # the upload's user given by the query: the stat runs as that user
+                    headers = {**headers, "authorization": "Basic " + base64.b64encode(f"{user[0]}:".encode()).decode()}
+                return await self._stat(sandbox, headers, _upload_paths(url, headers, request))
+            if path in _CHANGES:
+                body = _json(request)
+                return await self._stat(
+                    sandbox, headers, [str(body[name]) for name in _CHANGES[path] if body.get(name)]
+                )
+            if path == "/process.Process/Start":
+                return await self._environment(sandbox, headers, request)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        return None
+
+    async def _lifecycle(self, method: str, path: str, headers: dict[str, str], answer: Any) -> dict[str, Any] | None:
+        match = _LIFECYCLE.match(path)
+        if match is None or (match["call"] is None and (match["id"] is None) == (method == "DELETE")):
+            return None  # not a lifecycle call: a create is a POST without id, a kill a DELETE with one
+        sandbox = match["id"] or (answer.get("sandboxID") if isinstance(answer, dict) else None)
+        if not isinstance(sandbox, str) or not sandbox:
+            return None
+        keys = {name: value for name, value in headers.items() if name in ("x-api-key", "authorization")}
+        got = await self.client.get(f"{self.api}/sandboxes/{sandbox}", headers=keys, timeout=scaled(PROBE_S))
+        if got.status_code != 200:
+            return {"status": got.status_code}
+        info = got.json()
+        return {name: info.get(name) for name in ("state", "startedAt", "endAt") if name in info}
+
+    async def _stat(self, sandbox: str, headers: dict[str, str], paths: list[str]) -> dict[str, Any] | None:
+        if not paths:
+            return None
+        script = "; ".join(f"stat -c {_quote(STAT_FORMAT)} -- {_quote(p)} 2>/dev/null || echo gone" for p in paths)
+        lines = (await self._run(sandbox, headers, script, None)).splitlines()
+        found: dict[str, Any] = {}
+        for index, line in enumerate(lines[: len(paths)]):
+            prefix = "stat" if len(paths) == 1 else f"stat{index}"
+            parts = line.split("|")
+            if len(parts) != 6:
+                found[f"{prefix}.exists"] = False
+                continue
+            size, mode, owner, group, links, mtime = parts
+            found.update({f"{prefix}.exists": True, f"{prefix}.size": int(size), f"{prefix}.mode": mode,
+                          f"{prefix}.owner": owner, f"{prefix}.group": group, f"{prefix}.links": int(links),
+                          f"{prefix}.mtime": _iso(mtime)})  # fmt: skip
+        return found or None
+
+    async def _environment(self, sandbox: str, headers: dict[str, str], request: bytes) -> dict[str, Any] | None:
+        started = _first_message(request)
+        process = started.get("process") if isinstance(started, dict) else None
+        cwd = process.get("cwd") if isinstance(process, dict) else None
+        seen = (sandbox, headers.get("authorization", ""), str(cwd or ""))
+        if seen in self.seen_envs:
+            return None
+        self.seen_envs.add(seen)
+        lines = (await self._run(sandbox, headers, ENV_SCRIPT, cwd if isinstance(cwd, str) else None)).splitlines()
+        if len(lines) < 2:
+            return None
+        found: dict[str, Any] = {"env.user": lines[0], "env.group": lines[1]}
+        for line in lines[2:]:
+            name, _, value = line.partition("=")
+            found[f"env.{name}"] = value
+        return found
+
+    async def _run(self, sandbox: str, headers: dict[str, str], script: str, cwd: str | None) -> str:
+        """A command's stdout, run by envd as the request's user (Process/Start, Connect JSON)."""
+        process: dict[str, Any] = {"cmd": "/bin/bash", "args": ["-l", "-c", script]}
+        if cwd:
+            process["cwd"] = cwd
+        body = json.dumps({"process": process}).encode()
+        sent = {name: value for name, value in headers.items() if name in ("x-access-token", "authorization",
+                "e2b-sandbox-id", "e2b-traffic-access-token")}  # fmt: skip
+        sent.update({"content-type": "application/connect+json", "connect-protocol-version": "1",
+                     "e2b-sandbox-port": ENVD_PORT})  # fmt: skip
+        base = self.envd_for("/process.Process/Start", sandbox)
+        got = await self.client.post(f"{base}/process.Process/Start", content=_ENVELOPE.pack(0, len(body)) + body,
+                                     headers=sent, timeout=scaled(PROBE_S))  # fmt: skip
+        out = []
+        data, offset = got.content, 0
+        while offset + _ENVELOPE.size <= len(data):
+            flags, length = _ENVELOPE.unpack_from(data, offset)
+            payload = data[offset + _ENVELOPE.size : offset + _ENVELOPE.size + length]
+            offset += _ENVELOPE.size + length
+            if flags & 2:
+                break
+            event = json.loads(payload).get("event", {})
+            stdout = (event.get("data") or {}).get("stdout")
+            if stdout:
+                out.append(base64.b64decode(stdout))
+        return b"".join(out).decode("utf-8", "replace")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _iso(stat_time: str) -> str:
+    """`2026-12-06 10:42:53.123456789 +0000` -> `2026-12-06T10:42:53.123456789+0000`."""
+    day, _, rest = stat_time.strip().partition(" ")
+    clock, _, zone = rest.partition(" ")
+    return f"{day}T{clock}{zone}"
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    document = json.loads(body or b"{}")
+    return document if isinstance(document, dict) else {}
+
+
+def _first_message(body: bytes) -> Any:
+    if len(body) >= _ENVELOPE.size:
+        flags, length = _ENVELOPE.unpack_from(body, 0)
+        if len(body) >= _ENVELOPE.size + length and not flags & 1:
+            return json.loads(body[_ENVELOPE.size : _ENVELOPE.size + length])
+    return json.loads(body or b"{}")
+
+
+def _upload_paths(url: str, headers: dict[str, str], body: bytes) -> list[str]:
+    query = parse_qs(urlsplit(url).query)
+    if query.get("path"):
+        return query["path"][:1]
+    if headers.get("content-type", "").startswith("multipart/"):
+        return [name.decode("utf-8", "replace") for name in _MULTIPART_NAME.findall(body)][:8]
+    return []

@@ -448,6 +448,10 @@ class WireProxy:
                 followed, exchange.create = False, True  # the create tells the ledger itself
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
+                if exchange.capture is not None and self._client is not None:  # the second path's look before
+                    exchange.capture.before = await self._prober_of(self._client).before(
+                        exchange.method, exchange.url, exchange.capture.headers
+                    )
                 await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))
@@ -723,20 +727,24 @@ class WireProxy:
         self._write(exchange)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
+    def _prober_of(self, client: httpx.AsyncClient) -> Prober:
+        if self._prober is None:
+            self._prober = Prober(client, self.upstream_api, self.upstream_for)
+        return self._prober
+
     async def _probe(self, exchange: _Exchange) -> None:
         """The second path's look after the exchange (bench/differential/probe.py), before its client has the end."""
         if exchange.capture is None or exchange.logged or self._client is None:
             return
-        if self._prober is None:
-            self._prober = Prober(self._client, self.upstream_api, self.upstream_for)
         try:
-            exchange.capture.probe = await self._prober.probe(
+            exchange.capture.probe = await self._prober_of(self._client).probe(
                 exchange.method,
                 exchange.url,
                 exchange.status,
                 exchange.capture.headers,
                 bytes(exchange.capture.request.kept),
                 exchange.response_json,
+                exchange.capture.before,
             )
         except Exception:
             exchange.capture.probe = None

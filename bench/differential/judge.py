@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .policy import Rule, accepts, inferred, json_type, parse_time, rule_for, same
+from .policy import Rule, accepts, inferred, is_time, json_type, parse_time, rule_for, same
 
 MAX_DIFFERENCES = 20
 SHOWN_CHARS = 120
@@ -112,7 +112,7 @@ class Judge:
                 for index, message in enumerate(got):
                     found.extend(self._leaves(key, [ref[index] for ref in refs], message, at, ref_ats))
                 return found
-            if sorted(mine) == sorted(shapes[0]) or policy == "exact":
+            if set(mine) == set(shapes[0]) or policy == "exact":
                 return [Difference(field, _order(shapes[0]), _order(mine), "the messages arrive in another order")]
         # the reference's own runs disagree on the order (or the policy says unordered): one multiset of leaves
         return self._leaves(key, [_pooled(ref) for ref in refs], _pooled(got), at, ref_ats, pooled=True)
@@ -157,8 +157,9 @@ class Judge:
             return None
         if isinstance(got, list) or any(isinstance(ref, list) for ref in refs):
             return self._array(refs, got, at, ref_ats, policy, pooled)
-        if policy is None:
-            policy = "exact" if all(same(ref, refs[0]) for ref in refs) else inferred(refs)
+        if policy is None:  # a time is judged as one (offset, precision) even when the reference runs agree on it
+            varies = not all(same(ref, refs[0]) for ref in refs)
+            policy = inferred(refs) if varies or all(is_time(ref) for ref in refs) else "exact"
         return accepts(policy, refs, got, at, ref_ats, self.delta_s)
 
     def _array(self, refs: list[Any], got: Any, at: datetime | None, ref_ats: list[datetime | None],
@@ -171,12 +172,10 @@ class Judge:
         if policy in (None, "exact", "unordered") and stable:
             if len(mine) == len(ordered[0]) and all(map(same, mine, ordered[0])):
                 return None
-            if policy is not None or not pooled:
-                return (
-                    "other items"
-                    if len(mine) == len(ordered[0])
-                    else f"{len(mine)} item(s) where E2B gives {len(ordered[0])}"
-                )
+            if len(mine) != len(ordered[0]):
+                return f"{len(mine)} item(s) where E2B gives {len(ordered[0])}"
+            if policy is not None or not all(is_time(item) for item in mine):
+                return "other items"
         lengths = {len(ref) for ref in refs}
         if len(lengths) == 1 and len(mine) not in lengths and policy != "type" and not pooled:
             return f"{len(mine)} item(s) where E2B gives {lengths.pop()}"
@@ -206,7 +205,9 @@ def _shape(message: dict[str, Any]) -> str:
 
 
 def _order(shapes: list[str]) -> str:
-    return "[" + ", ".join(shape.rsplit(".", 1)[-1] if "," not in shape else shape for shape in shapes) + "]"
+    """A stream's messages in order, each by the last names of its leaves (`[pid, stdout, stderr, exitCode]`)."""
+    names = ["+".join(path.rsplit(".", 1)[-1] for path in shape.split(",") if path) for shape in shapes]
+    return "[" + ", ".join(names) + "]"
 
 
 def _pooled(messages: list[dict[str, Any]]) -> dict[str, Any]:

@@ -91,6 +91,10 @@ def same(a: Any, b: Any) -> bool:
     return json_type(a) == json_type(b) and a == b
 
 
+def is_time(value: Any) -> bool:
+    return isinstance(value, str) and _TIME.match(value) is not None
+
+
 def inferred(refs: list[Any]) -> str:
     """The policy for a field whose reference runs disagree, from their values' shape."""
     kinds = {json_type(value) for value in refs}
@@ -108,9 +112,15 @@ def accepts(policy: str, refs: list[Any], got: Any, at: datetime | None, ref_ats
     """None when `got` passes the policy against the reference values; else why not, in words."""
     if policy == "ignore":
         return None
-    if policy == "exact":
-        return None if any(same(ref, got) for ref in refs) else "a different value"
     kinds = {json_type(ref) for ref in refs}
+    if policy == "exact":
+        if any(same(ref, got) for ref in refs):
+            return None
+        return (
+            "a different value"
+            if json_type(got) in kinds
+            else f"a {json_type(got)} where E2B gives a {'/'.join(sorted(kinds))}"
+        )
     if json_type(got) not in kinds and not (kinds <= {"integer", "number"} and json_type(got) in kinds | {"integer"}):
         return f"a {json_type(got)} where E2B gives a {'/'.join(sorted(kinds))}"
     if policy == "type":
@@ -168,7 +178,7 @@ def _zone(text: str) -> str:
 
 def _time(refs: list[Any], got: Any, at: datetime | None, ref_ats: list[datetime | None], delta_s: float) -> str | None:
     texts = [ref for ref in refs if isinstance(ref, str) and _TIME.match(ref)]
-    if not isinstance(got, str) or not texts:
+    if not isinstance(got, str) or not texts or got in texts:
         return None
     if not _TIME.match(got):
         return "not an ISO 8601 time"

@@ -37,7 +37,7 @@ _CHANGES = {"/filesystem.Filesystem/Move": ("destination",), "/filesystem.Filesy
 _MULTIPART_NAME = re.compile(rb'filename="([^"]+)"')
 _ENVELOPE = struct.Struct(">BI")
 _ENV_NAMES = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "PATH")
-STAT_FORMAT = "%s|%a|%U|%G|%h|%y"
+STAT_FORMAT = "%s|%a|%U|%G|%h|%y|%i"
 ENV_SCRIPT = 'id -un; id -gn; env -0 | tr "\\0\\n" "\\n " | grep -E "^(E2B_[A-Za-z0-9_]*|{})=" | sort'.format(
     "|".join(_ENV_NAMES)
 )
@@ -55,7 +55,14 @@ class Prober:
         self.seen_envs: set[tuple[str, str, str]] = set()
 
     async def probe(
-        self, method: str, url: str, status: int | None, headers: dict[str, str], request: bytes, answer: Any
+        self,
+        method: str,
+        url: str,
+        status: int | None,
+        headers: dict[str, str],
+        request: bytes,
+        answer: Any,
+        before: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """The probe's leaves for this exchange, or None (nothing to probe, or the probe failed)."""
         if status is None or status >= 300:
@@ -68,10 +75,8 @@ class Prober:
             if sandbox is None:
                 return None
             if path == "/files" and method == "POST":
-                user = parse_qs(urlsplit(url).query).get("username")
-                if user:  # the upload's user given by the query: the stat runs as that user
-                    headers = {**headers, "authorization": "Basic " + base64.b64encode(f"{user[0]}:".encode()).decode()}
-                return await self._stat(sandbox, headers, _upload_paths(url, headers, request))
+                headers = _as_user(headers, parse_qs(urlsplit(url).query))
+                return await self._stat(sandbox, headers, _upload_paths(url, headers, request), before)
             if path in _CHANGES:
                 body = _json(request)
                 return await self._stat(
@@ -97,7 +102,23 @@ class Prober:
         info = got.json()
         return {name: info.get(name) for name in ("state", "startedAt", "endAt") if name in info}
 
-    async def _stat(self, sandbox: str, headers: dict[str, str], paths: list[str]) -> dict[str, Any] | None:
+    async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, str]:
+        """Before an upload to a path given in its query: the inode of what is there (path -> inode)."""
+        sandbox = headers.get("e2b-sandbox-id")
+        query = parse_qs(urlsplit(url).query)
+        if method != "POST" or urlsplit(url).path != "/files" or not sandbox or not query.get("path"):
+            return {}
+        path = query["path"][0]
+        headers = _as_user(headers, query)
+        try:
+            out = await self._run(sandbox, headers, f"stat -c %i -- {_quote(path)} 2>/dev/null", None)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return {}
+        return {path: out.strip()} if out.strip().isdigit() else {}
+
+    async def _stat(
+        self, sandbox: str, headers: dict[str, str], paths: list[str], before: dict[str, str] | None = None
+    ) -> dict[str, Any] | None:
         if not paths:
             return None
         script = "; ".join(f"stat -c {_quote(STAT_FORMAT)} -- {_quote(p)} 2>/dev/null || echo gone" for p in paths)
@@ -109,10 +130,12 @@ class Prober:
             if len(parts) != 6:
                 found[f"{prefix}.exists"] = False
                 continue
-            size, mode, owner, group, links, mtime = parts
+            size, mode, owner, group, links, mtime, inode = parts
             found.update({f"{prefix}.exists": True, f"{prefix}.size": int(size), f"{prefix}.mode": mode,
                           f"{prefix}.owner": owner, f"{prefix}.group": group, f"{prefix}.links": int(links),
                           f"{prefix}.mtime": _iso(mtime)})  # fmt: skip
+            if before and paths[index] in before:  # it was there before the call: the same file, or a new one
+                found[f"{prefix}.same_inode"] = before[paths[index]] == inode
         return found or None
 
     async def _environment(self, sandbox: str, headers: dict[str, str], request: bytes) -> dict[str, Any] | None:
@@ -158,6 +181,14 @@ class Prober:
             if stdout:
                 out.append(base64.b64decode(stdout))
         return b"".join(out).decode("utf-8", "replace")
+
+
+def _as_user(headers: dict[str, str], query: dict[str, list[str]]) -> dict[str, str]:
+    """An upload's user given by its query (`username`): the probes run as that user."""
+    user = query.get("username")
+    if not user:
+        return headers
+    return {**headers, "authorization": "Basic " + base64.b64encode(f"{user[0]}:".encode()).decode()}
 
 
 def _quote(text: str) -> str:

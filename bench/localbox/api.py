@@ -183,11 +183,15 @@ class Api:
     def _created(self, sandbox: Sandbox, token: str, status: int) -> JSONResponse:
         return JSONResponse(_tokens(sandbox, token), status_code=status)
 
+    def _time(self, moment: float) -> str:
+        """A REST time: milliseconds, as E2B gives them (`coarse_times`: whole seconds)."""
+        return utc(int(moment)) if self.registry.quirks.coarse_times else utc(moment)
+
     def _detail(self, sandbox: Sandbox) -> dict[str, Any]:
         return {
             **sandbox.summary(),
-            "startedAt": utc(sandbox.started_at),
-            "endAt": utc(sandbox.end_at),
+            "startedAt": self._time(sandbox.started_at),
+            "endAt": self._time(sandbox.end_at if sandbox.reported_end_at is None else sandbox.reported_end_at),
             "cpuCount": self.registry.quirks.cpu_count(CPU_COUNT),
             "memoryMB": MEMORY_MB,
             "diskSizeMB": self.registry.config.disk_size_mb,
@@ -345,6 +349,8 @@ class Api:
         body = await json_body(request)
         if "timeout" not in body:
             raise ApiError(400, "'timeout' is required")
+        if self.registry.quirks.timeout_keeps_endat and sandbox.reported_end_at is None:
+            sandbox.reported_end_at = sandbox.end_at  # what GET goes on reporting
         sandbox.end_at = time.time() + _int(body, "timeout", 0)
         return Response(status_code=204)
 
@@ -383,7 +389,8 @@ class Api:
         if sandbox.state == "paused":
             await self.registry.resume(sandbox, timeout_s, reboot=body.get("memory") is False)
             return self._created(sandbox, sandbox.mint_token(), 201)
-        sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
+        later = time.time() + timeout_s
+        sandbox.end_at = later if self.registry.quirks.connect_sets_lifetime else max(sandbox.end_at, later)
         return self._created(sandbox, sandbox.mint_token(), 200)
 
     async def update_network(self, request: Request) -> Response:
@@ -526,13 +533,16 @@ class Api:
         if outside and not self.registry.quirks.metrics_ignore_window:
             return JSONResponse([])  # no sample of this sandbox falls in the window
         cpu, memory, disk, disk_total = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
+        mem_total = MEMORY_MB * 1024 * 1024
+        if self.registry.quirks.metrics_in_mib:  # bytes as MiB
+            memory, mem_total, disk, disk_total = (n // (1024 * 1024) for n in (memory, mem_total, disk, disk_total))
         sample = {
             "timestamp": utc(now),
             "timestampUnix": int(now),
             "cpuCount": CPU_COUNT,
             "cpuUsedPct": round(cpu, 2),
             "memUsed": memory,
-            "memTotal": MEMORY_MB * 1024 * 1024,
+            "memTotal": mem_total,
             "memCache": 0,
             "diskUsed": disk,
             "diskTotal": disk_total,

@@ -205,6 +205,9 @@ class Files:
     async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> tuple[int, bool]:
         """The upload's file and whether its old contents are still there to be written over and cut."""
         try:
+            if sandbox.quirks.upload_replaces_file:  # a new file in the old one's place: its mode and links are gone
+                with contextlib.suppress(AgentError):
+                    await sandbox.box.fs("remove", path=path, user="root")
             if sandbox.quirks.files_write_as_user or sandbox.quirks.upload_no_metadata:
                 fd, _ = await sandbox.box.open(path, "w", user, metadata)
                 return fd, False

@@ -78,6 +78,7 @@ class Sandbox:
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
+    reported_end_at: float | None = None  # the timeout_keeps_endat quirk: the endAt GET reports instead
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again
@@ -247,6 +248,7 @@ class Registry:
             profile_lines=q.login_profile(),
             hidden_paths=q.hidden_paths(),
             upload_truncates_first=q.extra_write_event,
+            root_home_of_user=q.root_home_of_user,
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 

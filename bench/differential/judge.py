@@ -166,6 +166,18 @@ class Judge:
                policy: str | None, pooled: bool) -> str | None:  # fmt: skip
         if not isinstance(got, list) or not all(isinstance(ref, list) for ref in refs):
             return f"a {json_type(got)} where E2B gives a {json_type(refs[0])}"
+        if policy == "items":
+            pool = [item for ref in refs for item in ref]
+            if not pool:
+                return None
+            agreed = all(same(item, pool[0]) for item in pool)
+            item_policy = "exact" if agreed else inferred(pool)
+            pool_ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) for _ in ref]
+            for item in got:
+                why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
+                if why:
+                    return f"an item: {why}"
+            return None
         ordered = [_sorted(ref) for ref in refs]
         mine = _sorted(got)
         stable = all(len(ref) == len(ordered[0]) and all(map(same, ref, ordered[0])) for ref in ordered)

@@ -17,6 +17,8 @@ Policies (each compares an observed value with the reference runs' values of the
   magnitude  a number of the same type and sign, of the same order (within a factor MAGNITUDE; small numbers
              under SMALL are any): units (bytes vs MiB, ms vs s) differ by far more
   unordered  an array (or a stream's messages) compared as a multiset
+  items      an array whose length is not E2B's to fix (a list of sandboxes holds whatever else runs): each item
+             is one of the reference's items when they all agree, else judged by their shape
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered")
+POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered", "items")
 DELTA_S = 15.0
 MAGNITUDE = 16.0
 SMALL = 1024.0

@@ -2,7 +2,8 @@
 has the answer's end (so nothing the case does next can race it), recorded as the exchange's `probe`.
 
 - After a lifecycle call (create, connect, timeout, resume, refresh, pause, kill) that succeeded: the sandbox as
-  the control plane's GET /sandboxes/{id} reports it then (`state`, `endAt`, `startedAt`, or the status).
+  the control plane's GET /sandboxes/{id} reports it then (`state`, `endAt`, `startedAt`, or the status), and as
+  its list (GET /v2/sandboxes) reports it (`list.*`).
 - After an envd call that changed files (an upload, Filesystem Move, MakeDir, Remove): each path as `stat` in
   the sandbox sees it (size, mode, owner, group, links, mtime at full precision; `exists: false` once gone), run
   as the same user (a relative path resolves as the call's did).
@@ -100,7 +101,13 @@ class Prober:
         if got.status_code != 200:
             return {"status": got.status_code}
         info = got.json()
-        return {name: info.get(name) for name in ("state", "startedAt", "endAt") if name in info}
+        found = {name: info.get(name) for name in ("state", "startedAt", "endAt") if name in info}
+        # the list's view of the same sandbox (another path through the control plane)
+        listed = await self.client.get(f"{self.api}/v2/sandboxes", headers=keys, timeout=scaled(PROBE_S))
+        entry = next((item for item in listed.json() if item.get("sandboxID") == sandbox), None)
+        if listed.status_code == 200 and isinstance(entry, dict):
+            found.update({f"list.{name}": entry.get(name) for name in ("state", "startedAt", "endAt") if name in entry})
+        return found
 
     async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, str]:
         """Before an upload to a path given in its query: the inode of what is there (path -> inode)."""
@@ -127,7 +134,7 @@ class Prober:
         for index, line in enumerate(lines[: len(paths)]):
             prefix = "stat" if len(paths) == 1 else f"stat{index}"
             parts = line.split("|")
-            if len(parts) != 6:
+            if len(parts) != 7:
                 found[f"{prefix}.exists"] = False
                 continue
             size, mode, owner, group, links, mtime, inode = parts

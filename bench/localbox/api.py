@@ -187,11 +187,13 @@ class Api:
         """A REST time: milliseconds, as E2B gives them (`coarse_times`: whole seconds)."""
         return utc(int(moment)) if self.registry.quirks.coarse_times else utc(moment)
 
-    def _detail(self, sandbox: Sandbox) -> dict[str, Any]:
+    def _detail(self, sandbox: Sandbox, listed: bool = False) -> dict[str, Any]:
         return {
             **sandbox.summary(),
             "startedAt": self._time(sandbox.started_at),
-            "endAt": self._time(sandbox.end_at if sandbox.reported_end_at is None else sandbox.reported_end_at),
+            "endAt": self._time(
+                sandbox.end_at if sandbox.reported_end_at is None or not listed else sandbox.reported_end_at
+            ),
             "cpuCount": self.registry.quirks.cpu_count(CPU_COUNT),
             "memoryMB": MEMORY_MB,
             "diskSizeMB": self.registry.config.disk_size_mb,
@@ -272,7 +274,7 @@ class Api:
     # --- list and get --------------------------------------------------------------------------
     async def list_v1(self, request: Request) -> Response:
         found = self._filter(request, states={"running"})
-        return JSONResponse([self._detail(s) for s in found])
+        return JSONResponse([self._detail(s, listed=True) for s in found])
 
     async def list_v2(self, request: Request) -> Response:
         params = request.query_params
@@ -289,7 +291,7 @@ class Api:
         headers = {}
         if start + limit < len(found):
             headers["X-Next-Token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
-        return JSONResponse([self._detail(s) for s in page], headers=headers)
+        return JSONResponse([self._detail(s, listed=True) for s in page], headers=headers)
 
     def _filter(self, request: Request, states: set[str]) -> list[Sandbox]:
         params = request.query_params

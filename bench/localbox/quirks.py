@@ -72,7 +72,7 @@ class Quirks:
     # fidelity: details no case asserts, each caught by the differential judgement (bench/differential/) alone
     coarse_times: bool = False  # precision: REST times (startedAt, endAt) in whole seconds, not milliseconds
     metrics_in_mib: bool = False  # units: metrics' memory and disk figures in MiB, not bytes
-    timeout_keeps_endat: bool = False  # later-call value: a set timeout applies, GET still reports the old endAt
+    timeout_keeps_endat: bool = False  # later-call value: after a set timeout a list still reports the old endAt
     root_home_of_user: bool = False  # user environment: a command run as root gets the default user's HOME
     upload_replaces_file: bool = False  # replaced-file metadata: an upload over a file makes a new one (mode, links)
     connect_sets_lifetime: bool = False  # lifetime after connect: connecting to a running sandbox sets (may shorten)

@@ -78,7 +78,7 @@ class Sandbox:
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
-    reported_end_at: float | None = None  # the timeout_keeps_endat quirk: the endAt GET reports instead
+    reported_end_at: float | None = None  # the timeout_keeps_endat quirk: the endAt a list reports instead
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again

@@ -13,7 +13,8 @@ Policies (each compares an observed value with the reference runs' values of the
   id         a string of the same length range and character classes (letters, digits, other)
   time       an ISO 8601 time with the reference's precision (fractional digits) and zone form, whose offset from
              the moment its request began is within delta (DELTA_S scaled by slowness, + 10 % of the offset) of a
-             reference run's
+             reference run's; a moment E2B gives in the past (a start, a change) need only be in the past and not
+             far further back (PAST_FACTOR times E2B's, + PAST_SLACK deltas): a slow case stretches how long ago
   magnitude  a number of the same type and sign, of the same order (within a factor MAGNITUDE; small numbers
              under SMALL are any): units (bytes vs MiB, ms vs s) differ by far more
   unordered  an array (or a stream's messages) compared as a multiset
@@ -35,6 +36,8 @@ from typing import Any
 POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered", "items")
 DELTA_S = 15.0
 MAGNITUDE = 16.0
+PAST_FACTOR = 10.0  # a moment in the past may be this many times further back than E2B's (a slow case) ...
+PAST_SLACK = 20.0  # ... and this many deltas more
 SMALL = 1024.0
 _TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?P<fraction>\.\d+)?(?P<zone>Z|[+-]\d{2}:?\d{2})?$")
 _ID = re.compile(r"^[A-Za-z0-9_-]{6,}$")
@@ -204,6 +207,13 @@ def _time(refs: list[Any], got: Any, at: datetime | None, ref_ats: list[datetime
         return None
     offset = (moment - at).total_seconds()
     nearest = min(offsets, key=lambda ref: abs(ref - offset))
+    if all(ref <= delta_s for ref in offsets):
+        # a moment already past (a start, a file's change): how long ago depends on how long the case took, which
+        # a busy host stretches; only one in the future, or far further back than E2B's, is another moment
+        earliest = min(offsets) * PAST_FACTOR - delta_s * PAST_SLACK
+        if not earliest <= offset <= delta_s:
+            return f"{offset:+.1f} s from its request where E2B's is {nearest:+.1f} s"
+        return None
     if abs(nearest - offset) > delta_s + 0.1 * abs(nearest):
         return f"{offset:+.1f} s from its request where E2B's is {nearest:+.1f} s"
     return None

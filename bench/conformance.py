@@ -367,6 +367,7 @@ class BenchSession:
             suite=suite,
             on_answer=self.answers.add,
             on_write_error=self._write_failed,
+            probes=self._differential().on,
         ) as proxy:
             self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}

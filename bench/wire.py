@@ -251,6 +251,7 @@ class WireProxy:
         suite: str | None = None,
         on_answer: Callable[[str, str, int], None] | None = None,
         on_write_error: Callable[[OSError], None] | None = None,
+        probes: bool = False,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -265,6 +266,7 @@ class WireProxy:
         self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
         self.on_write_error = on_write_error  # a log line that could not be written (a full disk): told, not raised
         self.traced = capture.enabled()  # each line carries `trace` (bench/differential/capture.py)
+        self.probes = probes and self.traced  # the second path's looks (bench/differential/probe.py): a run's
         self._prober: Prober | None = None
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
@@ -448,7 +450,7 @@ class WireProxy:
                 followed, exchange.create = False, True  # the create tells the ledger itself
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
-                if exchange.capture is not None and self._client is not None:  # the second path's look before
+                if self.probes and exchange.capture is not None and self._client is not None:  # the look before
                     exchange.capture.before = await self._prober_of(self._client).before(
                         exchange.method, exchange.url, exchange.capture.headers
                     )
@@ -734,7 +736,7 @@ class WireProxy:
 
     async def _probe(self, exchange: _Exchange) -> None:
         """The second path's look after the exchange (bench/differential/probe.py), before its client has the end."""
-        if exchange.capture is None or exchange.logged or self._client is None:
+        if not self.probes or exchange.capture is None or exchange.logged or self._client is None:
             return
         try:
             exchange.capture.probe = await self._prober_of(self._client).probe(

@@ -28,7 +28,8 @@ import httpx
 
 from bench.remote.slowness import scaled
 
-PROBE_S = 10.0
+PROBE_S = 5.0
+GIVE_UP = 3
 ENVD_PORT = "49983"
 _LIFECYCLE = re.compile(
     r"^/(?:v2/)?sandboxes(?:/(?P<id>[^/]+)(?:/(?P<call>connect|timeout|resume|refreshes|pause))?)?$"
@@ -54,6 +55,10 @@ class Prober:
         self.api = api.rstrip("/")
         self.envd_for = envd_for  # (path, sandbox id) -> the upstream base URL serving it
         self.seen_envs: set[tuple[str, str, str]] = set()
+        self.failures = 0  # probes in a row that failed: past GIVE_UP the proxy stops probing (an envd unlike E2B's)
+
+    def _gave_up(self) -> bool:
+        return self.failures >= GIVE_UP
 
     async def probe(
         self,
@@ -66,8 +71,19 @@ class Prober:
         before: dict[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """The probe's leaves for this exchange, or None (nothing to probe, or the probe failed)."""
-        if status is None or status >= 300:
+        if status is None or status >= 300 or self._gave_up():
             return None
+        try:
+            found = await self._probe(method, url, headers, request, answer, before)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+            self.failures += 1
+            return None
+        self.failures = 0
+        return found
+
+    async def _probe(
+        self, method: str, url: str, headers: dict[str, str], request: bytes, answer: Any, before: dict[str, str] | None
+    ) -> dict[str, Any] | None:
         path = urlsplit(url).path
         try:
             if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
@@ -113,7 +129,13 @@ class Prober:
         """Before an upload to a path given in its query: the inode of what is there (path -> inode)."""
         sandbox = headers.get("e2b-sandbox-id")
         query = parse_qs(urlsplit(url).query)
-        if method != "POST" or urlsplit(url).path != "/files" or not sandbox or not query.get("path"):
+        if (
+            method != "POST"
+            or urlsplit(url).path != "/files"
+            or not sandbox
+            or not query.get("path")
+            or self._gave_up()
+        ):
             return {}
         path = query["path"][0]
         headers = _as_user(headers, query)
@@ -175,6 +197,8 @@ class Prober:
         base = self.envd_for("/process.Process/Start", sandbox)
         got = await self.client.post(f"{base}/process.Process/Start", content=_ENVELOPE.pack(0, len(body)) + body,
                                      headers=sent, timeout=scaled(PROBE_S))  # fmt: skip
+        if got.status_code != 200:
+            raise ValueError(f"Process/Start answered {got.status_code}")
         out = []
         data, offset = got.content, 0
         while offset + _ENVELOPE.size <= len(data):

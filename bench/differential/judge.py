@@ -11,6 +11,7 @@ order, the messages are compared as one multiset of leaves), and a body's size a
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +20,8 @@ from typing import Any
 from .policy import Rule, accepts, inferred, is_time, json_type, parse_time, rule_for, same
 
 MAX_DIFFERENCES = 20
+_OUTPUT = ("stdout", "stderr", "pty")
+PROBE_SLACK_S = 5.0  # a probe's moments: off by its exchange's own time and this
 SHOWN_CHARS = 120
 
 
@@ -77,11 +80,20 @@ class Judge:
             if not answers or not isinstance(mine, dict):
                 continue
             prefix = key if part == "answer" else f"{key} probe"
-            found.extend(self._answer(prefix, answers, mine, at, [parse_time(ref.get("at", "")) for ref in having]))
+            judge = self
+            if part == "probe":  # looked at right after the call: a moment it set is off by the exchange's time only
+                took = (_ms(got) + max(_ms(ref) for ref in having)) / 1000
+                judge = Judge(self.rules, min(self.delta_s, PROBE_SLACK_S + took))
+            found.extend(judge._answer(prefix, answers, mine, at, [parse_time(ref.get("at", "")) for ref in having]))
         return found
 
     def _answer(self, key: str, refs: list[dict[str, Any]], got: dict[str, Any], at: datetime | None,
                 ref_ats: list[datetime | None]) -> list[Difference]:  # fmt: skip
+        if any(message == {"cut": True} for answer in (got, *refs) for message in answer.get("messages") or []):
+            return []  # a stream too long to keep whole (bench/differential/capture.py): not judged
+        if ("messages" in got and any("body" in ref for ref in refs)) or ("body" in got and any(
+                "messages" in ref for ref in refs)):  # fmt: skip
+            return []  # a stream kept whole in one run and too long in another: its size is timing
         if "leaves" in got and all("leaves" in ref for ref in refs):
             return self._leaves(key, [ref["leaves"] for ref in refs], got["leaves"], at, ref_ats)
         if "messages" in got and all("messages" in ref for ref in refs):
@@ -104,17 +116,18 @@ class Judge:
         policy = rule_for(field, self.rules)
         got = self._kept(key, got)
         refs = [self._kept(key, ref) for ref in refs]
+        if any(_cut(messages) for messages in (got, *refs)):
+            return []  # a stream cut short (a kill, a timeout, an error): what it carried by then is timing
         shapes = [[_shape(message) for message in ref] for ref in refs]
         mine = [_shape(message) for message in got]
-        if policy != "unordered" and all(shape == shapes[0] for shape in shapes):
-            if mine == shapes[0]:
-                found = []
-                for index, message in enumerate(got):
-                    found.extend(self._leaves(key, [ref[index] for ref in refs], message, at, ref_ats))
-                return found
-            if set(mine) == set(shapes[0]) or policy == "exact":
+        ordered = policy not in ("unordered", "set")
+        if ordered and all(shape == shapes[0] for shape in shapes) and mine != shapes[0]:
+            # the messages that are not output come in E2B's order; output of stdout and stderr interleaves
+            # as E2B's did, give or take what a busy host joins (at least half as many turns between them)
+            others = [[shape for shape in shapes_ if not _output(shape)] for shapes_ in (shapes[0], mine)]
+            turns = [_turns(shapes_) for shapes_ in (shapes[0], mine)]
+            if set(mine) == set(shapes[0]) and (others[0] != others[1] or turns[1] * 2 < turns[0]):
                 return [Difference(field, _order(shapes[0]), _order(mine), "the messages arrive in another order")]
-        # the reference's own runs disagree on the order (or the policy says unordered): one multiset of leaves
         return self._leaves(key, [_pooled(ref) for ref in refs], _pooled(got), at, ref_ats, pooled=True)
 
     def _kept(self, key: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -156,22 +169,29 @@ class Judge:
         if policy == "ignore":
             return None
         if isinstance(got, list) or any(isinstance(ref, list) for ref in refs):
-            return self._array(refs, got, at, ref_ats, policy, pooled)
-        if policy is None:  # a time is judged as one (offset, precision) even when the reference runs agree on it
-            varies = not all(same(ref, refs[0]) for ref in refs)
-            policy = inferred(refs) if varies or all(is_time(ref) for ref in refs) else "exact"
-        return accepts(policy, refs, got, at, ref_ats, self.delta_s)
+            why = self._array(refs, got, at, ref_ats, policy, pooled)
+        else:
+            if policy is None:  # a time is judged as one (offset, precision) even when the reference runs agree on it
+                varies = not all(same(ref, refs[0]) for ref in refs)
+                policy = inferred(refs) if varies or all(is_time(ref) for ref in refs) else "exact"
+            why = accepts(policy, refs, got, at, ref_ats, self.delta_s)
+        if why and field.rsplit(".", 1)[-1] in _OUTPUT and _lines(got) in [_lines(ref) for ref in refs]:
+            return None  # a command's lines in another order (a directory's entries come in the filesystem's order)
+        return why
 
     def _array(self, refs: list[Any], got: Any, at: datetime | None, ref_ats: list[datetime | None],
                policy: str | None, pooled: bool) -> str | None:  # fmt: skip
         if not isinstance(got, list) or not all(isinstance(ref, list) for ref in refs):
             return f"a {json_type(got)} where E2B gives a {json_type(refs[0])}"
+        if policy == "set":
+            distinct = {json.dumps(item, sort_keys=True) for item in got}
+            sets = [{json.dumps(item, sort_keys=True) for item in ref} for ref in refs]
+            return None if distinct in sets else "other values than E2B gives"
         if policy == "items":
             pool = [item for ref in refs for item in ref]
             if not pool:
                 return None
-            agreed = all(same(item, pool[0]) for item in pool)
-            item_policy = "exact" if agreed else inferred(pool)
+            item_policy = "type"
             pool_ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) for _ in ref]
             for item in got:
                 why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
@@ -204,12 +224,41 @@ class Judge:
         return None
 
 
+def _lines(value: Any) -> list[str] | None:
+    values = value if isinstance(value, list) else [value]
+    if not all(isinstance(item, str) for item in values):
+        return None
+    return sorted(line for item in values for line in item.splitlines())
+
+
+def _ms(exchange: dict[str, Any]) -> float:
+    value = exchange.get("ms")
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
 def _empty(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
 
 def _sorted(values: list[Any]) -> list[Any]:
     return sorted(values, key=lambda value: (json_type(value), json.dumps(value, sort_keys=True)))
+
+
+def _output(shape: str) -> bool:
+    return "," not in shape and shape.rsplit(".", 1)[-1] in _OUTPUT
+
+
+def _turns(shapes: list[str]) -> int:
+    """How many times a stream's output turns from one of stdout/stderr/pty to another."""
+    kinds = [shape for shape in shapes if _output(shape)]
+    return sum(1 for a, b in itertools.pairwise(kinds) if a != b)
+
+
+def _cut(messages: list[dict[str, Any]]) -> bool:
+    """A stream that ended with an error, or without its end-of-stream trailer."""
+    if not messages or not messages[-1].get("end"):
+        return True
+    return any(path.startswith("error") for path in messages[-1])
 
 
 def _shape(message: dict[str, Any]) -> str:
@@ -229,7 +278,7 @@ def _pooled(messages: list[dict[str, Any]]) -> dict[str, Any]:
         for path, value in message.items():
             pooled.setdefault(path, []).extend(value if isinstance(value, list) else [value])
     return {
-        path: ["".join(values)] if path.rsplit(".", 1)[-1] in ("stdout", "stderr", "pty") and all(
+        path: ["".join(values)] if path.rsplit(".", 1)[-1] in _OUTPUT and all(
             isinstance(value, str) for value in values) else values
         for path, values in pooled.items()
     }  # fmt: skip

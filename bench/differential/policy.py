@@ -18,8 +18,10 @@ Policies (each compares an observed value with the reference runs' values of the
   magnitude  a number of the same type and sign, of the same order (within a factor MAGNITUDE; small numbers
              under SMALL are any): units (bytes vs MiB, ms vs s) differ by far more
   unordered  an array (or a stream's messages) compared as a multiset
-  items      an array whose length is not E2B's to fix (a list of sandboxes holds whatever else runs): each item
-             is one of the reference's items when they all agree, else judged by their shape
+  items      an array whose length and items are not E2B's to fix (a list of sandboxes holds whatever else runs):
+             each item of the same JSON type as the reference's
+  set        the distinct values, as a set, are one reference run's (how often each comes is not judged: a watch
+             may report a made directory CREATE, CHMOD and sometimes a second CHMOD)
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered", "items")
+POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered", "items", "set")
 DELTA_S = 15.0
 MAGNITUDE = 16.0
 PAST_FACTOR = 10.0  # a moment in the past may be this many times further back than E2B's (a slow case) ...

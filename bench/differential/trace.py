@@ -37,6 +37,7 @@ def exchange(entry: dict[str, Any]) -> dict[str, Any] | None:
         "key": f"{entry.get('method', '')} {route(path)}",
         "at": str(entry.get("ts", "")),
         "status": entry.get("status"),
+        "ms": entry.get("duration_ms"),
     }
     for part in ("request", "answer", "probe"):
         if isinstance(traced.get(part), dict):

@@ -747,6 +747,7 @@ class WireProxy:
                 bytes(exchange.capture.request.kept),
                 exchange.response_json,
                 exchange.capture.before,
+                datetime.fromisoformat(exchange.ts.replace("Z", "+00:00")),
             )
         except Exception:
             exchange.capture.probe = None

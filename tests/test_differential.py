@@ -101,7 +101,7 @@ def test_a_faithful_trace_with_other_ids_and_times_is_quiet() -> None:
     ("field", "value", "words"),
     [
         ("startedAt", "2026-03-03T01:00:01Z", "precision of 0 fractional digit(s) where E2B gives 3"),
-        ("endAt", "2026-03-03T01:15:01.512Z", "s from its request where E2B's is"),
+        ("startedAt", "2026-03-03T01:15:01.512Z", "s from its request where E2B's is"),
         ("memoryMB", 536870912, "a different value"),
         ("cpuCount", "2", "a string where E2B gives a integer"),
         ("sandboxID", "sbx-k0k0k0k0k0k0k0k0k0", "an id"),

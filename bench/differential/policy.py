@@ -15,6 +15,9 @@ Policies (each compares an observed value with the reference runs' values of the
              the moment its request began is within delta (DELTA_S scaled by slowness, + 10 % of the offset) of a
              reference run's; a moment E2B gives in the past (a start, a change) need only be in the past and not
              far further back (PAST_FACTOR times E2B's, + PAST_SLACK deltas): a slow case stretches how long ago
+  timeform   an ISO 8601 time with the reference's precision and zone form (a moment the harness's own choices
+             set, e.g. an end of life: its lifetime is judged as the probe's `endAt_less_asked`)
+  seconds    a number within delta of a reference run's (seconds the endpoint adds to what was asked)
   magnitude  a number of the same type and sign, of the same order (within a factor MAGNITUDE; small numbers
              under SMALL are any): units (bytes vs MiB, ms vs s) differ by far more
   unordered  an array (or a stream's messages) compared as a multiset
@@ -35,7 +38,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-POLICIES = ("exact", "ignore", "type", "id", "time", "magnitude", "unordered", "items", "set")
+POLICIES = ("exact", "ignore", "type", "id", "time", "timeform", "seconds", "magnitude", "unordered", "items", "set")
 DELTA_S = 15.0
 MAGNITUDE = 16.0
 PAST_FACTOR = 10.0  # a moment in the past may be this many times further back than E2B's (a slow case) ...
@@ -136,6 +139,13 @@ def accepts(policy: str, refs: list[Any], got: Any, at: datetime | None, ref_ats
         return _id(refs, got)
     if policy == "time":
         return _time(refs, got, at, ref_ats, delta_s)
+    if policy == "timeform":
+        return _time(refs, got, None, ref_ats, delta_s)
+    if policy == "seconds":
+        numbers = [ref for ref in refs if isinstance(ref, int | float) and not isinstance(ref, bool)]
+        if isinstance(got, int | float) and numbers and min(abs(got - ref) for ref in numbers) > delta_s:
+            return f"{got:+g} s where E2B's is {min(numbers, key=lambda ref: abs(got - ref)):+g} s"
+        return None
     if policy == "magnitude":
         return _magnitude(refs, got)
     return None

@@ -21,12 +21,15 @@ import json
 import re
 import struct
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
 from bench.remote.slowness import scaled
+
+from .policy import parse_time
 
 PROBE_S = 5.0
 GIVE_UP = 3
@@ -69,12 +72,14 @@ class Prober:
         request: bytes,
         answer: Any,
         before: dict[str, str] | None = None,
+        started: datetime | None = None,
     ) -> dict[str, Any] | None:
-        """The probe's leaves for this exchange, or None (nothing to probe, or the probe failed)."""
+        """The probe's leaves for this exchange (`started`: when its request began), or None (nothing to probe,
+        or the probe failed)."""
         if status is None or status >= 300 or self._gave_up():
             return None
         try:
-            found = await self._probe(method, url, headers, request, answer, before)
+            found = await self._probe(method, url, headers, request, answer, before, started or datetime.now(UTC))
         except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
             self.failures += 1
             return None
@@ -82,12 +87,19 @@ class Prober:
         return found
 
     async def _probe(
-        self, method: str, url: str, headers: dict[str, str], request: bytes, answer: Any, before: dict[str, str] | None
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        request: bytes,
+        answer: Any,
+        before: dict[str, str] | None,
+        started: datetime,
     ) -> dict[str, Any] | None:
         path = urlsplit(url).path
         try:
             if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
-                return await self._lifecycle(method, path, headers, answer)
+                return await self._lifecycle(method, path, headers, answer, request, started)
             sandbox = headers.get("e2b-sandbox-id")
             if sandbox is None:
                 return None
@@ -105,10 +117,13 @@ class Prober:
             return None
         return None
 
-    async def _lifecycle(self, method: str, path: str, headers: dict[str, str], answer: Any) -> dict[str, Any] | None:
+    async def _lifecycle(
+        self, method: str, path: str, headers: dict[str, str], answer: Any, request: bytes, started: datetime
+    ) -> dict[str, Any] | None:
         match = _LIFECYCLE.match(path)
         if match is None or (match["call"] is None and (match["id"] is None) == (method == "DELETE")):
             return None  # not a lifecycle call: a create is a POST without id, a kill a DELETE with one
+        asked = _json(request).get("timeout") if request else None
         sandbox = match["id"] or (answer.get("sandboxID") if isinstance(answer, dict) else None)
         if not isinstance(sandbox, str) or not sandbox:
             return None
@@ -121,8 +136,15 @@ class Prober:
         # the list's view of the same sandbox (another path through the control plane)
         listed = await self.client.get(f"{self.api}/v2/sandboxes", headers=keys, timeout=scaled(PROBE_S))
         entry = next((item for item in listed.json() if item.get("sandboxID") == sandbox), None)
-        if listed.status_code == 200 and isinstance(entry, dict):
+        if listed.status_code != 200:
+            entry = None
+        if isinstance(entry, dict):
             found.update({f"list.{name}": entry.get(name) for name in ("state", "startedAt", "endAt") if name in entry})
+        # the lifetime the call asked for (a create's, a connect's, a timeout's), against what the sandbox has now
+        for prefix, shown in (("", info), ("list.", entry)):
+            moment = parse_time(str(shown.get("endAt"))) if isinstance(shown, dict) else None
+            if isinstance(asked, int | float) and not isinstance(asked, bool) and moment is not None:
+                found[f"{prefix}endAt_less_asked"] = round((moment - started).total_seconds() - asked, 1)
         return found
 
     async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, str]:

@@ -1,10 +1,11 @@
 """The stored reference traces: `sandboxes/e2b/reference/<suite>/<runner>.jsonl`, one line per case.
 
-Each line is `{"case": STEP, "runs": [TRACE, ...]}`: the case's trace (bench/differential/trace.py) in each run
-it was recorded from, all of them passing runs of the faithful embedded endpoint. Several runs let the judgement
-tell a value E2B gives every time (judged `exact`) from one that varies (judged by its shape). A run writes every
-case's trace to `traces/<suite>.<runner>.jsonl` in its run directory; `e2b-bench reference --write` runs the suites
-RUNS times against the embedded endpoint with the differential judgement off and writes these files from them.
+Each line is `{"case": STEP, "runs": [TRACE, ...], "run_ids": [RUN, ...]}`: the case's trace
+(bench/differential/trace.py) in each run it was recorded from, and that run's id (names a case made of it are
+no difference), all of them passing runs of the faithful embedded endpoint. Several runs let the judgement tell a
+value E2B gives every time (judged `exact`) from one that varies (judged by its shape). A run writes every case's
+trace to `traces/<suite>.<runner>.jsonl` in its run directory; `e2b-bench reference --write` runs the suites RUNS
+times against the embedded endpoint with the differential judgement off and writes these files from them.
 """
 
 from __future__ import annotations
@@ -53,17 +54,19 @@ class References:
 
     def __init__(self, root: Path = REFERENCE_TRACES_DIR) -> None:
         self.root = root
-        self._loaded: dict[tuple[str, str], dict[str, list[list[dict[str, Any]]]]] = {}
+        self._loaded: dict[tuple[str, str], dict[str, list[tuple[list[dict[str, Any]], str | None]]]] = {}
 
-    def runs(self, suite: str, runner: str, case: str) -> list[list[dict[str, Any]]]:
-        """The reference runs' traces of a case (empty: no reference for it)."""
+    def runs(self, suite: str, runner: str, case: str) -> list[tuple[list[dict[str, Any]], str | None]]:
+        """The reference runs' traces of a case, each with the id of its run (empty: no reference for it)."""
         key = (suite, runner)
         if key not in self._loaded:
-            self._loaded[key] = {
-                str(entry["case"]): [run for run in entry.get("runs", []) if isinstance(run, list)]
-                for entry in read_lines(reference_path(suite, runner, self.root))
-                if "case" in entry
-            }
+            self._loaded[key] = {}
+            for entry in read_lines(reference_path(suite, runner, self.root)):
+                runs, ids = entry.get("runs") or [], entry.get("run_ids") or []
+                ids = [str(made_by) if made_by else None for made_by in ids] + [None] * (len(runs) - len(ids))
+                self._loaded[key][str(entry.get("case"))] = [
+                    (run, made_by) for run, made_by in zip(runs, ids, strict=False) if isinstance(run, list)
+                ]
         return self._loaded[key].get(case, [])
 
 
@@ -71,19 +74,23 @@ def write_references(run_dirs: list[Path], root: Path = REFERENCE_TRACES_DIR) ->
     """Reference files from the traces of `run_dirs`: a case's runs are its traces in the runs where it passed
     (a case that passed in none is left out). Files of the suites and runners the runs cover are rewritten
     whole; others are left as they are. Returns the files written."""
-    gathered: dict[tuple[str, str], dict[str, list[list[dict[str, Any]]]]] = {}
+    gathered: dict[tuple[str, str], dict[str, list[tuple[Any, str]]]] = {}
     for run_dir in run_dirs:
         for path in sorted((run_dir / TRACES).glob("*.jsonl")):
             suite, _, runner = path.stem.partition(".")
             cases = gathered.setdefault((suite, runner), {})
             for entry in read_lines(path):
                 if entry.get("outcome") == "pass" and isinstance(entry.get("trace"), list):
-                    cases.setdefault(str(entry["case"]), []).append(entry["trace"])
+                    made_by = str(entry.get("run_id") or run_dir.name)
+                    cases.setdefault(str(entry["case"]), []).append((entry["trace"], made_by))
     written = []
     for (suite, runner), cases in sorted(gathered.items()):
         target = reference_path(suite, runner, root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json_line({"case": case, "runs": runs}) for case, runs in sorted(cases.items())]
+        lines = [
+            json_line({"case": case, "runs": [run for run, _ in runs], "run_ids": [made_by for _, made_by in runs]})
+            for case, runs in sorted(cases.items())
+        ]
         atomic_write(target, "".join(f"{line}\n" for line in lines))
         written.append(target)
     return written

@@ -32,14 +32,22 @@ PREFIX = "differs from E2B: "
 RUN_ID = re.compile(r"\d{8}T\d{6}Z-[A-Za-z0-9._-]+")
 
 
-def neutral(value: Any) -> Any:
-    """`value` with every run id in its strings as `{run}`: a run's own name is no difference from E2B."""
+TAIL = 8  # the shortest end of a run's id a name made of it is taken to hold
+
+
+def neutral(value: Any, run_id: str | None = None) -> Any:
+    """`value` with every run id in its strings as `{run}`, and the longest end of `run_id` (the run the value is
+    from) a string holds as `{run-end}`: a run's own name, or one a case made of it, is no difference from E2B."""
     if isinstance(value, str):
-        return RUN_ID.sub("{run}", value)
+        value = RUN_ID.sub("{run}", value)
+        for size in range(len(run_id or ""), TAIL - 1, -1):
+            if run_id and run_id[-size:] in value:
+                return value.replace(run_id[-size:], "{run-end}")
+        return value
     if isinstance(value, list):
-        return [neutral(item) for item in value]
+        return [neutral(item, run_id) for item in value]
     if isinstance(value, dict):
-        return {key: neutral(item) for key, item in value.items()}
+        return {key: neutral(item, run_id) for key, item in value.items()}
     return value
 
 
@@ -67,14 +75,15 @@ class Differential:
         if window is None:
             return observed
         trace = case_trace(window)
+        run_id = self.run_dir.name
         append_line(
             run_traces_path(self.run_dir, suite, runner),
-            {"case": observed.id, "outcome": observed.outcome, "trace": trace},
+            {"case": observed.id, "outcome": observed.outcome, "run_id": run_id, "trace": trace},
         )
         refs = self.references.runs(suite, runner, observed.id) if self.judges else []
         if observed.outcome != "pass" or not refs or not self.judges:
             return observed
-        found = self.judge().differences([neutral(ref) for ref in refs], neutral(trace))
+        found = self.judge().differences([neutral(ref, made_by) for ref, made_by in refs], neutral(trace, run_id))
         if not found:
             return observed
         more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""

@@ -185,7 +185,7 @@ class Api:
 
     def _time(self, moment: float) -> str:
         """A REST time: milliseconds, as E2B gives them (`coarse_times`: whole seconds)."""
-        return utc(int(moment)) if self.registry.quirks.coarse_times else utc(moment)
+        return utc(moment, "seconds") if self.registry.quirks.coarse_times else utc(moment)
 
     def _detail(self, sandbox: Sandbox, listed: bool = False) -> dict[str, Any]:
         return {

@@ -54,8 +54,8 @@ CLIENT_ID = "e2b-bench"
 ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
-def utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def utc(ts: float, timespec: str = "milliseconds") -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 @dataclass

@@ -451,9 +451,10 @@ class WireProxy:
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
                 if self.probes and exchange.capture is not None and self._client is not None:  # the look before
-                    exchange.capture.before = await self._prober_of(self._client).before(
-                        exchange.method, exchange.url, exchange.capture.headers
-                    )
+                    with contextlib.suppress(Exception):  # a look that fails is left out
+                        exchange.capture.before = await self._prober_of(self._client).before(
+                            exchange.method, exchange.url, exchange.capture.headers
+                        )
                 await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))

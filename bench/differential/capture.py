@@ -55,7 +55,7 @@ class Capture:
         self.response = _Body()
         self.headers = headers or {}  # the request's headers as sent (credentials for a probe): never written
         self.probe: dict[str, Any] | None = None  # what bench/differential/probe.py saw after the exchange
-        self.before: dict[str, str] = {}  # what it saw before (an upload's path: the inode there)
+        self.before: dict[str, Any] = {}  # what it saw before the call (an upload's path's inode, an environment)
 
     def summary(
         self, request_headers: dict[str, str], response_headers: dict[str, str], redactor: Redacting

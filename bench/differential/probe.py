@@ -7,8 +7,9 @@ has the answer's end (so nothing the case does next can race it), recorded as th
 - After an envd call that changed files (an upload, Filesystem Move, MakeDir, Remove): each path as `stat` in
   the sandbox sees it (size, mode, owner, group, links, mtime at full precision; `exists: false` once gone), run
   as the same user (a relative path resolves as the call's did).
-- After the first command of a sandbox, user and cwd: that command's environment as a login shell of that user
-  in that cwd sees it (HOME, USER, LOGNAME, SHELL, PWD, PATH and every E2B_* variable) and `id`.
+- Before the first command of each sandbox and user (before it is sent: no command of the case ever sees the
+  probe's): that user's environment as a login shell sees it (HOME, USER, LOGNAME, SHELL, PWD, PATH and every
+  E2B_* variable) and `id`, recorded as that command's probe.
 
 The probes go to the endpoint directly (not through the proxy: no wire line of their own) with the credentials
 the client's request carried, bounded by PROBE_S scaled by the host's slowness; a probe that fails is left out.
@@ -71,7 +72,7 @@ class Prober:
         headers: dict[str, str],
         request: bytes,
         answer: Any,
-        before: dict[str, str] | None = None,
+        before: dict[str, Any] | None = None,
         started: datetime | None = None,
     ) -> dict[str, Any] | None:
         """The probe's leaves for this exchange (`started`: when its request began), or None (nothing to probe,
@@ -93,28 +94,24 @@ class Prober:
         headers: dict[str, str],
         request: bytes,
         answer: Any,
-        before: dict[str, str] | None,
+        before: dict[str, Any] | None,
         started: datetime,
     ) -> dict[str, Any] | None:
         path = urlsplit(url).path
-        try:
-            if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
-                return await self._lifecycle(method, path, headers, answer, request, started)
-            sandbox = headers.get("e2b-sandbox-id")
-            if sandbox is None:
-                return None
-            if path == "/files" and method == "POST":
-                headers = _as_user(headers, parse_qs(urlsplit(url).query))
-                return await self._stat(sandbox, headers, _upload_paths(url, headers, request), before)
-            if path in _CHANGES:
-                body = _json(request)
-                return await self._stat(
-                    sandbox, headers, [str(body[name]) for name in _CHANGES[path] if body.get(name)]
-                )
-            if path == "/process.Process/Start":
-                return await self._environment(sandbox, headers, request)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
+            return await self._lifecycle(method, path, headers, answer, request, started)
+        sandbox = headers.get("e2b-sandbox-id")
+        if sandbox is None:
             return None
+        if path == "/files" and method == "POST":
+            headers = _as_user(headers, parse_qs(urlsplit(url).query))
+            inodes = (before or {}).get("inodes")
+            return await self._stat(sandbox, headers, _upload_paths(url, headers, request), inodes)
+        if path in _CHANGES:
+            body = _json(request)
+            return await self._stat(sandbox, headers, [str(body[name]) for name in _CHANGES[path] if body.get(name)])
+        if path == "/process.Process/Start":
+            return (before or {}).get("env")  # looked at before the command started
         return None
 
     async def _lifecycle(
@@ -147,25 +144,29 @@ class Prober:
                 found[f"{prefix}endAt_less_asked"] = round((moment - started).total_seconds() - asked, 1)
         return found
 
-    async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, str]:
-        """Before an upload to a path given in its query: the inode of what is there (path -> inode)."""
+    async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, Any]:
+        """Before the call is sent: for an upload to a path given in its query, the inode of what is there
+        (`{"inodes": {path: inode}}`); for a command, the first of its sandbox and user, that user's environment
+        (`{"env": leaves}`: looked at before the command starts, so that no command of the case ever sees it)."""
         sandbox = headers.get("e2b-sandbox-id")
-        query = parse_qs(urlsplit(url).query)
-        if (
-            method != "POST"
-            or urlsplit(url).path != "/files"
-            or not sandbox
-            or not query.get("path")
-            or self._gave_up()
-        ):
+        path = urlsplit(url).path
+        if method != "POST" or not sandbox or self._gave_up():
             return {}
-        path = query["path"][0]
-        headers = _as_user(headers, query)
         try:
-            out = await self._run(sandbox, headers, f"stat -c %i -- {_quote(path)} 2>/dev/null", None)
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            if path == "/process.Process/Start":
+                env = await self._environment(sandbox, headers)
+                return {"env": env} if env else {}
+            query = parse_qs(urlsplit(url).query)
+            if path != "/files" or not query.get("path"):
+                return {}
+            target = query["path"][0]
+            out = await self._run(
+                sandbox, _as_user(headers, query), f"stat -c %i -- {_quote(target)} 2>/dev/null", None
+            )
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
+            self.failures += 1
             return {}
-        return {path: out.strip()} if out.strip().isdigit() else {}
+        return {"inodes": {target: out.strip()}} if out.strip().isdigit() else {}
 
     async def _stat(
         self, sandbox: str, headers: dict[str, str], paths: list[str], before: dict[str, str] | None = None
@@ -189,15 +190,12 @@ class Prober:
                 found[f"{prefix}.same_inode"] = before[paths[index]] == inode
         return found or None
 
-    async def _environment(self, sandbox: str, headers: dict[str, str], request: bytes) -> dict[str, Any] | None:
-        started = _first_message(request)
-        process = started.get("process") if isinstance(started, dict) else None
-        cwd = process.get("cwd") if isinstance(process, dict) else None
-        seen = (sandbox, headers.get("authorization", ""), str(cwd or ""))
+    async def _environment(self, sandbox: str, headers: dict[str, str]) -> dict[str, Any] | None:
+        seen = (sandbox, headers.get("authorization", ""), "")
         if seen in self.seen_envs:
             return None
         self.seen_envs.add(seen)
-        lines = (await self._run(sandbox, headers, ENV_SCRIPT, cwd if isinstance(cwd, str) else None)).splitlines()
+        lines = (await self._run(sandbox, headers, ENV_SCRIPT, None)).splitlines()
         if len(lines) < 2:
             return None
         found: dict[str, Any] = {"env.user": lines[0], "env.group": lines[1]}

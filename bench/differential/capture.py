@@ -107,6 +107,8 @@ class _Body:
             return {"messages": [{"cut": True}]}  # too long to keep: no end trailer, so never judged
         if whole and (media == "application/json" or media.endswith("+json")):
             return {"leaves": _cut(_leaves_of(data, redactor))}
+        if whole and len(data) != self.size:  # decoded (gzip): its size and digest, not the encoding's
+            return {"body": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()[:16]}}
         return {"body": {"bytes": self.size, "sha256": self.digest.hexdigest()[:16]}}
 
 

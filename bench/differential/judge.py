@@ -146,6 +146,8 @@ class Judge:
             policy = rule_for(field, self.rules)
             if policy == "ignore":
                 continue
+            if policy == "items" and (path not in got or not any(path in ref for ref in refs)):
+                continue  # a list's items are whatever else runs: which fields they have is theirs
             values = [ref[path] for ref in refs if path in ref]
             ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) if path in ref]
             if path not in got:

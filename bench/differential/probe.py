@@ -137,11 +137,16 @@ class Prober:
             entry = None
         if isinstance(entry, dict):
             found.update({f"list.{name}": entry.get(name) for name in ("state", "startedAt", "endAt") if name in entry})
-        # the lifetime the call asked for (a create's, a connect's, a timeout's), against what the sandbox has now
+        # the lifetime the call asked for (a create's, a connect's, a timeout's), against what the sandbox has now;
+        # a connect or resume that asked none: the lifetime the endpoint gives by default
         for prefix, shown in (("", info), ("list.", entry)):
             moment = parse_time(str(shown.get("endAt"))) if isinstance(shown, dict) else None
-            if isinstance(asked, int | float) and not isinstance(asked, bool) and moment is not None:
+            if moment is None:
+                continue
+            if isinstance(asked, int | float) and not isinstance(asked, bool):
                 found[f"{prefix}endAt_less_asked"] = round((moment - started).total_seconds() - asked, 1)
+            elif match["call"] in ("connect", "resume"):
+                found[f"{prefix}endAt_in"] = round((moment - started).total_seconds(), 1)
         return found
 
     async def before(self, method: str, url: str, headers: dict[str, str]) -> dict[str, Any]:

@@ -392,6 +392,8 @@ class Api:
             await self.registry.resume(sandbox, timeout_s, reboot=body.get("memory") is False)
             return self._created(sandbox, sandbox.mint_token(), 201)
         later = time.time() + timeout_s
+        if self.registry.quirks.connect_sets_lifetime:  # a fixed lifetime for every connect, whatever it asked
+            later = time.time() + CONNECT_LIFETIME_S
         sandbox.end_at = later if self.registry.quirks.connect_sets_lifetime else max(sandbox.end_at, later)
         return self._created(sandbox, sandbox.mint_token(), 200)
 
@@ -550,6 +552,9 @@ class Api:
             "diskTotal": disk_total,
         }
         return JSONResponse([sample])
+
+
+CONNECT_LIFETIME_S = 60  # the connect_sets_lifetime quirk: what connecting to a running sandbox leaves it
 
 
 def _tokens(sandbox: Sandbox, envd_token: str) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class Quirks:
     timeout_keeps_endat: bool = False  # later-call value: after a set timeout a list still reports the old endAt
     root_home_of_user: bool = False  # user environment: a command run as root gets the default user's HOME
     upload_replaces_file: bool = False  # replaced-file metadata: an upload over a file makes a new one (mode, links)
-    connect_sets_lifetime: bool = False  # lifetime after connect: connecting to a running sandbox sets (may shorten)
+    connect_sets_lifetime: bool = False  # lifetime after connect: connecting to a running sandbox leaves it 60 s
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.

@@ -272,7 +272,7 @@ DIFFERENTIAL_DETECTED_BY: dict[str, tuple[tuple[str, ...], str]] = {
     "timeout_keeps_endat": (both("set_timeout"), "POST /sandboxes/{id}/timeout probe list.endAt"),
     "root_home_of_user": (both("run_envs_cwd_user"), "POST /process.Process/Start probe env.HOME"),
     "upload_replaces_file": (both("file_metadata_replaced"), "POST /files probe stat.same_inode"),
-    "connect_sets_lifetime": (both("rest_options"), "POST /sandboxes/{id}/connect probe endAt_in"),
+    "connect_sets_lifetime": (both("rest_options"), "sandboxes/{id}/connect probe endAt_in"),
     "mutations=stderr_held": (both("run_streams"), "POST /process.Process/Start messages"),
 }
 DETECTED_BY.update({quirk: cases for quirk, (cases, _) in DIFFERENTIAL_DETECTED_BY.items()})

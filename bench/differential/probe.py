@@ -162,8 +162,8 @@ class Prober:
                 env = await self._environment(sandbox, headers)
                 return {"env": env} if env else {}
             query = parse_qs(urlsplit(url).query)
-            if path != "/files" or not query.get("path"):
-                return {}
+            if path != "/files" or not query.get("path") or "content-length" not in headers:
+                return {}  # a streamed upload is not held back: its client may give up on a body not read
             target = query["path"][0]
             out = await self._run(
                 sandbox, _as_user(headers, query), f"stat -c %i -- {_quote(target)} 2>/dev/null", None

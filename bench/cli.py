@@ -113,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", default="e2b", help="quirk profile of the embedded endpoint (local only)")
     run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     run.add_argument("--no-report", action="store_true", help="do not render the report")
+    run.add_argument("--no-differential", action="store_true", help="do not judge cases against their reference traces")
     run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
     run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
     run.add_argument("--model-base-url", default=None, help="a real OpenAI-compatible model for the frameworks")
@@ -216,6 +217,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-confirm", action="store_true", help="declare the failures without running them again to confirm them"
     )
     expectations.set_defaults(handler=cmd_expectations)
+
+    reference = _command(
+        commands,
+        "reference",
+        help="record the reference traces the differential judgement compares each case with",
+        description="Run the suites RUNS times against the embedded endpoint (faithful, the differential judgement "
+        "off) and, with --write, store each case's traces of the runs where it passed as "
+        "sandboxes/e2b/reference/<suite>/<runner>.jsonl (reviewed like code). --from RUN... makes them from "
+        "runs already made instead.",
+    )
+    reference.add_argument("--runner", action="append", default=[], help="runner name, repeatable (default: run's)")
+    reference.add_argument("--case", action="append", default=[], metavar="PATTERN", help="as run's --case")
+    reference.add_argument("-k", dest="keyword", default=None, help="pytest -k: only cases matching the expression")
+    reference.add_argument("--write", action="store_true", help="write the reference files (else: only run)")
+    reference.add_argument("--runs", type=int, default=2, help="runs to record (values that vary are judged by shape)")
+    reference.add_argument("--from", dest="from_runs", type=Path, nargs="+", default=None, metavar="RUN")
+    reference.add_argument("suites", nargs="*", default=[], help="suite names (default: every SDK suite)")
+    reference.set_defaults(handler=cmd_reference)
 
     bench = _command(
         commands,
@@ -351,6 +370,10 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["--max-minutes", str(positive(args.max_minutes, "--max-minutes"))] if args.max_minutes is not None else []),
         *extra,
     ]  # fmt: skip
+    if args.no_differential:
+        from .differential.capture import DIFFERENTIAL_ENV
+
+        os.environ[DIFFERENTIAL_ENV] = "0"  # read by every wire proxy and the judgement of the run
     if args.wire_bodies is not None:
         from .wire import WIRE_BODIES_ENV
 
@@ -575,6 +598,23 @@ def cmd_expectations(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(str(exc)) from None
     for line in change.lines():
         print(line)
+    return ExitCode.OK
+
+
+def cmd_reference(args: argparse.Namespace, extra: list[str]) -> int:
+    from .differential.reference import record_runs, write_references
+
+    runs = args.from_runs
+    if runs is None:
+        chosen = [*(f"--runner={name}" for name in args.runner), *(f"--case={pattern}" for pattern in args.case)]
+        chosen += ["-k", args.keyword] if args.keyword else []
+        code, runs = record_runs(args.suites, int(positive(args.runs, "--runs")), chosen)
+        if code != ExitCode.OK:
+            print(f"e2b-bench reference: a run was not conformant (exit {code}); nothing written", file=sys.stderr)
+            return code
+    if args.write:
+        for path in write_references(runs):
+            print(f"e2b-bench reference: wrote {path}")
     return ExitCode.OK
 
 

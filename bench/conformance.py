@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .differential.session import Differential
 from .endpoints import Endpoint
 from .exits import ExitCode
 from .expectations import DECLARED_PREREQUISITE, Expectations, judge
@@ -41,7 +42,7 @@ from .runners.catalog import Runner, prepare_all
 from .runners.manifest import load_manifest, load_steps, task_steps
 from .runners.protocol import INTERRUPTED, Event, RunnerResult, StepResult, make_task, run_runner
 from .shards import Shard
-from .triage.evidence import StepSeen, Window, WireLogs, stamped
+from .triage.evidence import StepSeen, Window, WireLogs, bounded, stamped
 from .upstream.plan import task_options as upstream_options
 from .wire import WireProxy, last_exchange
 
@@ -111,6 +112,7 @@ class BenchSession:
         default_factory=dict
     )  # + step -> read at
     wire_logs: WireLogs = field(default_factory=WireLogs)
+    differential: Differential | None = None  # each case judged against its reference trace (bench/differential/)
     gate: capacity.RunnerGate = field(init=False)
 
     def __post_init__(self) -> None:
@@ -373,6 +375,7 @@ class BenchSession:
             suite=suite,
             on_answer=self.answers.add,
             on_write_error=self._write_failed,
+            probes=self._differential().on,
         ) as proxy:
             self.proxies[(suite, runner.name)] = (proxy, {})
             endpoint_env = {"E2B_API_KEY": self.key or "", "E2B_API_URL": proxy.url, "E2B_SANDBOX_URL": proxy.url}
@@ -530,6 +533,8 @@ class BenchSession:
     def _judged(self, suite: str, runner: Runner, step: str, observed: StepResult) -> tuple[CaseRecord, str]:
         conditions = self.conditions.pop((suite, runner.name, step), [])
         observed = self._behind_declared(suite, runner.name, step, observed)
+        window = lambda: self._window(suite, runner.name, step)  # noqa: E731
+        observed = self._differential().judged(suite, runner.name, observed, window)
         record, note = self._judge(suite, runner.name, step, with_conditions(observed, conditions))
         if is_transient(record.details):  # judged again at the end, with every answer of the run
             self.transient[(suite, runner.name, step)] = (observed, conditions)
@@ -646,15 +651,26 @@ class BenchSession:
 
     def _evidence(self, suite: str, runner: str, step: str) -> list[dict[str, Any]] | None:
         """The exchanges the runner made while the step ran (None when it never reported the step)."""
+        window = self._window(suite, runner, step)
+        return None if window is None else bounded(window)
+
+    def _window(self, suite: str, runner: str, step: str) -> list[dict[str, Any]] | None:
+        """Every wire log line of the exchanges the runner made while the step ran (None: it never reported it)."""
         seen = self.steps_seen.get((suite, runner), [])
         index = next((i for i, event in enumerate(seen) if event.step == step), None)
         run_dir = self.lifecycle.run_dir
-        if index is None or run_dir is None:
+        if index is None or run_dir is None or (suite, runner) not in self.proxies:
             return None
         proxy, read_at = self.proxies[(suite, runner)]
         if step in read_at:  # the step's last exchange may still be on its way to the log
             proxy.wait_logged(read_at[step], scaled(EVIDENCE_WAIT_S))
-        return self.wire_logs.evidence(run_dir.wire_path(runner), suite, Window.of_step(seen, index))
+        return self.wire_logs.window(run_dir.wire_path(runner), suite, Window.of_step(seen, index))
+
+    def _differential(self) -> Differential:
+        if self.differential is None:
+            assert self.lifecycle.run_dir is not None
+            self.differential = Differential(self.lifecycle.run_dir.path)
+        return self.differential
 
     def end(self, status: str, exit_code: int) -> int:
         """Cases not run recorded with the reason, the sandboxes this run left killed, the leak sweep (when

@@ -11,6 +11,9 @@ statuses (5xx) are listed with why, not counted. Requests that match no operatio
 `pty` members for Python; `Sandbox` and the same members for npm), as the runner's own environment reports
 it (sandboxes/e2b/*/surface.*), with the cases that called it (`details.sdk_calls`, observed by the runner).
 
+(c) Fields: every field of an answer or probe the run's traces show, judged by a rule of the field-policy table or
+by the reference traces, and the gaps: those neither judges (bench/differential/coverage.py).
+
 `write_coverage(run_dir)` writes `coverage.json` (bench/schemas/coverage.schema.json) into the run directory.
 """
 
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from .differential.coverage import field_coverage
 from .paths import SANDBOXES_DIR
 from .results import atomic_write
 
@@ -230,5 +234,8 @@ def write_coverage(run_dir: Path) -> dict | None:
     if not requests and not cases:
         return None
     coverage = {"spec": spec_coverage(requests, load_operations()), "sdk": sdk_coverage(cases)}
+    fields = field_coverage(run_dir)  # the field-policy table's coverage (bench/differential/coverage.py)
+    if fields is not None:
+        coverage["fields"] = fields
     atomic_write(run_dir / "coverage.json", json.dumps(coverage, indent=2) + "\n")  # as every artifact
     return coverage

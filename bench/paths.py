@@ -24,6 +24,9 @@ USER_ROOT = _CHECKOUT if FROM_CHECKOUT else Path.cwd()
 SANDBOXES_DIR = DATA_ROOT / "sandboxes"
 FRAMEWORKS_DIR = DATA_ROOT / "frameworks"
 SUITE_DIRS = (SANDBOXES_DIR, FRAMEWORKS_DIR)  # where suite modules (`test_<suite>.py`) live
+# the differential judgement's data (bench/differential/): the reference traces and the field-policy table
+REFERENCE_TRACES_DIR = SANDBOXES_DIR / "e2b" / "reference"
+FIELD_POLICY_PATH = SANDBOXES_DIR / "e2b" / "differential.toml"
 MANIFEST_PATHS = (
     SANDBOXES_DIR / "e2b" / "manifest.toml",
     FRAMEWORKS_DIR / "manifest.toml",

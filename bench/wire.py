@@ -38,6 +38,8 @@ import httpx
 import uvicorn
 
 from bench.asgi import KEEPALIVE_S, RESET_EXTENSION, ResettableHttp
+from bench.differential import capture
+from bench.differential.probe import Prober
 from bench.remote import capacity, lifetimes
 from bench.remote.ledger import SANDBOX_PATH, SandboxLedger, is_create, is_lifecycle
 from bench.remote.retry import RATE_LIMITED, TRANSIENT, retryable, wait_before_retry
@@ -148,6 +150,7 @@ class _Exchange:
     upstream: bool = False  # a request is with the upstream, its answer not yet come
     create: bool = False  # a create the ledger counts (`_create`)
     room_message: str | None = None  # while a create refused for capacity waits for room: what the endpoint said
+    capture: capture.Capture | None = None  # both bodies as the differential judgement reads them
 
 
 @dataclass
@@ -248,6 +251,7 @@ class WireProxy:
         suite: str | None = None,
         on_answer: Callable[[str, str, int], None] | None = None,
         on_write_error: Callable[[OSError], None] | None = None,
+        probes: bool = False,
     ) -> None:
         self.upstream_api = upstream_api.rstrip("/")
         self.upstream_sandbox = upstream_sandbox.rstrip("/") if upstream_sandbox else None
@@ -261,6 +265,9 @@ class WireProxy:
         self.ledger = ledger
         self.on_answer = on_answer  # (method, path, status) of each answer handed on (retries are not)
         self.on_write_error = on_write_error  # a log line that could not be written (a full disk): told, not raised
+        self.traced = capture.enabled()  # each line carries `trace` (bench/differential/capture.py)
+        self.probes = probes and self.traced  # the second path's looks (bench/differential/probe.py): a run's
+        self._prober: Prober | None = None
         self.port: int | None = None
         self._open: dict[int, _Exchange] = {}  # exchanges in progress, for `in_flight`
         self._log: BinaryIO | None = None
@@ -442,6 +449,7 @@ class WireProxy:
             url=scope["path"],
             request_headers=_redact_headers(headers),
             reset=scope.get("extensions", {}).get(RESET_EXTENSION),
+            capture=capture.Capture(dict(headers)) if self.traced else None,
         )
         followed = False  # a lifecycle call (kill, pause, ...) the ledger must see answered
         try:
@@ -458,6 +466,11 @@ class WireProxy:
                 followed, exchange.create = False, True  # the create tells the ledger itself
                 await self._create(exchange, url, headers, receive, send, retry_path)
             else:
+                if self.probes and exchange.capture is not None and self._client is not None:  # the look before
+                    with contextlib.suppress(Exception):  # a look that fails is left out
+                        exchange.capture.before = await self._prober_of(self._client).before(
+                            exchange.method, exchange.url, exchange.capture.headers
+                        )
                 await self._forward(exchange, url, headers, control_plane, receive, send, retry_path)
         except _NoUpstream as exc:
             await self._reply_502(exchange, send, str(exc))
@@ -583,6 +596,8 @@ class WireProxy:
             chunk = message.get("body", b"")
             exchange.request_bytes += len(chunk)
             self._keep(exchange.request_body, chunk)
+            if exchange.capture is not None:
+                exchange.capture.request.feed(chunk)
             if exchange.lifecycle_body is not None and len(exchange.lifecycle_body) < LEARN_LIMIT_BYTES:
                 exchange.lifecycle_body += chunk
             if chunk:
@@ -640,6 +655,7 @@ class WireProxy:
             # A client is done at the last byte it expects, so the line is written just before it.
             expected = _content_length(response, exchange.method)
             if expected == 0:
+                await self._probe(exchange)
                 self._write(exchange)
             await send(
                 {
@@ -657,6 +673,8 @@ class WireProxy:
                 async for chunk in response.aiter_raw() if room.raw is None else _chunks(room.raw):
                     exchange.response_bytes += len(chunk)
                     self._keep(exchange.response_body, chunk)
+                    if exchange.capture is not None:
+                        exchange.capture.response.feed(chunk)
                     if exchange.frames is not None:
                         exchange.frames.feed(chunk)
                     if learning:
@@ -665,6 +683,7 @@ class WireProxy:
                             continue
                         learning, chunk = False, b"".join(held)
                     if expected is not None and exchange.response_bytes >= expected:
+                        await self._probe(exchange)
                         self._write(exchange)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except httpx.HTTPError as exc:
@@ -675,6 +694,7 @@ class WireProxy:
                 raise
             if learning:
                 exchange.response_json = self._learn(b"".join(held), response.headers.get("content-encoding", ""))
+            await self._probe(exchange)
             self._write(exchange)
             await send({"type": "http.response.body", "body": b"".join(held) if learning else b""})
         finally:
@@ -731,6 +751,29 @@ class WireProxy:
         self._write(exchange)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
+    def _prober_of(self, client: httpx.AsyncClient) -> Prober:
+        if self._prober is None:
+            self._prober = Prober(client, self.upstream_api, self.upstream_for)
+        return self._prober
+
+    async def _probe(self, exchange: _Exchange) -> None:
+        """The second path's look after the exchange (bench/differential/probe.py), before its client has the end."""
+        if not self.probes or exchange.capture is None or exchange.logged or self._client is None:
+            return
+        try:
+            exchange.capture.probe = await self._prober_of(self._client).probe(
+                exchange.method,
+                exchange.url,
+                exchange.status,
+                exchange.capture.headers,
+                bytes(exchange.capture.request.kept),
+                exchange.response_json,
+                exchange.capture.before,
+                datetime.fromisoformat(exchange.ts.replace("Z", "+00:00")),
+            )
+        except Exception:
+            exchange.capture.probe = None
+
     def _learn(self, body: bytes, encoding: str) -> Any:
         """Teach the redactor the secrets of a JSON answer; returns the answer (None: not JSON)."""
         try:
@@ -779,6 +822,10 @@ class WireProxy:
             record["frames"] = exchange.frames.texts(self.redactor)
         if exchange.retries:
             record["retries"] = exchange.retries
+        if exchange.capture is not None:
+            record["trace"] = exchange.capture.summary(
+                exchange.request_headers, exchange.response_headers, self.redactor
+            )
         if self.body_bytes:
             for part, headers, kept, total in (
                 ("request_body", exchange.request_headers, exchange.request_body, exchange.request_bytes),

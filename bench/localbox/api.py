@@ -183,11 +183,17 @@ class Api:
     def _created(self, sandbox: Sandbox, token: str, status: int) -> JSONResponse:
         return JSONResponse(_tokens(sandbox, token), status_code=status)
 
-    def _detail(self, sandbox: Sandbox) -> dict[str, Any]:
+    def _time(self, moment: float) -> str:
+        """A REST time: milliseconds, as E2B gives them (`coarse_times`: whole seconds)."""
+        return utc(moment, "seconds") if self.registry.quirks.coarse_times else utc(moment)
+
+    def _detail(self, sandbox: Sandbox, listed: bool = False) -> dict[str, Any]:
         return {
             **sandbox.summary(),
-            "startedAt": utc(sandbox.started_at),
-            "endAt": utc(sandbox.end_at),
+            "startedAt": self._time(sandbox.started_at),
+            "endAt": self._time(
+                sandbox.end_at if sandbox.reported_end_at is None or not listed else sandbox.reported_end_at
+            ),
             "cpuCount": self.registry.quirks.cpu_count(CPU_COUNT),
             "memoryMB": MEMORY_MB,
             "diskSizeMB": self.registry.config.disk_size_mb,
@@ -268,7 +274,7 @@ class Api:
     # --- list and get --------------------------------------------------------------------------
     async def list_v1(self, request: Request) -> Response:
         found = self._filter(request, states={"running"})
-        return JSONResponse([self._detail(s) for s in found])
+        return JSONResponse([self._detail(s, listed=True) for s in found])
 
     async def list_v2(self, request: Request) -> Response:
         params = request.query_params
@@ -285,7 +291,7 @@ class Api:
         headers = {}
         if start + limit < len(found):
             headers["X-Next-Token"] = base64.urlsafe_b64encode(str(start + limit).encode()).decode()
-        return JSONResponse([self._detail(s) for s in page], headers=headers)
+        return JSONResponse([self._detail(s, listed=True) for s in page], headers=headers)
 
     def _filter(self, request: Request, states: set[str]) -> list[Sandbox]:
         params = request.query_params
@@ -345,6 +351,8 @@ class Api:
         body = await json_body(request)
         if "timeout" not in body:
             raise ApiError(400, "'timeout' is required")
+        if self.registry.quirks.timeout_keeps_endat and sandbox.reported_end_at is None:
+            sandbox.reported_end_at = sandbox.end_at  # what GET goes on reporting
         sandbox.end_at = time.time() + _int(body, "timeout", 0)
         return Response(status_code=204)
 
@@ -383,7 +391,10 @@ class Api:
         if sandbox.state == "paused":
             await self.registry.resume(sandbox, timeout_s, reboot=body.get("memory") is False)
             return self._created(sandbox, sandbox.mint_token(), 201)
-        sandbox.end_at = max(sandbox.end_at, time.time() + timeout_s)
+        later = time.time() + timeout_s
+        if self.registry.quirks.connect_sets_lifetime:  # a fixed lifetime for every connect, whatever it asked
+            later = time.time() + CONNECT_LIFETIME_S
+        sandbox.end_at = later if self.registry.quirks.connect_sets_lifetime else max(sandbox.end_at, later)
         return self._created(sandbox, sandbox.mint_token(), 200)
 
     async def update_network(self, request: Request) -> Response:
@@ -526,18 +537,24 @@ class Api:
         if outside and not self.registry.quirks.metrics_ignore_window:
             return JSONResponse([])  # no sample of this sandbox falls in the window
         cpu, memory, disk, disk_total = await asyncio.get_running_loop().run_in_executor(None, sandbox.box.usage)
+        mem_total = MEMORY_MB * 1024 * 1024
+        if self.registry.quirks.metrics_in_mib:  # bytes as MiB
+            memory, mem_total, disk, disk_total = (n // (1024 * 1024) for n in (memory, mem_total, disk, disk_total))
         sample = {
             "timestamp": utc(now),
             "timestampUnix": int(now),
             "cpuCount": CPU_COUNT,
             "cpuUsedPct": round(cpu, 2),
             "memUsed": memory,
-            "memTotal": MEMORY_MB * 1024 * 1024,
+            "memTotal": mem_total,
             "memCache": 0,
             "diskUsed": disk,
             "diskTotal": disk_total,
         }
         return JSONResponse([sample])
+
+
+CONNECT_LIFETIME_S = 60  # the connect_sets_lifetime quirk: what connecting to a running sandbox leaves it
 
 
 def _tokens(sandbox: Sandbox, envd_token: str) -> dict[str, Any]:

@@ -196,6 +196,7 @@ class BoxSettings:
     profile_lines: tuple[str, ...] = ()  # appended to the sandbox's login profile
     hidden_paths: tuple[str, ...] = ()  # template files removed from the sandbox's view (quirks)
     upload_truncates_first: bool = False  # an upload truncates before the chown (the extra_write_event quirk)
+    root_home_of_user: bool = False  # root's commands get the default user's HOME (the root_home_of_user quirk)
     limits: Limits = field(default_factory=Limits)
 
 
@@ -1141,6 +1142,8 @@ class Box:
         info = await self.user(user)
         home = info["home"]
         workdir = self.resolve(cwd, home) if cwd else home
+        if self.settings.root_home_of_user and user == "root":
+            home = (await self.user("user"))["home"]  # E2B's default user's
         env = {"PATH": DEFAULT_PATH, "HOME": home, "USER": user, "LOGNAME": user, "PWD": workdir, **envs}
         if pty:
             env.setdefault("TERM", "xterm-256color")

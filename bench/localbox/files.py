@@ -207,6 +207,15 @@ class Files:
     async def _open(self, sandbox: Sandbox, path: str, user: str, metadata: dict[str, str]) -> tuple[int, bool]:
         """The upload's file and whether its old contents are still there to be written over and cut."""
         try:
+            if sandbox.quirks.upload_replaces_file:  # a new file in the old one's place: its mode and links are gone
+                aside = f"{path}.replaced"
+                with contextlib.suppress(AgentError):
+                    await sandbox.box.fs("move", source=path, destination=aside, user="root")
+                try:
+                    return await sandbox.box.open_write(path, user, metadata)
+                finally:
+                    with contextlib.suppress(AgentError):
+                        await sandbox.box.fs("remove", path=aside, user="root")
             if sandbox.quirks.files_write_as_user or sandbox.quirks.upload_no_metadata:
                 fd, _ = await sandbox.box.open(path, "w", user, metadata)
                 return fd, False

@@ -145,6 +145,22 @@ def _hold_output(state: StreamState, frame: Any) -> list[Any]:
     return [*joined, frame]
 
 
+def _hold_stderr(state: StreamState, frame: Any) -> list[Any]:
+    """A command's stderr held back until it ends, then sent in one chunk just before the end event (after all
+    its stdout, whatever order the command wrote them in)."""
+    held: list[tuple[Any, bytes]] = state.extra.setdefault("stderr", [])
+    data = _data(frame)
+    if data is not None and data[0] == "stderr":
+        held.append((frame, data[1]))
+        return []
+    if _event(frame)[0] != "end" or not held:
+        return [frame]
+    first = held[0][0]
+    _event(first)[1].output = Oneof("stderr", b"".join(chunk for _, chunk in held))
+    held.clear()
+    return [first, frame]
+
+
 def _keep(state: StreamState, frame: Any) -> list[Any]:
     return [frame]
 
@@ -276,6 +292,8 @@ MUTATIONS: dict[str, Mutation] = {
     "stderr_dropped": Mutation("stderr output is never sent", "POST", "/process.Process/Start", stream=_drop_stderr),
     "output_held": Mutation("a command's output is sent at its end, in one chunk", "POST", "/process.Process/Start",
                             stream=_hold_output),
+    "stderr_held": Mutation("a command's stderr is sent at its end, after all its stdout", "POST",
+                            "/process.Process/Start", stream=_hold_stderr),
     "exit_code_zeroed": Mutation("a non-zero exit is reported as exit 0", "POST", "/process.Process/Start",
                                  stream=_zero_exit_code),
     "stream_no_end_frame": Mutation("process streams (Start, Connect) end without Connect's end-of-stream frame",

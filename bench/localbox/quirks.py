@@ -69,6 +69,13 @@ class Quirks:
     stale_file_info: bool = False  # Stat answers a path's first answer again, whatever changed since
     sticky_cwd: bool = False  # a command without cwd runs in the cwd the sandbox's previous command was given, if any
     pty_strips_cr: bool = False  # a pty's output loses the CR of the terminal's CRLF line endings
+    # fidelity: details no case asserts, each caught by the differential judgement (bench/differential/) alone
+    coarse_times: bool = False  # precision: REST times (startedAt, endAt) in whole seconds, not milliseconds
+    metrics_in_mib: bool = False  # units: metrics' memory and disk figures in MiB, not bytes
+    timeout_keeps_endat: bool = False  # later-call value: after a set timeout a list still reports the old endAt
+    root_home_of_user: bool = False  # user environment: a command run as root gets the default user's HOME
+    upload_replaces_file: bool = False  # replaced-file metadata: an upload over a file makes a new one (mode, links)
+    connect_sets_lifetime: bool = False  # lifetime after connect: connecting to a running sandbox leaves it 60 s
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.

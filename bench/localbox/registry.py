@@ -55,8 +55,8 @@ CLIENT_ID = "e2b-bench"
 ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
-def utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def utc(ts: float, timespec: str = "milliseconds") -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
 
 
 @dataclass
@@ -79,6 +79,7 @@ class Sandbox:
     paused_at: float | None = None
     pause_memory: bool = True  # autoPauseMemory: false makes a timeout pause filesystem-only
     egress: EgressRules = field(default_factory=EgressRules)  # as created or last set by a network update
+    reported_end_at: float | None = None  # the timeout_keeps_endat quirk: the endAt a list reports instead
     ingress: Ingress = field(default_factory=Ingress)  # who may reach its ports (create's allowPublicTraffic)
     kept_root: Path | None = None  # a filesystem-only pause's root changes, until resume boots on them
     timeout_s: int = 0  # the lifetime create asked for: a wake on traffic (autoResume) starts it again
@@ -251,6 +252,7 @@ class Registry:
             profile_lines=q.login_profile(),
             hidden_paths=q.hidden_paths(),
             upload_truncates_first=q.extra_write_event,
+            root_home_of_user=q.root_home_of_user,
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 

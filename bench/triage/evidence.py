@@ -77,7 +77,8 @@ def stamped(at: object) -> datetime | None:
 
 @dataclass
 class WireLogs:
-    """The wire logs of one run, each read once (and again only when it has grown)."""
+    """The wire logs of one run, each read once: a log that has grown is read on from where it was (a log is only
+    appended to; a line not yet whole is read again with its rest)."""
 
     _lines: dict[Path, tuple[int, list[dict[str, Any]]]] = field(default_factory=dict)
 
@@ -86,29 +87,37 @@ class WireLogs:
             size = path.stat().st_size
         except OSError:
             return []
-        cached = self._lines.get(path)
-        if cached is None or cached[0] != size:
-            lines = []
-            for text in path.read_text("utf-8", errors="replace").split("\n"):
+        offset, lines = self._lines.get(path, (0, []))
+        if size < offset:  # not the log it was: read it whole
+            offset, lines = 0, []
+        if size > offset:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read(size - offset)
+            whole = data.rfind(b"\n") + 1
+            for text in data[:whole].decode("utf-8", errors="replace").split("\n"):
                 if not text.strip():
                     continue
                 try:
                     lines.append(json.loads(text))
                 except ValueError:
                     continue  # a line cut by a killed proxy
-            cached = (size, lines)
-            self._lines[path] = cached
-        return cached[1]
+            offset += whole
+            self._lines[path] = (offset, lines)
+        return lines
 
     def evidence(self, path: Path, suite: str, window: Window) -> list[dict[str, Any]]:
         """The exchanges logged in `path` for `suite` that started within `window`, bounded."""
-        chosen = [
+        return bounded(self.window(path, suite, window))
+
+    def window(self, path: Path, suite: str, window: Window) -> list[dict[str, Any]]:
+        """The lines logged in `path` for `suite` whose exchange started within `window`, as logged."""
+        return [
             entry
             for entry in self.entries(path)
             if entry.get("suite", suite) == suite and (started := _time(entry)) is not None
             and window.start <= started <= window.end
         ]  # fmt: skip
-        return bounded(chosen)
 
 
 def _time(entry: dict[str, Any]) -> datetime | None:

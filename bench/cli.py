@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .exits import EPILOG, ExitCode, interrupt_deferred, interrupt_on_sigterm, interrupted_code, signal_received
 from .listing import LIST_HELP
-from .paths import DATA_ROOT, PYTEST_INI, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
+from .paths import DATA_ROOT, PYTEST_INI, REFERENCED_SUITES, REPORTS_OUT, RESULTS_DIR, SUITE_DIRS
 from .remote.budget import MAX_MINUTES_HELP, MAX_SANDBOXES_HELP
 from .remote.slowness import STEP_TIMEOUT_HELP
 
@@ -233,7 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     reference.add_argument("--write", action="store_true", help="write the reference files (else: only run)")
     reference.add_argument("--runs", type=int, default=2, help="runs to record (values that vary are judged by shape)")
     reference.add_argument("--from", dest="from_runs", type=Path, nargs="+", default=None, metavar="RUN")
-    reference.add_argument("suites", nargs="*", default=[], help="suite names (default: every SDK suite)")
+    reference.add_argument(
+        "suites",
+        nargs="*",
+        default=[],
+        help=f"suite names (default: those judged by reference: {', '.join(REFERENCED_SUITES)})",
+    )
     reference.set_defaults(handler=cmd_reference)
 
     bench = _command(
@@ -608,7 +613,7 @@ def cmd_reference(args: argparse.Namespace, extra: list[str]) -> int:
     if runs is None:
         chosen = [*(f"--runner={name}" for name in args.runner), *(f"--case={pattern}" for pattern in args.case)]
         chosen += ["-k", args.keyword] if args.keyword else []
-        code, runs = record_runs(args.suites, int(positive(args.runs, "--runs")), chosen)
+        code, runs = record_runs(args.suites or list(REFERENCED_SUITES), int(positive(args.runs, "--runs")), chosen)
         if code != ExitCode.OK:
             print(f"e2b-bench reference: a run was not conformant (exit {code}); nothing written", file=sys.stderr)
             return code

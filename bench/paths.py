@@ -63,3 +63,8 @@ PYTEST_INI = DATA_ROOT / "pyproject.toml" if FROM_CHECKOUT else PACKAGE_DIR / "p
 RESULTS_DIR = Path(os.environ.get("E2B_BENCH_RESULTS_DIR") or USER_ROOT / "results").expanduser().resolve()
 REPORTS_OUT = RESULTS_DIR / "reports"  # `report`'s default --out
 CONFIG_PATH = Path(os.environ.get("E2B_BENCH_ENDPOINTS") or USER_ROOT / "endpoints.toml").expanduser()
+
+# The suites whose cases have references by default: the SDKs' own calls, whose answers hold what a client sees.
+# The others' exchanges carry what the case itself varies (pids in listings, a sandbox's stalled output, a model's
+# tool calls, kernel timing): a reference of theirs needs field rules of its own before it can judge without noise.
+REFERENCED_SUITES = ("quickstart", "behaviours", "probes", "refusals")

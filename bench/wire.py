@@ -297,7 +297,7 @@ class WireProxy:
         if not isinstance(sandbox_id, str):
             return
         past = self.ledger.past_lifetime(sandbox_id, lifetimes.EXPIRED_SLACK_S)
-        if past is not None:
+        if past is not None and lifetimes.chosen_by_the_harness(past[0]):
             condition = lifetimes.expired_condition(sandbox_id, past[0], exchange.method, path, status, past[1])
             with self._conditions_lock:
                 self._conditions.append(condition)

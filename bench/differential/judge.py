@@ -198,7 +198,8 @@ class Judge:
                 return None
             item_policy = "type"
             pool_ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) for _ in ref]
-            for item in got:
+            pool, pool_ats = _distinct(pool, pool_ats, POOL_KEPT)
+            for item in _distinct(got, got, MINE_KEPT)[0]:
                 why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
                 if why:
                     return f"an item: {why}"
@@ -222,11 +223,35 @@ class Judge:
             return None
         item_policy = policy if policy not in (None, "exact", "unordered") else inferred(pool) if len(
             {json.dumps(item, sort_keys=True) for item in pool}) > 1 else "type"  # fmt: skip
-        for item in mine:
+        pool, pool_ats = _distinct(pool, pool_ats, POOL_KEPT)
+        for item in _distinct(mine, mine, MINE_KEPT)[0]:
             why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
             if why:
                 return f"an item: {why}"
         return None
+
+
+# An array's items are judged as distinct values, each against at most POOL_KEPT distinct items of E2B's: a watch's
+# thousands of events are a few values many times, and each item against each of E2B's would hold the run's
+# threads for minutes (every other runner waiting on the same interpreter).
+POOL_KEPT = 64
+MINE_KEPT = 256
+
+
+def _distinct(items: list[Any], paired: list[Any], limit: int) -> tuple[list[Any], list[Any]]:
+    """The first `limit` distinct values of `items` (as JSON), each with its item of `paired`."""
+    seen: set[str] = set()
+    kept: list[Any] = []
+    kept_paired: list[Any] = []
+    for item, pair in zip(items, paired, strict=False):
+        key = json.dumps(item, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            kept.append(item)
+            kept_paired.append(pair)
+            if len(kept) == limit:
+                break
+    return kept, kept_paired
 
 
 def _digitless(value: Any) -> Any:

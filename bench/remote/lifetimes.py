@@ -63,6 +63,13 @@ def task_lifetime_s(factor: float, deadlines: Iterable[float]) -> int:
     return max(round(lifetime * lifetime_scale()), 1)
 
 
+def chosen_by_the_harness(lifetime_s: float | None) -> bool:
+    """Whether a sandbox's lifetime can be one the harness chose: never shorter than its base lifetime (with the
+    tests' scale). A shorter one a case asked for itself, to see the sandbox end (an orphan's 10 s): that expiry is
+    what the case observes, not the host's slowness."""
+    return lifetime_s is None or lifetime_s >= BASE_LIFETIME_S * lifetime_scale() - EXPIRED_SLACK_S
+
+
 def expired_condition(
     sandbox_id: str, lifetime_s: float | None, method: str, path: str, status: int, past_s: float
 ) -> dict[str, Any]:

@@ -114,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quirk", action="append", default=[], help="NAME[=VALUE] quirk of the embedded endpoint")
     run.add_argument("--no-report", action="store_true", help="do not render the report")
     run.add_argument("--no-differential", action="store_true", help="do not judge cases against their reference traces")
+    run.add_argument(
+        "--differential",
+        action="store_true",
+        help="judge against the reference traces also an embedded endpoint given quirks or a profile "
+        "(by default it is judged by its declarations alone)",
+    )
     run.add_argument("--expectations", default=None, help="declarations file (default: the endpoint's)")
     run.add_argument("--include-slow", action="store_true", help="also the cases that wait on purpose (e.g. 60 s)")
     run.add_argument("--model-base-url", default=None, help="a real OpenAI-compatible model for the frameworks")
@@ -375,10 +381,15 @@ def cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
         *(["--max-minutes", str(positive(args.max_minutes, "--max-minutes"))] if args.max_minutes is not None else []),
         *extra,
     ]  # fmt: skip
-    if args.no_differential:
+    quirked = bool(args.quirk) or (args.profile is not None and args.profile != "e2b")
+    if args.no_differential or (quirked and not args.differential):
         from .differential.capture import DIFFERENTIAL_ENV
 
-        os.environ[DIFFERENTIAL_ENV] = "0"  # read by every wire proxy and the judgement of the run
+        # Read by every wire proxy and the judgement of the run. The embedded endpoint with quirks of its own is
+        # judged by its declarations (written from runs without the judgement) unless --differential is given;
+        # an environment that says otherwise (`detect`, E2B_BENCH_DIFFERENTIAL) is kept.
+        if args.no_differential or DIFFERENTIAL_ENV not in os.environ:
+            os.environ[DIFFERENTIAL_ENV] = "0"
     if args.wire_bodies is not None:
         from .wire import WIRE_BODIES_ENV
 

@@ -21,7 +21,7 @@ MISTAKES = {
     "unknown runner": (["run", "--runner", "py-e2b-0.0.1"], "unknown runner 'py-e2b-0.0.1'", "e2b-bench runners"),
     "unknown suite": (["run", "quickstrat"], "unknown suite 'quickstrat'", "or a path to a suite module"),
     "unknown profile": (["run", "--profile", "b4os"], "unknown profile 'b4os'", "known: b3os-beta, e2b"),
-    "unknown quirk": (["run", "--quirk", "no_such_quirk"], "unknown quirk 'no_such_quirk'", "known: cwd_override"),
+    "unknown quirk": (["run", "--quirk", "no_such_quirk"], "unknown quirk 'no_such_quirk'", "cwd_override, "),
     "missing expectations": (["run", "--expectations", "absent.toml"], "No such file", "--expectations"),
     "unwritable results dir": (["run", "--results-dir", "/proc/version/x"], "/proc/version/x", "--results-dir"),
     "negative step timeout": (["run", "--step-timeout", "-1"], "--step-timeout must be positive", "not -1"),

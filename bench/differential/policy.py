@@ -203,9 +203,10 @@ def _time(refs: list[Any], got: Any, at: datetime | None, ref_ats: list[datetime
     if _zone(got) not in zones:
         return "another form of time zone"
     most, digits = max(_digits(ref) for ref in texts), _digits(got)
-    # a formatter drops trailing zeros (E2B's envd formats RFC 3339 with nanoseconds so): a few digits less is
-    # legitimate; a whole unit coarser (nanoseconds -> milliseconds, milliseconds -> seconds) is not
-    if (most > 0 and digits == 0) or (most >= 6 and most - digits >= 3):
+    # a formatter drops trailing zeros (E2B's envd formats RFC 3339 with nanoseconds so): three digits less is one
+    # value in a thousand (a faithful run met it), six one in a million; seconds where E2B gives fractions, or
+    # milliseconds where it gives nanoseconds, is a coarser clock
+    if (most > 0 and digits == 0) or (most >= 9 and most - digits >= 6):
         return f"a precision of {digits} fractional digit(s) where E2B gives {most}"
     moment = parse_time(got)
     if moment is None or at is None:

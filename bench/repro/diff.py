@@ -37,6 +37,8 @@ _TOKENS = (
     (re.compile(r"\b\d{8}T\d{6}Z[\w.+-]*"), "<run>"),
     (re.compile(r"\b(?:127\.\d+\.\d+\.\d+|localhost|\[::1\])(?::\d+)?"), "<host>"),
     (re.compile(r'(\\*"pid\\*"\s*:\s*)\d+'), r"\1<pid>"),
+    # a lifetime the harness asks (scaled by the host's slowness as the run began: two runs ask differently)
+    (re.compile(r'(\\*"timeout\\*"\s*:\s*)\d+'), r"\1<lifetime>"),
     (re.compile(r"\[REDACTED\]"), "<secret>"),
 )
 

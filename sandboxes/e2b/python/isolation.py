@@ -515,6 +515,7 @@ def deep_tree_snapshot(ctx: Context, obs: Observed) -> None:
 
 
 WATCHERS, TOUCHES = 5, 60_000
+STALL_S = 1.0  # another client's wait past its quiet latency that counts as a stall
 
 
 @step("is21_unpolled_watchers_stall_no_other_client")
@@ -546,7 +547,11 @@ def unpolled_watchers(ctx: Context, obs: Observed) -> None:
             obs["polls"] = polls.result()
         for handle in handles:
             handle.stop()
-    allowed = quiet + 0.1 * ctx.slowness
+    # A server that holds its loop while it hands over the events stalls others for seconds (a freeze of 10 s was
+    # the finding); within a second is no stall. The polls are decoded in this process too, and take the
+    # interpreter from the other client's thread for a while: a tighter bound would time this client, not the
+    # endpoint.
+    allowed = quiet + STALL_S * ctx.slowness
     obs.update(quiet_ms=round(quiet * 1000, 1), slowest_ms=round(max(loaded) * 1000, 1))
     expect(max(loaded) <= allowed, f"another client waited {obs['slowest_ms']} ms while watchers were polled")
 

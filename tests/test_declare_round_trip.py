@@ -62,10 +62,8 @@ def whole(profile: str) -> pytest.MarkDecorator:
 
 
 # In CI every profile's whole run but the remote conditions' (remote-e2b: the faithful endpoint behind latency and
-# a seeded share of 429/502/503 answers), which CI runs over the SDK suites below, and hostile's: three of its
-# streaming cases (output held, no end frame) end now by the client's deadline, now by the missing frame, as the
-# host's load has it, which one declared outcome cannot hold yet. Both whole runs are `--slow`'s.
-CI_WHOLE = ("e2b", "b3os-beta")  # hostile's whole run is `--slow`'s too (see the note below)
+# a seeded share of 429/502/503 answers), which CI runs over the SDK suites below; its whole run is `--slow`'s.
+CI_WHOLE = ("e2b", "b3os-beta", "hostile")
 REMOTE_SUITES = ("quickstart", "refusals", "tokens", "probes")
 
 

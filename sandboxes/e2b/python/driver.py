@@ -184,6 +184,10 @@ def expect(condition: bool, message: str) -> None:
 
 NOT_RECEIVED = "not received by the client within"
 RECEIPT_WAIT_S = 5  # at most (on a quiet host) for a client to receive a line and answer it with a command
+# However slow the host, within this: a command waits for two receipts at most, and both must end within the
+# SDKs' default command timeout (60 s), or a held-back line would end the call by the client's deadline instead of
+# being named by the command.
+RECEIPT_WAIT_MAX_S = 25
 
 
 def wait_until_seen(ctx: Context, gate: str, what: str) -> str:
@@ -191,7 +195,7 @@ def wait_until_seen(ctx: Context, gate: str, what: str) -> str:
     received `what`, and says on stderr when it did not come: so output that must be sent as it comes is
     written in lockstep with its receipt, and a host's load never merges it, while an endpoint that holds
     output back is named."""
-    wait_s = math.ceil(RECEIPT_WAIT_S * ctx.slowness)
+    wait_s = min(math.ceil(RECEIPT_WAIT_S * ctx.slowness), RECEIPT_WAIT_MAX_S)
     return (
         f"{{ timeout {wait_s} sh -c 'until [ -e \"$0\" ]; do sleep 0.02; done' {gate} "
         f'|| echo "{what} {NOT_RECEIVED} {wait_s} s" >&2; }}'

@@ -96,6 +96,10 @@ export function oneLine(text) {
 
 export const NOT_RECEIVED = 'not received by the client within'
 const RECEIPT_WAIT_S = 5 // at most (on a quiet host) for a client to receive a line and answer it with a command
+// However slow the host, within this: a command waits for two receipts at most, and both must end within the
+// SDKs' default command timeout (60 s), or a held-back line would end the call by the client's deadline instead of
+// being named by the command.
+const RECEIPT_WAIT_MAX_S = 25
 
 /**
  * Shell that waits (at most RECEIPT_WAIT_S, scaled) for the file `gate`, made by the client once it has received
@@ -103,7 +107,7 @@ const RECEIPT_WAIT_S = 5 // at most (on a quiet host) for a client to receive a 
  * with its receipt, and a host's load never merges it, while an endpoint that holds output back is named.
  */
 export function waitUntilSeen(ctx, gate, what) {
-  const waitS = Math.ceil(RECEIPT_WAIT_S * ctx.slowness)
+  const waitS = Math.min(Math.ceil(RECEIPT_WAIT_S * ctx.slowness), RECEIPT_WAIT_MAX_S)
   return (
     `{ timeout ${waitS} sh -c 'until [ -e "$0" ]; do sleep 0.02; done' ${gate} ` +
     `|| echo "${what} ${NOT_RECEIVED} ${waitS} s" >&2; }`

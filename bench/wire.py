@@ -22,7 +22,6 @@ import os
 import re
 import socket
 import ssl
-import struct
 import threading
 import time
 import zlib
@@ -90,7 +89,7 @@ FRAME_BYTES = 256  # of each Connect frame kept
 FRAMES_KEPT = 4  # first and last frames of a stream kept (each)
 LOG_MODE = 0o644  # redacted: nothing secret is left in a wire log
 TEXT_TYPES = ("application/json", "application/x-www-form-urlencoded", "application/x-ndjson")
-ENVELOPE_HEADER = struct.Struct(">BI")  # Connect streaming: flags, then the message length
+ENVELOPE_HEADER = capture.ENVELOPE  # Connect streaming: flags, then the message length
 # Characters `str.splitlines` breaks at that JSON leaves as they are: escaped, so one exchange stays one line
 # for every reader (a body excerpt decoded from arbitrary bytes may hold them).
 _LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
@@ -923,15 +922,9 @@ def _json_or_text(text: str, redactor: SecretSink) -> str:
 def _envelopes(data: bytes, redactor: SecretSink) -> list[str]:
     """Each complete Connect envelope as one JSON line (`end:` marks the end-of-stream trailer)."""
     messages = []
-    offset = 0
-    while offset + ENVELOPE_HEADER.size <= len(data):
-        flags, length = ENVELOPE_HEADER.unpack_from(data, offset)
-        payload = data[offset + ENVELOPE_HEADER.size : offset + ENVELOPE_HEADER.size + length]
-        if len(payload) < length:
-            break
+    for flags, payload in capture.envelopes(data):
         text = _json_or_text(payload.decode("utf-8", "replace"), redactor)
         messages.append(f"end: {text}" if flags & 2 else text)
-        offset += ENVELOPE_HEADER.size + length
     return messages
 
 

@@ -49,3 +49,18 @@ def only_run_dir(results: Path) -> Path:
     runs = [p for p in results.iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
     return runs[0]
+
+
+def own_environment(results: Path) -> dict[str, str]:
+    """This environment as a newcomer's shell has it: none of the caller's E2B_* variables (the harness's own
+    E2B_BENCH_* kept, but for the endpoint it names), every output under `results`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_") or k.startswith("E2B_BENCH_")}
+    env.pop("E2B_BENCH_ENDPOINT", None)
+    env["E2B_BENCH_RESULTS_DIR"] = str(results)
+    return env
+
+
+def checkout_cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The checkout's `./e2b-bench ARGS...` with exactly `env`, as a shell runs it; bounded by `timeout` (scaled)."""
+    return subprocess.run([str(REPO / "e2b-bench"), *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=scaled(timeout), check=False)  # fmt: skip

@@ -13,7 +13,6 @@ command needs no change here.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from run_cli import checkout_cli, own_environment
 
 from bench.localbox.server import serving
 from bench.model import serving_model
@@ -210,18 +210,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     """A small run of the embedded endpoint with a quirk (one case non-conformant), in a results directory of
     its own, and the environment every command gets (no E2B_* variable of the caller's)."""
     work = tmp_path_factory.mktemp("docs")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_") or k.startswith("E2B_BENCH_")}
-    env.pop("E2B_BENCH_ENDPOINT", None)
-    env["E2B_BENCH_RESULTS_DIR"] = str(work / "results")
-    done = subprocess.run(
-        [str(CLI), "run", "-q", "--quirk", QUIRK, *(f"--case={case}" for case in RECORDED)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(600),
-        check=False,
-    )
+    env = own_environment(work / "results")
+    done = checkout_cli("run", "-q", "--quirk", QUIRK, *(f"--case={case}" for case in RECORDED), env=env, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     latest = json.loads((work / "results" / "latest.json").read_text())
     yield Path(latest["run_dir"]), env
@@ -230,15 +220,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
 def test_list_names_the_cases_the_run_ran(recorded: tuple[Path, dict[str, str]]) -> None:
     """`run --list` selects through the run's own path: the same selection lists exactly the cases it recorded."""
     run_dir, env = recorded
-    listed = subprocess.run(
-        [str(CLI), "run", "--list", "--quirk", QUIRK, *(f"--case={case}" for case in RECORDED)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(300),
-        check=False,
-    )
+    listed = checkout_cli("run", "--list", "--quirk", QUIRK, *(f"--case={case}" for case in RECORDED), env=env)
     cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
     ran = sorted(case["id"] for case in cases if not case["id"].startswith("housekeeping/"))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import importlib.util
 import logging
 import os
 import re
@@ -493,40 +494,13 @@ def test_a_sandboxs_uplink_holds_nothing_of_the_server_but_its_exit_pipe(server:
     assert shared - {"/dev/null"} == {exit_pipe}
 
 
-# Takes every POSIX message queue and queued signal the kernel lets this user have (and inotify instances, up
-# to the per-user limit), says how many, and holds them.
-GRAB_USER_LIMITS = textwrap.dedent("""
-    import ctypes, os, signal, time
-    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
-    class Value(ctypes.Union):
-        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
-    queues = 0
-    while rt.mq_open(f"/q{queues}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
-        queues += 1
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
-    signals = 0
-    while signals < 1_000_000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0:
-        signals += 1
-    watches = 0
-    while libc.inotify_init1(0) >= 0:
-        watches += 1
-    open("/tmp/held", "w").write(f"{queues} {signals} {watches}")
-    time.sleep(600)
-""")
-# One of each, then gone: what another user of the host gets while the grabber holds its share.
-PROBE_USER_LIMITS = textwrap.dedent("""
-    import ctypes, os, signal
-    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
-    class Value(ctypes.Union):
-        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
-    name = f"/probe{os.getpid()}".encode()
-    queue = rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
-    queue and rt.mq_unlink(name)
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
-    queued = libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0
-    watch = libc.inotify_init1(0) >= 0
-    print(f"queue={queue} signal={queued} inotify={watch}")
-""")
+# The isolation case is22's scripts: one takes the user's whole share and holds it, the other asks for one of each.
+_SPEC = importlib.util.spec_from_file_location(
+    "user_limits", Path(__file__).resolve().parents[1] / "sandboxes" / "e2b" / "python" / "user_limits.py"
+)
+assert _SPEC is not None and _SPEC.loader is not None
+USER_LIMITS = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(USER_LIMITS)
 
 
 def test_a_sandbox_spending_its_per_user_kernel_limits_leaves_another_sandbox_and_host_root_theirs(
@@ -534,16 +508,16 @@ def test_a_sandbox_spending_its_per_user_kernel_limits_leaves_another_sandbox_an
 ) -> None:
     greedy, other = create(server), create(server)
     try:
-        greedy.files.write("/tmp/grab.py", GRAB_USER_LIMITS)
-        other.files.write("/tmp/probe.py", PROBE_USER_LIMITS)
+        greedy.files.write("/tmp/grab.py", USER_LIMITS.GRAB_USER_LIMITS)
+        other.files.write("/tmp/probe.py", USER_LIMITS.PROBE_USER_LIMITS)
         holding = greedy.commands.run("python3 /tmp/grab.py", background=True)
         deadline = time.monotonic() + scaled(60)
-        while not greedy.files.exists("/tmp/held") and time.monotonic() < deadline:
+        while not greedy.files.exists(USER_LIMITS.HELD) and time.monotonic() < deadline:
             time.sleep(0.2)
-        held = [int(n) for n in greedy.files.read("/tmp/held").split()]
+        held = [int(n) for n in greedy.files.read(USER_LIMITS.HELD).split()]
         in_other = run(other, "python3 /tmp/probe.py", user="user")
         as_host_root = subprocess.run(
-            [sys.executable, "-c", PROBE_USER_LIMITS], capture_output=True, text=True, check=True
+            [sys.executable, "-c", USER_LIMITS.PROBE_USER_LIMITS], capture_output=True, text=True, check=True
         ).stdout
         holding.kill()
     finally:

@@ -7,6 +7,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -270,26 +271,23 @@ SERVER_PROBES = (
 )
 
 
+def passing(cases: tuple[str, ...], results: Path) -> dict[str, dict[str, Any]]:
+    """The details of these isolation cases, run (the Python runner) and all passing."""
+    done = e2b_bench("run", "isolation", "--runner", "py-e2b-2.63.0", "-k", " or ".join(cases),
+                     "--results-dir", str(results), "--no-report")  # fmt: skip
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    ran = {c.case: c for c in read_run(only_run_dir(results)).cases if c.suite == "isolation"}
+    assert sorted(ran) == sorted(cases)
+    assert {c.outcome for c in ran.values()} == {"pass"}
+    return {name: case.details for name, case in ran.items()}
+
+
 def test_the_isolation_suites_server_probes_pass_on_the_embedded_endpoint_and_say_what_they_saw(
     tmp_path: Path,
 ) -> None:
-    done = e2b_bench(
-        "run",
-        "isolation",
-        "--runner",
-        "py-e2b-2.63.0",
-        "-k",
-        " or ".join(SERVER_PROBES),
-        "--results-dir",
-        str(tmp_path),
-        "--no-report",
-    )
+    details = passing(SERVER_PROBES, tmp_path)
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    cases = {c.case: c for c in read_run(only_run_dir(tmp_path)).cases if c.suite == "isolation"}
-    assert sorted(cases) == sorted(SERVER_PROBES)
-    assert {c.outcome for c in cases.values()} == {"pass"}
-    details = {name: case.details for name, case in cases.items()}
     assert details["is13_device_download_does_not_stall_others"]["ping_status"] == 200
     assert "is not a regular file" in details["is13_device_download_does_not_stall_others"]["download"]["error"]
     seen = details["is14_port_proxy_hides_credentials"]["headers_seen"]
@@ -314,23 +312,8 @@ BOUND_PROBES = (
 def test_the_isolation_suites_bound_probes_pass_on_the_embedded_endpoint_and_say_what_they_saw(
     tmp_path: Path,
 ) -> None:
-    done = e2b_bench(
-        "run",
-        "isolation",
-        "--runner",
-        "py-e2b-2.63.0",
-        "-k",
-        " or ".join(BOUND_PROBES),
-        "--results-dir",
-        str(tmp_path),
-        "--no-report",
-    )
+    details = passing(BOUND_PROBES, tmp_path)
 
-    assert done.returncode == 0, done.stdout + done.stderr
-    cases = {c.case: c for c in read_run(only_run_dir(tmp_path)).cases if c.suite == "isolation"}
-    assert sorted(cases) == sorted(BOUND_PROBES)
-    assert {c.outcome for c in cases.values()} == {"pass"}
-    details = {name: case.details for name, case in cases.items()}
     assert details["is17_unread_output_waits_in_its_pipe"]["writer"].startswith("stalled wchar: ")
     assert details["is18_pid1_command_line_names_no_host_path"]["cmdline"] == ["e2b-bench-agent"]
     assert "not a regular file" in details["is19_fifo_at_etc_passwd_hangs_no_call"]["answer"]

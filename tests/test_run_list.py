@@ -4,29 +4,18 @@ That it selects what the run runs is tests/test_docs_commands.py's `test_list_na
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
+from run_cli import checkout_cli, own_environment
+
 from bench.exits import ExitCode
-from bench.remote.slowness import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_list(results: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_") or k.startswith("E2B_BENCH_")}
-    env.pop("E2B_BENCH_ENDPOINT", None)
-    env["E2B_BENCH_RESULTS_DIR"] = str(results)
-    return subprocess.run(
-        [str(REPO / "e2b-bench"), "run", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=scaled(300),
-        check=False,
-    )
+    return checkout_cli("run", *args, env=own_environment(results))
 
 
 def test_an_endpoint_not_embedded_is_preflighted_and_nothing_is_recorded(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ DIFFERENTIAL_ENV = "E2B_BENCH_DIFFERENTIAL"  # "0": no trace is captured and no 
 KEEP_BYTES = 256 * 1024
 MAX_MESSAGES = 400  # of a stream; past it the count only
 MAX_TEXT = 240  # a string leaf longer than this is kept as its start, its length and its digest
-_ENVELOPE = struct.Struct(">BI")
+ENVELOPE = struct.Struct(">BI")  # a Connect stream message: flags, then its length
 
 
 class Redacting(Protocol):
@@ -116,13 +116,13 @@ def envelopes(data: bytes) -> list[tuple[int, bytes]]:
     """The complete Connect envelopes of a stream's bytes: (flags, payload)."""
     found = []
     offset = 0
-    while offset + _ENVELOPE.size <= len(data):
-        flags, length = _ENVELOPE.unpack_from(data, offset)
-        payload = data[offset + _ENVELOPE.size : offset + _ENVELOPE.size + length]
+    while offset + ENVELOPE.size <= len(data):
+        flags, length = ENVELOPE.unpack_from(data, offset)
+        payload = data[offset + ENVELOPE.size : offset + ENVELOPE.size + length]
         if len(payload) < length:
             break
         found.append((flags, payload))
-        offset += _ENVELOPE.size + length
+        offset += ENVELOPE.size + length
     return found
 
 

@@ -193,17 +193,7 @@ class Judge:
             sets = [{json.dumps(item, sort_keys=True) for item in ref} for ref in refs]
             return None if distinct in sets else "other values than E2B gives"
         if policy == "items":
-            pool = [item for ref in refs for item in ref]
-            if not pool:
-                return None
-            item_policy = "type"
-            pool_ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) for _ in ref]
-            pool, pool_ats = _distinct(pool, pool_ats, POOL_KEPT)
-            for item in _distinct(got, got, MINE_KEPT)[0]:
-                why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
-                if why:
-                    return f"an item: {why}"
-            return None
+            return self._each_item("type", refs, ref_ats, got, at)
         ordered = [_sorted(ref) for ref in refs]
         mine = _sorted(got)
         stable = all(len(ref) == len(ordered[0]) and all(map(same, ref, ordered[0])) for ref in ordered)
@@ -217,15 +207,23 @@ class Judge:
         lengths = {len(ref) for ref in refs}
         if len(lengths) == 1 and len(mine) not in lengths and policy != "type" and not pooled:
             return f"{len(mine)} item(s) where E2B gives {lengths.pop()}"
-        pool = [item for ref in refs for item in ref]
-        pool_ats = [ref_at for ref, ref_at in zip(refs, ref_ats, strict=False) for _ in ref]
+        return self._each_item(policy if policy not in (None, "exact", "unordered") else None, refs, ref_ats, mine, at)
+
+    def _each_item(
+        self, policy: str | None, refs: list[Any], ref_ats: list[datetime | None], got: list[Any], at: datetime | None
+    ) -> str | None:
+        """Each distinct item of `got` judged by `policy` (None: the one E2B's items show, `type` when they are all
+        one value) against the distinct items of every reference run."""
+        pool = [(item, ref_at) for ref, ref_at in zip(refs, ref_ats, strict=False) for item in ref]
         if not pool:
             return None
-        item_policy = policy if policy not in (None, "exact", "unordered") else inferred(pool) if len(
-            {json.dumps(item, sort_keys=True) for item in pool}) > 1 else "type"  # fmt: skip
-        pool, pool_ats = _distinct(pool, pool_ats, POOL_KEPT)
-        for item in _distinct(mine, mine, MINE_KEPT)[0]:
-            why = accepts(item_policy, pool, item, at, pool_ats, self.delta_s)
+        if policy is None:
+            values = [item for item, _ in pool]
+            policy = inferred(values) if len({json.dumps(item, sort_keys=True) for item in values}) > 1 else "type"
+        kept = _distinct(pool, POOL_KEPT)
+        items, item_ats = [item for item, _ in kept], [item_at for _, item_at in kept]
+        for item, _ in _distinct([(item, None) for item in got], MINE_KEPT):
+            why = accepts(policy, items, item, at, item_ats, self.delta_s)
             if why:
                 return f"an item: {why}"
         return None
@@ -238,20 +236,18 @@ POOL_KEPT = 64
 MINE_KEPT = 256
 
 
-def _distinct(items: list[Any], paired: list[Any], limit: int) -> tuple[list[Any], list[Any]]:
-    """The first `limit` distinct values of `items` (as JSON), each with its item of `paired`."""
+def _distinct(pairs: list[tuple[Any, Any]], limit: int) -> list[tuple[Any, Any]]:
+    """The first `limit` pairs whose first values are distinct (as JSON)."""
     seen: set[str] = set()
-    kept: list[Any] = []
-    kept_paired: list[Any] = []
-    for item, pair in zip(items, paired, strict=False):
-        key = json.dumps(item, sort_keys=True)
+    kept: list[tuple[Any, Any]] = []
+    for pair in pairs:
+        key = json.dumps(pair[0], sort_keys=True)
         if key not in seen:
             seen.add(key)
-            kept.append(item)
-            kept_paired.append(pair)
+            kept.append(pair)
             if len(kept) == limit:
                 break
-    return kept, kept_paired
+    return kept
 
 
 def _digitless(value: Any) -> Any:

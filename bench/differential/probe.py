@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import struct
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +29,7 @@ import httpx
 
 from bench.remote.slowness import scaled
 
+from .capture import ENVELOPE, envelopes
 from .policy import parse_time
 
 PROBE_S = 5.0
@@ -41,7 +41,6 @@ _LIFECYCLE = re.compile(
 _CHANGES = {"/filesystem.Filesystem/Move": ("destination",), "/filesystem.Filesystem/MakeDir": ("path",),
             "/filesystem.Filesystem/Remove": ("path",)}  # fmt: skip
 _MULTIPART_NAME = re.compile(rb'filename="([^"]+)"')
-_ENVELOPE = struct.Struct(">BI")
 _ENV_NAMES = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "PATH")
 STAT_FORMAT = "%s|%a|%U|%G|%h|%y|%i"
 ENV_SCRIPT = 'id -un; id -gn; env -0 | tr "\\0\\n" "\\n " | grep -E "^(E2B_[A-Za-z0-9_]*|{})=" | sort'.format(
@@ -220,16 +219,12 @@ class Prober:
         sent.update({"content-type": "application/connect+json", "connect-protocol-version": "1",
                      "e2b-sandbox-port": ENVD_PORT})  # fmt: skip
         base = self.envd_for("/process.Process/Start", sandbox)
-        got = await self.client.post(f"{base}/process.Process/Start", content=_ENVELOPE.pack(0, len(body)) + body,
+        got = await self.client.post(f"{base}/process.Process/Start", content=ENVELOPE.pack(0, len(body)) + body,
                                      headers=sent, timeout=scaled(PROBE_S))  # fmt: skip
         if got.status_code != 200:
             raise ValueError(f"Process/Start answered {got.status_code}")
         out = []
-        data, offset = got.content, 0
-        while offset + _ENVELOPE.size <= len(data):
-            flags, length = _ENVELOPE.unpack_from(data, offset)
-            payload = data[offset + _ENVELOPE.size : offset + _ENVELOPE.size + length]
-            offset += _ENVELOPE.size + length
+        for flags, payload in envelopes(got.content):
             if flags & 2:
                 break
             event = json.loads(payload).get("event", {})
@@ -264,10 +259,9 @@ def _json(body: bytes) -> dict[str, Any]:
 
 
 def _first_message(body: bytes) -> Any:
-    if len(body) >= _ENVELOPE.size:
-        flags, length = _ENVELOPE.unpack_from(body, 0)
-        if len(body) >= _ENVELOPE.size + length and not flags & 1:
-            return json.loads(body[_ENVELOPE.size : _ENVELOPE.size + length])
+    first = envelopes(body)[:1]
+    if first and not first[0][0] & 1:
+        return json.loads(first[0][1])
     return json.loads(body or b"{}")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from driver import Context, Observed, excerpt, expect, main, rest, step
+from user_limits import GRAB_USER_LIMITS, HELD, PROBE_USER_LIMITS
 
 SUITES = {"isolation"}
 
@@ -556,49 +557,13 @@ def unpolled_watchers(ctx: Context, obs: Observed) -> None:
     expect(max(loaded) <= allowed, f"another client waited {obs['slowest_ms']} ms while watchers were polled")
 
 
-# Takes every POSIX message queue, queued signal and inotify instance the kernel gives this user, then holds them.
-GRAB_USER_LIMITS = textwrap.dedent("""
-    import ctypes, os, signal, time
-    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
-    class Value(ctypes.Union):
-        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
-    queues = 0
-    while queues < 10_000 and rt.mq_open(f"/e2b-bench-q{queues}".encode(), os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
-        queues += 1
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
-    signals = 0
-    while signals < 1_000_000 and libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0:
-        signals += 1
-    watches = 0
-    while watches < 10_000 and libc.inotify_init1(0) >= 0:
-        watches += 1
-    open("/tmp/e2b-bench-held", "w").write(f"{queues} {signals} {watches}")
-    time.sleep(600)
-""")
-PROBE_USER_LIMITS = textwrap.dedent("""
-    import ctypes, os, signal
-    rt, libc = ctypes.CDLL("librt.so.1", use_errno=True), ctypes.CDLL(None, use_errno=True)
-    class Value(ctypes.Union):
-        _fields_ = [("i", ctypes.c_int), ("p", ctypes.c_void_p)]
-    name = f"/e2b-bench-probe{os.getpid()}".encode()
-    queue = rt.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None) >= 0
-    queue and rt.mq_unlink(name)
-    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGRTMIN])
-    queued = libc.sigqueue(os.getpid(), signal.SIGRTMIN, Value(0)) == 0
-    watch = libc.inotify_init1(0) >= 0
-    print(f"queue={queue} signal={queued} inotify={watch}")
-""")
-
-
 @step("is22_per_user_kernel_limits_are_per_sandbox")
 def per_user_limits(ctx: Context, obs: Observed) -> None:
     greedy, other = ctx.new_sandbox(), ctx.new_sandbox()
     greedy.files.write("/tmp/e2b-bench-grab.py", GRAB_USER_LIMITS)
     other.files.write("/tmp/e2b-bench-probe.py", PROBE_USER_LIMITS)
     holding = greedy.commands.run("python3 /tmp/e2b-bench-grab.py", background=True)
-    obs["held"] = poll_state(ctx, lambda: greedy.files.exists("/tmp/e2b-bench-held"), 60) and greedy.files.read(
-        "/tmp/e2b-bench-held"
-    )
+    obs["held"] = poll_state(ctx, lambda: greedy.files.exists(HELD), 60) and greedy.files.read(HELD)
     obs["other_got"] = shell(other, "python3 /tmp/e2b-bench-probe.py").strip()
     holding.kill()
     expect(bool(obs["held"]), "the sandbox taking its message queues, signals and inotify instances never finished")

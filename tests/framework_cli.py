@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from run_cli import e2b_bench, only_run_dir, served_with
+from shared_runs import Shared
 
 from bench.model import ModelServer
 from bench.model.server import serving_model
@@ -113,17 +114,40 @@ def run_framework(family: str, results: Path, *args: str, env: dict[str, str] | 
     return SingleRun(done.done, done.run, runner, family)
 
 
-def run_fixture(name: str, family: str, *args: str) -> Any:
-    """A module-scoped fixture `name`: one `run_framework(family, ARGS...)`; a run under a profile serves its own
-    embedded endpoint, a faithful one is pointed at the test worker's (`served`)."""
+# The shared runs' request bodies: whole enough for a code cell's source (smolagents sends each as one body).
+SHARED_WIRE_BODY_BYTES = "65536"
+PROFILES = {"faithful": (), "b3os": ("--profile", "b3os-beta")}
 
-    def own(tmp_path_factory: pytest.TempPathFactory) -> SingleRun:
-        return run_framework(family, tmp_path_factory.mktemp(name), *args)
 
-    def at_served(tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]) -> SingleRun:
-        return run_framework(family, tmp_path_factory.mktemp(name), *args, env=served_for(family, served))
+def frameworks_run(shared: Shared, profile: str, served: dict[str, str]) -> FrameworkRun:
+    """`e2b-bench run frameworks` with every framework runner, request bodies in the wire log, made once in the
+    session: `faithful` at the test worker's embedded endpoint (`served`), `b3os` under that profile's own."""
 
-    return pytest.fixture(scope="module", name=name)(own if "--profile" in args else at_served)
+    def make(results: Path) -> FrameworkRun:
+        args = ("--results-dir", str(results), "--no-report", "--wire-bodies", SHARED_WIRE_BODY_BYTES)
+        if PROFILES[profile]:
+            done = e2b_bench("run", "frameworks", *args, *PROFILES[profile], timeout=1800)
+        else:
+            templates = [t for family in families() for t in load_manifest()["frameworks"][family].get("templates", [])]
+            done = e2b_bench("run", "frameworks", *args, env=served_with(served, *templates), timeout=1800)
+        return FrameworkRun(done, read_run(only_run_dir(results)))
+
+    return shared.once(f"frameworks {profile}", make)
+
+
+def families() -> list[str]:
+    return sorted(load_manifest()["frameworks"])
+
+
+def run_fixture(name: str, family: str) -> Any:
+    """A module-scoped fixture `name` (`faithful` or `b3os`): the family's runner's part of the session's shared
+    run of every framework (`frameworks_run`)."""
+
+    def fixture(shared: Shared, served: dict[str, str]) -> SingleRun:
+        made = frameworks_run(shared, name, served)
+        return SingleRun(made.done, made.run, runner_of(family), family)
+
+    return pytest.fixture(scope="module", name=name)(fixture)
 
 
 def served_for(family: str, served: dict[str, str]) -> dict[str, str]:
@@ -134,7 +158,7 @@ def served_for(family: str, served: dict[str, str]) -> dict[str, str]:
 def check_every_case_passes(done: FrameworkRun, runner: str) -> None:
     """Every step of the runner's family ran, in manifest order, and passed; no sandbox was left behind."""
     family = available_runners()[runner].spec.family
-    cases = [c for c in done.run.cases if c.suite == "frameworks"]
+    cases = [c for c in done.run.cases if c.suite == "frameworks" and c.runner == runner]
     assert done.done.returncode == 0, done.output()
     assert [c.case for c in cases] == [s.id for s in load_steps("frameworks", str(family))]
     assert {(c.outcome, c.conformant) for c in cases} == {("pass", True)}

@@ -1,15 +1,20 @@
-"""Results several tests only read, made once per test worker: a whole `e2b-bench run` costs tens of seconds,
+"""Results several tests only read, made once per test session: a whole `e2b-bench run` costs tens of seconds,
 and tests asserting different things on one run need it only once.
 
 A test takes the session fixture `shared` (defined here; tests/conftest.py imports it) and asks
-`shared.once(key, make)`: the first call on a worker runs `make(directory)` in a directory of its own and
-keeps what it returns; later calls with the same key get that. Tests reading the same key carry
-`shares(key)`, which keeps them on one worker (`--dist loadgroup`), so the result is made once per test
-session. They must not change what they get.
+`shared.once(key, make)`: the first call in the session, on whichever test worker, runs `make(directory)` in a
+directory of its own and keeps what it returns (pickled beside it); a later call with the same key, on any worker,
+gets that: a worker asking while another makes it waits for it (a lock file per key). Tests reading the same key
+carry `shares(key)`, which keeps them on one worker (`--dist loadgroup`) where nothing else needs them apart, so
+one worker is not left waiting on another. They must not change what they get.
 """
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+import pickle
 import re
 import tempfile
 from collections.abc import Callable, Iterable
@@ -29,25 +34,39 @@ def shares(key: str) -> pytest.MarkDecorator:
 
 
 class Shared:
-    """This worker's shared results, each made in its own directory under `root`."""
+    """The session's shared results, each made in its own directory under `root` (common to every worker)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.made: dict[str, Any] = {}
 
     def once(self, key: str, make: Callable[[Path], T]) -> T:
-        """What `make(directory)` returned the first time `key` was asked for (a failure is not kept: each test
-        asking again tries again and fails on its own)."""
+        """What `make(directory)` returned the first time `key` was asked for in the session (a failure is not
+        kept: each test asking again tries again and fails on its own)."""
         if key not in self.made:
-            directory = Path(tempfile.mkdtemp(prefix=f"{_safe(key)[:60]}-", dir=self.root))
-            self.made[key] = make(directory)
+            name = f"{_safe(key)[:60]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+            with (self.root / f"{name}.lock").open("a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the worker dies
+                kept = self.root / f"{name}.pickle"
+                if kept.exists():
+                    self.made[key] = pickle.loads(kept.read_bytes())
+                else:
+                    directory = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.root))
+                    self.made[key] = made = make(directory)
+                    partial = kept.with_suffix(".partial")
+                    partial.write_bytes(pickle.dumps(made))
+                    partial.replace(kept)
         return self.made[key]  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Shared:
-    """This worker's shared results (session-scoped: it groups no test; `shares` does)."""
-    return Shared(tmp_path_factory.mktemp("shared"))
+    """The session's shared results (session-scoped: it groups no test; `shares` does). Under pytest-xdist each
+    worker's base directory is inside the session's, which holds them for all."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared-results"
+    root.mkdir(exist_ok=True)
+    return Shared(root)
 
 
 def _safe(key: str) -> str:

@@ -1,7 +1,8 @@
 """The framework suite end to end for the first wave: AG2, Google ADK, Pydantic AI Harness and TanStack AI.
 
 Each framework runs its proof task through its own E2B backend with the scripted model, once against the
-faithful profile and once against `b3os-beta`; the tests read what each run recorded (cases, the
+faithful profile and once against `b3os-beta` (the session's shared runs of every framework,
+`framework_cli.frameworks_run`); the tests read what each run recorded (cases, the
 `<runner>.json` transcripts, wire logs, the report). The first run builds the framework environments
 (PyPI and npm); later runs reuse them from the cache.
 """
@@ -12,11 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
-from framework_cli import FrameworkRun
-from run_cli import e2b_bench, only_run_dir
+from framework_cli import FrameworkRun, frameworks_run
+from shared_runs import Shared
 
 from bench.report import render
-from bench.results import read_run
 from bench.runners.catalog import available_runners
 from bench.runners.manifest import load_steps
 
@@ -27,22 +27,14 @@ PROOF = "/home/user/proof.txt"
 STDIN_REFUSED = "stdin is not supported: pass input in the command instead"
 
 
-def bench_run(results: Path, *args: str, env: dict[str, str] | None = None) -> FrameworkRun:
-    runners = [arg for name in RUNNERS.values() for arg in ("--runner", name)]
-    # the report tests render it themselves, from the run's records
-    args = ("--results-dir", str(results), *runners, "--no-report", *args)
-    done = e2b_bench("run", "frameworks", *args, env=env, timeout=1800)
-    return FrameworkRun(done, read_run(only_run_dir(results)))
+@pytest.fixture(scope="module")
+def faithful(shared: Shared, served: dict[str, str]) -> FrameworkRun:
+    return frameworks_run(shared, "faithful", served)
 
 
 @pytest.fixture(scope="module")
-def faithful(tmp_path_factory: pytest.TempPathFactory, served: dict[str, str]) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("faithful"), env=served)
-
-
-@pytest.fixture(scope="module")
-def b3os(tmp_path_factory: pytest.TempPathFactory) -> FrameworkRun:
-    return bench_run(tmp_path_factory.mktemp("b3os"), "--profile", "b3os-beta")
+def b3os(shared: Shared, served: dict[str, str]) -> FrameworkRun:
+    return frameworks_run(shared, "b3os", served)
 
 
 # --- the faithful endpoint ----------------------------------------------------------------------------

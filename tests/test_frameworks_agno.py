@@ -28,7 +28,7 @@ ANSWERS = ['["Logs:\\nLogs(stdout: [], stderr: [])"]', "[\"Logs:\\nLogs(stdout: 
 
 
 faithful = run_fixture("faithful", "agno")
-b3os = run_fixture("b3os", "agno", "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "agno")
 
 
 def proof_calls(uname: str) -> list[tuple[str, dict[str, str], str]]:

@@ -29,7 +29,7 @@ ENVD = ("process.Process/", "filesystem.Filesystem/", "/files?")
 faithful = run_fixture("faithful", "crewai")
 
 
-b3os = run_fixture("b3os", "crewai", "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "crewai")
 
 
 def test_crewai_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:

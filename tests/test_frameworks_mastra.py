@@ -27,7 +27,7 @@ STDIN_REFUSED = "[invalid_argument] stdin is not supported: pass input in the co
 
 
 faithful = run_fixture("faithful", "mastra")
-b3os = run_fixture("b3os", "mastra", "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "mastra")
 
 
 # --- the faithful endpoint ----------------------------------------------------------------------------

@@ -30,10 +30,10 @@ CODE_STEPS = [  # what the scripted model writes, step by step, in smolagents' <
 ]
 
 
-faithful = run_fixture("faithful", "smolagents", "--wire-bodies", "65536")
+faithful = run_fixture("faithful", "smolagents")
 
 
-b3os = run_fixture("b3os", "smolagents", "--profile", "b3os-beta")
+b3os = run_fixture("b3os", "smolagents")
 
 
 def test_smolagents_passes_every_case_against_the_faithful_endpoint(faithful: SingleRun) -> None:

@@ -109,3 +109,47 @@ def test_tests_reading_one_shared_result_share_one_worker_which_makes_it_once(tm
     assert len(workers["made"]) == 1
     assert workers["read"] == workers["made"] * READERS
     assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}
+
+
+UNGROUPED_MODULE = textwrap.dedent(f"""
+    import os
+    import time
+
+    import pytest
+
+
+    def note(what):
+        with open(os.environ["SETUPS"], "a") as log:
+            log.write(f"{{what}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+
+
+    def make(directory):
+        note("made")
+        time.sleep(0.5)  # the other worker asks while it is being made
+        (directory / "result").write_text("made once")
+        return directory / "result"
+
+
+    @pytest.mark.parametrize("n", range({LONE_TESTS}))
+    def test_reader(shared, n):
+        assert shared.once("one result", make).read_text() == "made once"
+        time.sleep(0.2)  # long enough that both workers take some
+        note("read")
+""")
+
+
+def test_a_shared_result_asked_for_on_two_workers_is_made_once_and_read_by_both(tmp_path: Path) -> None:
+    (tmp_path / "test_ungrouped_result.py").write_text(UNGROUPED_MODULE)
+    setups = tmp_path / "setups.log"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "shared_runs",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = [line.split() for line in setups.read_text().splitlines()]
+    workers = {kind: [w for k, w in lines if k == kind] for kind in ("made", "read")}
+    assert len(workers["made"]) == 1
+    assert len(workers["read"]) == LONE_TESTS and set(workers["read"]) == {"gw0", "gw1"}

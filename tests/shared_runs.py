@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from run_cli import e2b_bench, only_run_dir
 
 from bench.detection import DETECTED_BY, run_one
 
@@ -86,3 +87,22 @@ def quirk_run(shared: Shared, quirk: str) -> Path:
 def quirk_params(quirks: Iterable[str]) -> list[Any]:
     """`quirks` as the parameters of a test that reads each one's `quirk_run`, marked to share it."""
     return [pytest.param(quirk, marks=shares(quirk_key(quirk))) for quirk in quirks]
+
+
+WHOLE_RUN_S = 1800  # a whole default run of one profile, on a loaded host
+
+
+def profile_key(profile: str) -> str:
+    return f"profile {profile} whole"
+
+
+def whole_run(shared: Shared, profile: str) -> tuple[int, Path, str]:
+    """The whole default run of a shipped profile (`e2b-bench run --profile P`, judged by its declarations): its
+    exit code, run directory and the end of its output. Tests calling this carry `shares(profile_key(profile))`."""
+
+    def make(directory: Path) -> tuple[int, Path, str]:
+        done = e2b_bench("run", "--profile", profile, "--results-dir", str(directory), "--no-report",
+                         timeout=WHOLE_RUN_S)  # fmt: skip
+        return done.returncode, only_run_dir(directory), done.stdout[-3000:] + done.stderr[-3000:]
+
+    return shared.once(profile_key(profile), make)

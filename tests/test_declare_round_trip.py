@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from run_cli import e2b_bench, only_run_dir
-from shared_runs import Shared, quirk_key, quirk_run, shares
+from shared_runs import WHOLE_RUN_S, Shared, profile_key, quirk_key, quirk_run, shares, whole_run
 
 from bench.detection import CONDITION_QUIRKS, IDENTITY_QUIRKS, RUNNER
 from bench.expectations import Expectations, compared_outcome, judge
@@ -24,7 +24,6 @@ from bench.triage.causes import apart
 
 REPO = Path(__file__).resolve().parents[1]
 EXPECTATIONS = REPO / "expectations"
-WHOLE_RUN_S = 1800  # a whole default run of one profile, on a loaded host
 # What a generated `match` never holds: an id, or a prefix of the harness's own.
 NOT_IN_A_MATCH = re.compile(r"sbx-\w{6,}|\b[0-9a-f]{8}-[0-9a-f]{4}-|attempt \d+/\d+|endpoint transient|runner died")
 
@@ -44,21 +43,10 @@ def declarations_of(profile: str) -> Path:
     return own if profile != "e2b" and own.exists() else EXPECTATIONS / "local.toml"
 
 
-def whole_run(shared: Shared, profile: str) -> tuple[int, Path, str]:
-    """The whole default run of a profile, judged by its declarations (made once; the round trip reads it)."""
-
-    def make(directory: Path) -> tuple[int, Path, str]:
-        done = e2b_bench("run", "--profile", profile, "--results-dir", str(directory), "--no-report",
-                         timeout=WHOLE_RUN_S)  # fmt: skip
-        return done.returncode, only_run_dir(directory), done.stdout[-3000:] + done.stderr[-3000:]
-
-    return shared.once(f"profile {profile} whole", make)
-
-
 def whole(profile: str) -> pytest.MarkDecorator:
     """The mark of a test reading a profile's whole run: each profile's on a worker of its own (the runs are
     hundreds of sandboxes each: in parallel they finish sooner), its round trip with it."""
-    return shares(f"profile {profile} whole")
+    return shares(profile_key(profile))
 
 
 # In CI every profile's whole run but the remote conditions' (remote-e2b: the faithful endpoint behind latency and

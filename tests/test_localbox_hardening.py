@@ -29,6 +29,7 @@ import pytest
 from e2b import CommandExitException, InvalidArgumentException, Sandbox
 from netns import listener_in_own_netns
 
+from bench.localbox import box as localbox_box
 from bench.localbox import server as localbox_server
 from bench.localbox.box import AGENT_PATH, ID_BASE, ID_COUNT, Box, cgroup_roots, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
@@ -541,11 +542,29 @@ def test_a_sandbox_has_task_and_cpu_bounds_and_a_fork_bomb_in_it_keeps_anothers_
         bombed.kill()
         other.kill()
 
-    assert bounds == others
+    assert (box.cgroup.unbounded, bounds) == ({}, others)
     quota, period = map(int, bounds["cpu.max"].split())
     assert (bounds["pids.max"], quota / period, bounds["cpu.weight"]) == ("1024", cpus, "100")
     assert 900 <= held <= 1024 and 900 <= peak <= 1024, (held, peak)  # the bomb was at its bound throughout
     assert max(loaded) <= max(quiet) + scaled(1.0), (quiet, loaded)
+
+
+def test_a_bound_the_host_cannot_apply_is_named_once_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(localbox_box, "_reported_unbounded", set())
+    v1_all = {"memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "cpu.shares"}
+    with caplog.at_level(logging.WARNING, "e2b-bench.localbox"):
+        complete = localbox_box._unbounded(v1_all, False, localbox_box.V1_CONTROLLERS)
+        no_tasks = [localbox_box._unbounded(v1_all - {"pids.max"}, v2, ("memory", "cpu")) for v2 in (False, True)]
+        again = localbox_box._unbounded(v1_all - {"pids.max"}, False, localbox_box.V1_CONTROLLERS)
+
+    assert complete == {} and no_tasks[0] == {}  # a v1 cgroup not asked to have the pids hierarchy
+    assert no_tasks[1] == {"tasks": "the pids controller is not enabled for /sys/fs/cgroup/e2b-bench"}
+    assert list(again) == ["tasks"] and "pids" in again["tasks"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"sandboxes have no tasks bound on this host: {no_tasks[1]['tasks']}"
+    ]
 
 
 # The isolation case is22's scripts: one takes the user's whole share and holds it, the other asks for one of each.

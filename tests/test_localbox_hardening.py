@@ -509,8 +509,8 @@ def host_bounds(box: Box) -> dict[str, str]:
     return found
 
 
-# Forks until bash's SECONDS (inherited by its subshells) reaches 15, then stops by itself.
-BOMB = "exec >/dev/null 2>&1; bomb() { [ $SECONDS -lt 15 ] && { bomb | bomb & }; }; bomb"
+# Forks until bash's SECONDS (inherited by its subshells) reaches 60, then stops by itself (the test kills it first).
+BOMB = "exec >/dev/null 2>&1; bomb() { [ $SECONDS -lt 60 ] && { bomb | bomb & }; }; bomb"
 
 
 def test_a_sandbox_has_task_and_cpu_bounds_and_a_fork_bomb_in_it_keeps_anothers_commands_answering(

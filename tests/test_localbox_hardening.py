@@ -29,8 +29,9 @@ import pytest
 from e2b import CommandExitException, InvalidArgumentException, Sandbox
 from netns import listener_in_own_netns
 
+from bench.localbox import box as localbox_box
 from bench.localbox import server as localbox_server
-from bench.localbox.box import AGENT_PATH, ID_BASE, ID_COUNT, Box, remove_tree, shift_ids
+from bench.localbox.box import AGENT_PATH, ID_BASE, ID_COUNT, Box, cgroup_roots, remove_tree, shift_ids
 from bench.localbox.server import LocalServer, in_thread, new_state_dir
 from bench.remote.slowness import scaled
 
@@ -492,6 +493,78 @@ def test_a_sandboxs_uplink_holds_nothing_of_the_server_but_its_exit_pipe(server:
         second.kill()
 
     assert shared - {"/dev/null"} == {exit_pipe}
+
+
+def host_bounds(box: Box) -> dict[str, str]:
+    """A sandbox's CPU and task bounds as the host's cgroup files hold them (v2's names; v1's read as v2's)."""
+    found = {}
+    for root in cgroup_roots():
+        path = root / box.cgroup_name
+        for name in ("pids.max", "cpu.max", "cpu.weight", "cpu.shares", "cpu.cfs_quota_us", "cpu.cfs_period_us"):
+            if (path / name).exists():
+                found[name] = (path / name).read_text().strip()
+    if "cpu.cfs_quota_us" in found:  # v1
+        found["cpu.max"] = f"{found.pop('cpu.cfs_quota_us')} {found.pop('cpu.cfs_period_us')}"
+        found["cpu.weight"] = str(int(found.pop("cpu.shares")) * 100 // 1024)
+    return found
+
+
+# Forks until bash's SECONDS (inherited by its subshells) reaches 60, then stops by itself (the test kills it first).
+BOMB = "exec >/dev/null 2>&1; bomb() { [ $SECONDS -lt 60 ] && { bomb | bomb & }; }; bomb"
+
+
+def test_a_sandbox_has_task_and_cpu_bounds_and_a_fork_bomb_in_it_keeps_anothers_commands_answering(
+    server: LocalServer,
+) -> None:
+    bombed, other = create(server), create(server)
+    try:
+        box = box_of(server, bombed)
+        bounds, others = host_bounds(box), host_bounds(box_of(server, other))
+        cpus = bombed.get_info().cpu_count
+        quiet = []
+        for _ in range(5):
+            started = time.perf_counter()
+            run(other, "true")
+            quiet.append(time.perf_counter() - started)
+        bombed.commands.run(BOMB, background=True, timeout=0)
+        deadline = time.monotonic() + scaled(10)
+        while len(box.cgroup.pids(None)) < 900 and time.monotonic() < deadline:  # seen from the host
+            time.sleep(0.1)
+        held = len(box.cgroup.pids(None))
+        loaded = []
+        until = time.monotonic() + 5
+        while time.monotonic() < until:
+            started = time.perf_counter()
+            run(other, "true")
+            loaded.append(time.perf_counter() - started)
+        peak = len(box.cgroup.pids(None))
+    finally:
+        bombed.kill()
+        other.kill()
+
+    assert (box.cgroup.unbounded, bounds) == ({}, others)
+    quota, period = map(int, bounds["cpu.max"].split())
+    assert (bounds["pids.max"], quota / period, bounds["cpu.weight"]) == ("1024", cpus, "100")
+    assert 900 <= held <= 1024 and 900 <= peak <= 1024, (held, peak)  # the bomb was at its bound throughout
+    assert max(loaded) <= max(quiet) + scaled(1.0), (quiet, loaded)
+
+
+def test_a_bound_the_host_cannot_apply_is_named_once_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(localbox_box, "_reported_unbounded", set())
+    v1_all = {"memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "cpu.shares"}
+    with caplog.at_level(logging.WARNING, "e2b-bench.localbox"):
+        complete = localbox_box._unbounded(v1_all, False, localbox_box.V1_CONTROLLERS)
+        no_tasks = [localbox_box._unbounded(v1_all - {"pids.max"}, v2, ("memory", "cpu")) for v2 in (False, True)]
+        again = localbox_box._unbounded(v1_all - {"pids.max"}, False, localbox_box.V1_CONTROLLERS)
+
+    assert complete == {} and no_tasks[0] == {}  # a v1 cgroup not asked to have the pids hierarchy
+    assert no_tasks[1] == {"tasks": "the pids controller is not enabled for /sys/fs/cgroup/e2b-bench"}
+    assert list(again) == ["tasks"] and "pids" in again["tasks"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"sandboxes have no tasks bound on this host: {no_tasks[1]['tasks']}"
+    ]
 
 
 # The isolation case is22's scripts: one takes the user's whole share and holds it, the other asks for one of each.

@@ -297,7 +297,7 @@ def test_the_isolation_suites_server_probes_pass_on_the_embedded_endpoint_and_sa
     assert linked[0] == linked[1] and linked[0].startswith("2 ") and linked[2] == "linked"
 
 
-# --- the isolation suite's probes of #44 (is17..is22) -----------------------------------------------------
+# --- the isolation suite's probes of #44 (is17..is23) -----------------------------------------------------
 
 BOUND_PROBES = (
     "is17_unread_output_waits_in_its_pipe",
@@ -306,6 +306,7 @@ BOUND_PROBES = (
     "is20_deep_tree_snapshots_or_is_refused",
     "is21_unpolled_watchers_stall_no_other_client",
     "is22_per_user_kernel_limits_are_per_sandbox",
+    "is23_fork_bomb_keeps_another_sandbox_answering",
 )
 
 
@@ -316,9 +317,12 @@ def test_the_isolation_suites_bound_probes_pass_on_the_embedded_endpoint_and_say
 
     assert details["is17_unread_output_waits_in_its_pipe"]["writer"].startswith("stalled wchar: ")
     assert details["is18_pid1_command_line_names_no_host_path"]["cmdline"] == ["e2b-bench-agent"]
-    assert "not a regular file" in details["is19_fifo_at_etc_passwd_hangs_no_call"]["answer"]
+    fifo = details["is19_fifo_at_etc_passwd_hangs_no_call"]
+    assert "not a regular file" in fifo["answer"] and (fifo["other"], fifo["killed"]) == ("ran", True)
     assert details["is20_deep_tree_snapshots_or_is_refused"]["refusal"].startswith("400: ")
     polls = details["is21_unpolled_watchers_stall_no_other_client"]["polls"]
     assert len(polls) == 5 and all(p.isdigit() or "overflow" in p for p in polls), polls
     queues, signals, _ = map(int, details["is22_per_user_kernel_limits_are_per_sandbox"]["held"].split())
     assert queues >= 1 and signals >= 1000
+    bomb = details["is23_fork_bomb_keeps_another_sandbox_answering"]
+    assert bomb["killed"] is True and bomb["answers"] >= 8, bomb  # the bombed sandbox outlived its bomb

@@ -175,6 +175,14 @@ class ProcessRecord:
             resume()
 
 
+# A sandbox's tasks (processes and threads: the kernel counts both). E2B's sandboxes are VMs whose own kernel bounds
+# them by memory (a 512 MiB guest's threads-max is 4,096), and a fork bomb there spends its own kernel only; here
+# every sandbox's forks and exits take the host kernel's locks, and 2,048 or more bombing tasks made another
+# sandbox's `true` take 1-2.7 s on a 2-core host, 1,024 at most 0.8 s (SECURITY.md). A real workload stays far
+# below it: a browser is a few hundred threads, a JVM or a parallel build on 2 vCPUs some tens to a hundred.
+TASKS_MAX = 1024
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the template advertises, enforced by cgroup controllers (where the host mounts them) and, for
@@ -182,7 +190,7 @@ class Limits:
 
     memory_mb: int = 512
     cpu_count: int = 2
-    pids: int = 4096
+    pids: int = TASKS_MAX
     disk_mb: int = 2048
 
 
@@ -331,6 +339,16 @@ def _configured_slots() -> list[int]:
 
 V1_CONTROLLERS = ("freezer", "memory", "pids", "cpu", "cpuacct")
 V2_CONTROLLERS = "+memory +pids +cpu"
+# Each bound a sandbox's cgroups carry, and the files that set it (cgroup v2's, then v1's): one that none of its
+# files set is named once in the server's log with the reason (see `Cgroup.unbounded`).
+BOUND_FILES = {
+    "memory": ("memory.max", "memory.limit_in_bytes"),
+    "tasks": ("pids.max",),
+    "cpu quota": ("cpu.max", "cpu.cfs_quota_us"),
+    "cpu weight": ("cpu.weight", "cpu.shares"),
+}
+BOUND_CONTROLLERS = {"memory": "memory", "tasks": "pids", "cpu quota": "cpu", "cpu weight": "cpu"}
+_reported_unbounded: set[str] = set()  # bounds this process has logged as not applied
 
 
 def cgroup_roots() -> list[Path]:
@@ -356,6 +374,7 @@ class Cgroup:
         self._background = False  # made with the usual weight
         self._weight_files: list[tuple[str, str, str]] = []  # (file, lowest, usual): found by `create`
         self._weight_lock = threading.Lock()  # `background` (event loop) and `create` (a thread) agree on it
+        self.unbounded: dict[str, str] = {}  # bound -> why this host does not apply it (found by `create`)
 
     def create(self) -> Cgroup:
         """Make the directories (one per v1 hierarchy, or one v2 directory) with the limits and the weight
@@ -372,13 +391,15 @@ class Cgroup:
                 path.mkdir(parents=True, exist_ok=True)
                 paths.append(path)
                 controllers[root.parent.name] = path
-        self._limit(paths, self.limits)
+        applied = self._limit(paths, self.limits)
         weights = [
             (str(path / name), lowest, usual)
             for path in paths
             for name, lowest, usual in (("cpu.shares", "2", "1024"), ("cpu.weight", "1", "100"))
             if (path / name).exists()
         ]
+        applied.update(Path(file).name for file, _, _ in weights)
+        self.unbounded = _unbounded(applied, self.v2, self._v1_controllers)
         with self._weight_lock:
             self.paths, self.controllers, self._weight_files = paths, controllers, weights
             self._freezer = next((p for p in paths if self.v2 or "freezer" in p.parts), None)
@@ -387,18 +408,22 @@ class Cgroup:
         return self
 
     @staticmethod
-    def _limit(paths: list[Path], limits: Limits) -> None:
+    def _limit(paths: list[Path], limits: Limits) -> set[str]:
+        """Write the limits each directory has files for; the names of the files written."""
         memory, period = limits.memory_mb * 1024 * 1024, 100_000
         values = {
             "memory.max": memory, "pids.max": limits.pids, "cpu.max": f"{limits.cpu_count * period} {period}",
             "memory.swap.max": 0, "memory.limit_in_bytes": memory, "cpu.cfs_period_us": period,
             "cpu.cfs_quota_us": limits.cpu_count * period,
         }  # fmt: skip
+        written = set()
         for path in paths:
             for name, value in values.items():
                 if (path / name).exists():
                     with contextlib.suppress(OSError):
                         (path / name).write_text(str(value))
+                        written.add(name)
+        return written
 
     def background(self, on: bool) -> None:
         """Whether this sandbox yields the CPU to the others (a relative weight, not a limit; the same
@@ -478,6 +503,27 @@ class Cgroup:
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
         return True
+
+
+def _unbounded(applied: set[str], v2: bool, v1_controllers: tuple[str, ...]) -> dict[str, str]:
+    """The bounds of BOUND_FILES that none of the `applied` files set, each with the reason; each logged once per
+    process (a host without a controller degrades to fewer bounds, said, not silently)."""
+    missing = {}
+    for bound, files in BOUND_FILES.items():
+        controller = BOUND_CONTROLLERS[bound]
+        if applied & set(files) or (not v2 and controller not in v1_controllers):
+            continue  # set, or not asked of this cgroup (the uplink's has no freezer or cpuacct of its own)
+        if v2:
+            missing[bound] = f"the {controller} controller is not enabled for /sys/fs/cgroup/e2b-bench"
+        elif not (Path("/sys/fs/cgroup") / controller).is_dir():
+            missing[bound] = f"no cgroup v1 {controller} hierarchy is mounted at /sys/fs/cgroup/{controller}"
+        else:
+            missing[bound] = f"the sandbox's cgroup v1 {controller} directory or {'/'.join(files)} could not be written"
+    for bound, reason in missing.items():
+        if bound not in _reported_unbounded:
+            _reported_unbounded.add(bound)
+            log.warning("sandboxes have no %s bound on this host: %s", bound, reason)
+    return missing
 
 
 def _keyed(path: Path) -> dict[str, int]:

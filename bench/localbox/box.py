@@ -178,9 +178,10 @@ class ProcessRecord:
 # A sandbox's tasks (processes and threads: the kernel counts both). E2B's sandboxes are VMs whose own kernel bounds
 # them by memory (a 512 MiB guest's threads-max is 4,096), and a fork bomb there spends its own kernel only; here
 # every sandbox's forks and exits take the host kernel's locks, and 2,048 or more bombing tasks made another
-# sandbox's `true` take 1-2.7 s on a 2-core host, 1,024 at most 0.8 s (SECURITY.md). A real workload stays far
-# below it: a browser is a few hundred threads, a JVM or a parallel build on 2 vCPUs some tens to a hundred.
-TASKS_MAX = 1024
+# sandbox's `true` take 1-2.7 s on a 2-core host, 1,024 up to 1.2 s (once in nine), 512 at most 0.26 s (SECURITY.md).
+# A real workload stays below it: a browser is a few hundred threads, a JVM, a Jupyter kernel or a parallel build on
+# 2 vCPUs some tens to a hundred.
+TASKS_MAX = 512
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,10 @@ def pool_text(header: Mapping[str, Any]) -> str:
         return ""
     text = f"the endpoint kept {pool['size']} sandboxes prepared, and each measure began once it held them, settled"
     if pool["burst"]:
-        text += f"; tti.burst began with {pool['burst']} more prepared, tti.burst_on_demand with none prepared at all"
+        text += (
+            f"; tti.burst began with {pool['burst']} more prepared, tti.burst_on_demand with none more (the rest made"
+            " on demand, the pool growing as they found it empty)"
+        )
     return text
 
 

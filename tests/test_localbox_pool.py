@@ -166,6 +166,7 @@ def test_a_burst_past_the_pool_runs_each_sandbox_in_its_own_cgroups_and_leaves_n
             await asyncio.gather(*(sandbox.kill() for sandbox, _ in created))
 
         asyncio.run(kill_all())
+        assert pool(local, reserve=0)["grown"] == 0  # grown by the creates made on demand: settled back
         after = census_settled(holdings, lambda: local.registry.idle, before)
         assert after == before
         assert not any(path.exists() for box in boxes for path in box.cgroup.paths)
@@ -346,6 +347,59 @@ def test_a_pool_settled_to_none_makes_every_create_on_demand_until_a_settle_rest
         )  # fmt: skip
         assert not any(box.dir.exists() or any(path.exists() for path in box.cgroup.paths) for box in boxes)
         assert (holdings().netns, holdings().loop_devices) == (POOLED_SMALL, POOLED_SMALL + SPARE_DISKS)
+
+
+GROWTH_MAX = 2  # the cap of the pool's growth in the test of it
+
+
+def state_once(local: LocalServer, done: Callable[[dict], bool]) -> dict:
+    """The pool's state (`GET /e2b-bench/pool`) once `done` holds of it (bounded by the host's slowness)."""
+    deadline = time.monotonic() + scaled(60)
+    while not done(state := pool(local)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return state
+
+
+def test_creates_that_find_the_pool_empty_grow_it_up_to_its_cap_and_once_they_stop_it_shrinks_back() -> None:
+    """Each create that finds the pool (of one) empty makes room for the next ones: the pool keeps one more
+    prepared, never more than its cap beyond its size, however many more find it empty; held grown, it prepares
+    them and then nothing more. Once no create has found it empty for the shrink time it keeps its size again:
+    what it prepared beyond it is ended, and the server holds what it held before."""
+    local = LocalServer(pool_size=1, pool_growth_max=GROWTH_MAX)
+    local.registry.shrink_after_s = SETTLE_MAX_S  # held grown while it is looked at
+    with in_thread(local):
+        holdings = holdings_of(local)
+        before = pool(local, reserve=0)
+        assert (before["size"], before["grown"], before["prepared"], before["settled"]) == (1, 0, 1, True)
+        held = holdings()
+        created: list[tuple[AsyncSandbox, str]] = []
+        on_demand = 0
+        for _ in range(3):  # bursts of six until more creates than the cap found the pool empty (the first does)
+            created += burst_of(local, 6)
+            state = pool(local)
+            on_demand = state["served"]["on_demand"] - before["served"]["on_demand"]
+            assert state["grown"] == min(on_demand, GROWTH_MAX)  # one per create that found it empty
+            if on_demand > GROWTH_MAX:
+                break
+        assert on_demand > GROWTH_MAX
+        assert all(hostname == f"{sandbox.sandbox_id}\n" for sandbox, hostname in created)
+
+        grown = state_once(local, lambda s: s["idle"])
+        assert (grown["size"], grown["grown"], grown["prepared"]) == (1, GROWTH_MAX, 1 + GROWTH_MAX)
+        pooled = list(local.registry._pool)
+
+        async def kill_all() -> None:
+            await asyncio.gather(*(sandbox.kill() for sandbox, _ in created))
+
+        asyncio.run(kill_all())
+        assert pool(local)["prepared"] == 1 + GROWTH_MAX  # kills do not shrink it: only the time without demand
+
+        local.registry.shrink_after_s = 0.0
+        shrunk = state_once(local, lambda s: s["grown"] == 0 and s["idle"])
+        assert (shrunk["size"], shrunk["grown"], shrunk["prepared"]) == (1, 0, 1)
+        ended = [box for box in pooled if box not in local.registry._pool]
+        assert len(ended) == GROWTH_MAX and not any(box.dir.exists() for box in ended)
+        assert census_settled(holdings, lambda: local.registry.idle, held) == held
 
 
 @pytest.mark.parametrize(

@@ -1,14 +1,16 @@
 """The embedded endpoint's one route beyond E2B's API, `/e2b-bench/pool`: what a benchmark asks of it between measures.
 
 `GET` answers the pool's state: the sandboxes it keeps prepared (`size`), those held beyond them for the next
-creates (`reserved`), how many are prepared now, whether nothing is prepared or torn down (`idle`), the creates
-so far taken from it or made on demand (`served`), and per template with a start command how many of its
-sandboxes are kept ready with it done (`warm`, warm.py). `POST {"reserve": N, "size": K, "within_s": S, "warm":
-{TEMPLATE: W}}` keeps K prepared from now on (left out or null: the size the server was started with; 0: every
-create made on demand) and W of TEMPLATE warm (left out: as they are), holds N more for the next N creates (more
-than the server can hold: as many as it can), and answers the same once the server is settled, or after S seconds
-(at most `SETTLE_MAX_S`), with `settled` and `waited_ms`: a measure that starts then competes with no refill or
-teardown. It sits behind the API key like every REST route; no E2B client calls it.
+creates (`reserved`), those kept beyond both because creates found it empty (`grown`: the pool grows with demand, up
+to the server's growth cap, and shrinks back once no create has found it empty for a while), how many are prepared
+now, whether nothing is prepared or torn down (`idle`), the creates so far taken from it or made on demand
+(`served`), and per template with a start command how many of its sandboxes are kept ready with it done (`warm`,
+warm.py). `POST {"reserve": N, "size": K, "within_s": S, "warm": {TEMPLATE: W}}` keeps K prepared from now on, its
+growth dropped (K left out or null: the size the server was started with; 0: every create made on demand), and W of
+TEMPLATE warm (left out: as they are), holds N more for the next N creates (more than the server can hold: as many
+as it can), and answers the same once the server is settled, or after S seconds (at most `SETTLE_MAX_S`), with
+`settled` and `waited_ms`: a measure that starts then competes with no refill or teardown. It sits behind the API
+key like every REST route; no E2B client calls it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class PoolApi:
         return {
             "size": registry.pool_size,
             "reserved": registry.reserved,
+            "grown": registry.grown,
             "prepared": registry.prepared,
             "spare_disks": registry.spare_disks,
             "idle": registry.idle,

@@ -140,6 +140,12 @@ class Sandbox:
 
 POOL_SIZE = 4  # sandboxes kept prepared by default (`serve --pool N`, `bench --pool N` keep N)
 POOL_MAX = ID_RANGES // 4  # a pool takes a uid range per sandbox: room is left for the sandboxes it serves
+# A create that finds the pool empty makes room for the next ones: the pool keeps one more prepared (and prepares
+# that many more at once), up to POOL_GROWTH_MAX beyond its size; once no create has found it empty for
+# POOL_SHRINK_S, it keeps its size again and ends what it prepared beyond it. An idle grown pool costs no CPU
+# (its sandboxes wait with nothing running but their agent) and at most POOL_GROWTH_MAX sandboxes' memory.
+POOL_GROWTH_MAX = 4 * (os.cpu_count() or 1)  # twice the creates the host makes at once (admission.py)
+POOL_SHRINK_S = 30.0
 SETTLE_MAX_S = 600.0  # the longest a settle waits, whatever it is asked
 WARM_MAX = 16  # sandboxes kept warm per template at most (each holds a server and a kernel: ~100 MiB)
 
@@ -172,6 +178,7 @@ class LocalboxConfig:
     pool_total: int | None = None
     cache_dir: Path | None = None  # where templates other than base are built when first asked for
     disk_size_mb: int = DISK_SIZE_MB  # every sandbox's disk, as advertised and enforced
+    growth_max: int = POOL_GROWTH_MAX  # the pool's growth with demand: at most this many beyond its size
 
 
 POOL_PARALLEL = 2  # sandboxes prepared at once for the pool
@@ -197,6 +204,9 @@ class Registry:
         self._pool_made = 0  # sandboxes prepared for the pool so far (counted against `pool_total`)
         self._size: int | None = None  # the pool's size until the next settle (None: pool_size)
         self._reserved = 0  # prepared beyond that for the next creates that take from the pool (`settle`)
+        self._grown = 0  # kept beyond both for the creates that found the pool empty (`_grow`)
+        self._grown_at = 0.0  # when a create last found the pool empty (the event loop's clock)
+        self.shrink_after_s = POOL_SHRINK_S  # the growth is dropped this long after that (read at each look)
         self._allowance = config.pool_total  # pool_total and what was reserved beyond it
         self.served = Served()
         self._changed = asyncio.Event()  # set as a pool fill or a background teardown ends (`settle` waits on it)
@@ -283,7 +293,34 @@ class Registry:
         return self.config.pool_size if self._size is None else self._size
 
     def _pool_target(self) -> int:
-        return self.pool_size + self._reserved
+        return self.pool_size + self._reserved + self._grown
+
+    @property
+    def grown(self) -> int:
+        """Sandboxes the pool keeps beyond its size and reserve because creates found it empty (`_grow`)."""
+        return self._grown
+
+    def _grow(self) -> None:
+        """A create found the pool empty: keep one more prepared for the next creates (a burst's later ones, or
+        the next burst's), at most `growth_max` beyond the pool's size. Not for a pool of none (every create made
+        on demand, as asked) nor for a run of this server, which says how many it needs (`pool_total`)."""
+        if self.pool_size <= 0 or self._allowance is not None or self._closing:
+            return
+        room = POOL_MAX - self.pool_size - self._reserved  # the uid ranges a pool may take
+        self._grown = max(0, min(self._grown + 1, self.config.growth_max, room))
+        self._grown_at = asyncio.get_running_loop().time()
+
+    def _shrink_when_idle(self) -> None:
+        """Once no create has found the pool empty for `shrink_after_s` (the reaper looks), keep its size and
+        reserve again: what it prepared beyond them is ended, the newest first."""
+        if not self._grown or asyncio.get_running_loop().time() - self._grown_at < self.shrink_after_s:
+            return
+        self._grown = 0
+        self._end_beyond_target()
+
+    def _end_beyond_target(self) -> None:
+        while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
+            self._background(asyncio.ensure_future(self._pool.pop().kill()))
 
     def _pool_wanted(self) -> int:
         """How many more sandboxes the pool should prepare now."""
@@ -377,8 +414,8 @@ class Registry:
         if self._allowance is not None:
             self._allowance += max(0, reserve - self._reserved)
         self._reserved = reserve
-        while len(self._pool) > self._pool_target():  # the newest go: the oldest have waited longest to serve
-            self._background(asyncio.ensure_future(self._pool.pop().kill()))
+        self._grown = 0  # the pool as asked, not as the creates before grew it
+        self._end_beyond_target()
         spares = self._spares
         if spares is not None and (extra := spares.resize(self._spares_wanted())):
             self._background(loop.run_in_executor(None, end_spares, extra))
@@ -412,7 +449,9 @@ class Registry:
         """Prepare sandboxes, POOL_PARALLEL at a time (one at a time falls behind creates in a tight loop), or
         SETTLE_PARALLEL while a settle waits for them."""
         while not self._closing and self._pool_wanted() > 0:
-            wanted = min(SETTLE_PARALLEL if self._settling else POOL_PARALLEL, self._pool_wanted())
+            # While creates find the pool empty, as many as found it so are prepared at once (up to SETTLE_PARALLEL).
+            parallel = SETTLE_PARALLEL if self._settling else max(POOL_PARALLEL, min(self._grown, SETTLE_PARALLEL))
+            wanted = min(parallel, self._pool_wanted())
             self._pool_made += wanted
             preparing = [asyncio.ensure_future(self._prepare_box()) for _ in range(wanted)]
             try:
@@ -421,6 +460,8 @@ class Registry:
                 ended = [p for p in preparing if p.done() and not p.cancelled()]
                 self._pool.extend(p.result() for p in ended if p.exception() is None)
                 self._weigh_preparing()
+            if not self._closing:  # the growth dropped (or a settle) meanwhile: not kept beyond what is asked
+                self._end_beyond_target()
             failed = [p.exception() for p in ended if p.exception() is not None]
             if failed:
                 log.error("could not prepare a sandbox in advance", exc_info=failed[0])
@@ -461,6 +502,9 @@ class Registry:
                 self.served.prepared += 1
                 self._refill_pool()
                 return box
+        if internet and sandbox_id is None and layers is None:  # one the pool could have served
+            self._grow()
+            self._refill_pool()  # prepared alongside this create's own, for the next creates
         box = await self._new_box(internet, sandbox_id or self.new_id(), layers)
         self.served.on_demand += 1
         self._refill_pool()
@@ -709,6 +753,7 @@ class Registry:
     async def _reap_expired(self) -> None:
         while True:
             await asyncio.sleep(0.2)
+            self._shrink_when_idle()
             now = time.time()
             for sandbox in list(self.sandboxes.values()):
                 if sandbox.state != "running" or sandbox.end_at > now:

@@ -33,7 +33,15 @@ from .disk import unmount_under
 from .hostile import with_hostile
 from .mutations import mutate, stall
 from .quirks import Quirks
-from .registry import DISK_SIZE_MB, POOL_SIZE, LocalboxConfig, Registry, cleanup_stale, remove_orphan_cgroups
+from .registry import (
+    DISK_SIZE_MB,
+    POOL_GROWTH_MAX,
+    POOL_SIZE,
+    LocalboxConfig,
+    Registry,
+    cleanup_stale,
+    remove_orphan_cgroups,
+)
 from .template import default_cache_dir, ensure_template
 
 DEBUG_API_PORT = 3000
@@ -304,11 +312,13 @@ class LocalServer:
         debug_ports: bool = False,
         pool_size: int = POOL_SIZE,
         pool_total: int | None = None,
+        pool_growth_max: int = POOL_GROWTH_MAX,
         templates: Sequence[str] = (),
         disk_size_mb: int = DISK_SIZE_MB,
     ) -> None:
         """`pool_size`: sandboxes kept prepared ahead of creates (a burst of up to that many is served from
-        them), `pool_total` at most in all. `templates`: built-in templates besides base to build now (a cold
+        them), `pool_total` at most in all; creates that find it empty grow it by up to `pool_growth_max` (and
+        it shrinks back once they stop). `templates`: built-in templates besides base to build now (a cold
         build takes minutes, longer than an SDK waits for a create), instead of at their first create.
         `disk_size_mb`: every sandbox's disk."""
         check_host()
@@ -322,6 +332,7 @@ class LocalServer:
             quirks=quirks or Quirks(),
             pool_size=pool_size,
             pool_total=pool_total,
+            growth_max=pool_growth_max,
             cache_dir=cache_dir,
             disk_size_mb=disk_size_mb,
         )

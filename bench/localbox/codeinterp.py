@@ -135,7 +135,8 @@ async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Outpu
     ready_s = scaled(READY_TIMEOUT_S)
     try:
         source = SERVER_SOURCE.read_bytes()
-        arguments = f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}\n"
+        arguments = " ".join([f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}", *box.settings.interpreter_args])
+        arguments += "\n"
         await box.write_input(record, arguments.encode() + b"%d\n" % len(source) + source, pty=False)
         if close_input:
             await box.close_input(record)

@@ -220,6 +220,8 @@ def test_names_the_run_made_inside_longer_strings_are_no_difference() -> None:
             one("zz99yy88xx77ww66vv55", "/tmp/files-9ba0f4e7", "49fa2210-ad51-4a90-bd34-c2ecc7813c26")]  # fmt: skip
     got = one("k0k0k0k0k0k0k0k0k0k0", "/tmp/files-06ec60ef", "aa3c1c22-ede7-403e-a810-9847c344c30c")
     assert made_judged(refs, got) == []
+    digits = one("k0k0k0k0k0k0k0k0k0k0", "/tmp/files-49328791", "aa3c1c22-ede7-403e-a810-9847c344c30c")
+    assert made_judged(refs, digits) == []  # a random hex name that happens to be all digits
     assert f"Linux {MADE} 6.1" in made_neutral(got)[1]["answer"]["messages"][1]["event.data.stdout"]
     # a word nobody made is judged as it is: another kernel in the same place is a difference
     other = one("k0k0k0k0k0k0k0k0k0k0", "/tmp/files-06ec60ef", "aa3c1c22-ede7-403e-a810-9847c344c30c")
@@ -253,6 +255,11 @@ def test_a_poll_answered_not_yet_more_often_than_in_the_reference_is_quiet() -> 
                 for i, status in enumerate(statuses)]  # fmt: skip
 
     assert judge().differences([polls(404, 200)], polls(404, 404, 404, 200)) == []
+    # a poll answered 200 each time, "not yet" by what the answer holds (a command printing nothing yet)
+    quiet, said = stream({"event": {"start": {"pid": 7}}}), stream({"event": {"start": {"pid": 7}}}, out("stdout", "x"))
+    tries = [exchange(START, "2026-01-01T10:00:00.000Z", body, **{"request": {"leaves": {"process.cmd": "poll"}}})
+             for body in (quiet, quiet, said)]  # fmt: skip
+    assert judge().differences([tries], tries[2:]) == []
     failed = judge().differences([polls(404, 200)], polls(404, 404, 500))
     assert failed[0].field == f"{key} status" and (failed[0].expected, failed[0].got) == (200, 500)
 

@@ -392,23 +392,34 @@ def _pooled(messages: list[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _paths(exchange: dict[str, Any]) -> frozenset[str]:
+    """The leaves an exchange's answer has (a stream's: those of all its messages)."""
+    answer = exchange.get("answer")
+    if not isinstance(answer, dict):
+        return frozenset()
+    return frozenset(path for leaves in [answer.get("leaves") or {}, *(answer.get("messages") or [])]
+                     if isinstance(leaves, dict) for path in leaves)  # fmt: skip
+
+
 def _request(exchange: dict[str, Any]) -> str:
     return json.dumps(exchange.get("request"), sort_keys=True)
 
 
 def _pair(got: dict[str, Any], index: int, candidates: list[dict[str, Any]], taken: set[int]) -> dict[str, Any] | None:
-    """The reference exchange `got` is compared with: the first untaken one with the same request and status, else
-    a taken one with the same request and status (a request repeated until its answer changes, a poll, is answered
-    "not yet" as often as the host's timing makes it), else the first untaken one with the same request, else the
-    one at its place if of the same status, else the first untaken one of the same status, else the one at its
-    place, else the first untaken."""
+    """The reference exchange `got` is compared with: the first untaken one with the same request and status and
+    leaves, else a taken one (a request repeated until its answer changes, a poll, is answered "not yet" as often as
+    the host's timing makes it), else the same with the same request and status only, else the first untaken one
+    with the same request, else the one at its place if of the same status, else the first untaken one of the same
+    status, else the one at its place, else the first untaken."""
     request = _request(got)
     alike = [i for i in range(len(candidates)) if _request(candidates[i]) == request
              and candidates[i].get("status") == got.get("status")]  # fmt: skip
-    again = next((i for i in alike if i not in taken), alike[0] if alike else None)
-    if again is not None:
-        taken.add(again)
-        return candidates[again]
+    shaped = [i for i in alike if _paths(candidates[i]) == _paths(got)]  # a poll's "not yet" answers look alike
+    for pool in (shaped, alike):
+        again = next((i for i in pool if i not in taken), pool[0] if pool else None)
+        if again is not None:
+            taken.add(again)
+            return candidates[again]
     free = [i for i in range(len(candidates)) if i not in taken]
     if not free:
         return None

@@ -7,7 +7,8 @@ own, so such a string differs from the reference's by the name alone: no differe
 wholly one such name is left as it is (its field's policy judges its shape, `id`), unless it is a UUID (whose shape
 is fixed); inside a longer string each is replaced by `{made}`. A name is made by the run when it is
 - the value (or a word of it) of a field named like an id (`sandboxID`, `watcherId`, `id`, `templateID`, ...),
-- a word of what a case sent (a request's leaves) of at least MIN_SENT characters mixing letters and digits,
+- a word of what a case sent (a request's leaves) of at least MIN_SENT characters with a digit in it (a random
+  hex name may be all digits; a number a case sent is the same in both runs, so replacing it changes nothing),
 - a UUID, or a word of at least MIN_RANDOM characters mixing letters and digits (a sandbox id, a digest).
 """
 
@@ -25,6 +26,10 @@ _WORD = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9]+(?![A-Za-z0-9])")
 _UUID = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}(?![0-9A-Fa-f])")
 # the end of a text the capture cut (bench/differential/capture.py `_text`): its digest is of the whole text
 _CUT_DIGEST = re.compile(r"(…\[\d+ chars, sha256 )([0-9a-f]+)(\])$")
+
+
+def _digit(word: str) -> bool:
+    return any(c.isdigit() for c in word)
 
 
 def _mixed(word: str) -> bool:
@@ -60,8 +65,8 @@ def made_names(trace: list[dict[str, Any]]) -> set[str]:
                         words = _WORD.findall(text)
                         if _id_named(path):
                             names.update(word for word in words if len(word) >= MIN_ID and _mixed(word))
-                        if part == "request":
-                            names.update(word for word in words if len(word) >= MIN_SENT and _mixed(word))
+                        if part == "request":  # a random name may be all digits (8 hex digits often are)
+                            names.update(word for word in words if len(word) >= MIN_SENT and _digit(word))
     return names
 
 

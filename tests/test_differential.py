@@ -255,6 +255,7 @@ def test_a_poll_answered_not_yet_more_often_than_in_the_reference_is_quiet() -> 
                 for i, status in enumerate(statuses)]  # fmt: skip
 
     assert judge().differences([polls(404, 200)], polls(404, 404, 404, 200)) == []
+    assert judge().differences([polls(404, 200)], polls(503, 404, 429, 200)) == []  # transients the client retried
     # a poll answered 200 each time, "not yet" by what the answer holds (a command printing nothing yet)
     quiet, said = stream({"event": {"start": {"pid": 7}}}), stream({"event": {"start": {"pid": 7}}}, out("stdout", "x"))
     tries = [exchange(START, "2026-01-01T10:00:00.000Z", body, **{"request": {"leaves": {"process.cmd": "poll"}}})

@@ -24,6 +24,7 @@ from .agree import SANDBOX_SAYS, STAT_SAYS, entry_against_stat, metrics_against_
 from .policy import MAGNITUDE, Rule, accepts, inferred, is_time, json_type, parse_time, rule_for, same
 
 MAX_DIFFERENCES = 20
+TRANSIENT = frozenset({429, 502, 503, 504})
 _OUTPUT = ("stdout", "stderr", "pty")
 PROBE_SLACK_S = 5.0  # a probe's moments: off by its exchange's own time (the reference's and this run's) and this
 SHOWN_CHARS = 120
@@ -69,6 +70,10 @@ class Judge:
             candidates = [ref.get(key, []) for ref in keyed]
             if not any(candidates):
                 continue
+            # a transient answer (429, 502, 503, 504) E2B never gave here, which the client retried (the case passed):
+            # the endpoint's condition, counted among the run's retries, not a field of what it answers
+            given = {ex.get("status") for cands in candidates for ex in cands}
+            exchanges = [ex for ex in exchanges if ex.get("status") not in TRANSIENT or ex.get("status") in given]
             used: list[set[int]] = [set() for _ in candidates]
             for index, got in enumerate(exchanges):
                 pairs = zip(candidates, used, strict=False)

@@ -50,7 +50,8 @@ TIMESTAMP_DIVISOR = 1_000_000 if "--timestamps-ms" in sys.argv[1:] else 1
 POLL_S = 0.2  # how often a running cell checks that its client is still there
 # What a kernel runs before its first cell, as E2B's kernels do (their startup scripts import matplotlib's pyplot to
 # render figures): matplotlib's font cache is built then, so a first plot does not get matplotlib's warning about
-# building it (on stderr, when building takes long on a busy host). The kernel is ready once it ran.
+# building it (on stderr, when building takes long on a busy host). Sent once the kernel is up and not waited for
+# (a kernel's readiness is not held up by it): a first cell runs after it in the kernel's queue.
 STARTUP = "import matplotlib.pyplot"
 INTERRUPT_EVERY_S = 1.0
 MAX_BODY = 16 << 20
@@ -122,8 +123,7 @@ class Context:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=KERNEL_START_S)
-        self._drain(self.client.execute(STARTUP, silent=True))
-        self._drop_replies()
+        self.client.execute(STARTUP, silent=True)  # ahead of every cell; its output has no cell to go to
 
     def wait_ready(self) -> None:
         if not self.ready.wait(KERNEL_START_S) or self.failure:

@@ -27,15 +27,17 @@ TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
 READY_TIMEOUT_S = 30.0  # on a quiet host; scaled by the host's slowness
-KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its command line
+KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its stdin
 HAND_OVER_S = 10.0  # a warm server sets the sandbox's env vars within this on a quiet host; scaled
-# The source's length, a newline, the source: stdin stays open after it for the endpoint's commands.
+# A line of the server's arguments, the source's length, a newline, the source: stdin stays open after it for the
+# endpoint's commands. The arguments come by stdin, not the command line: a process listing shows the command line,
+# which is then the same on every host (a slowness-scaled value there is no difference from E2B).
 LOADER = (
-    "import sys; _n = int(sys.stdin.buffer.readline()); "
+    "import sys; sys.argv += sys.stdin.buffer.readline().decode().split(); _n = int(sys.stdin.buffer.readline()); "
     "exec(compile(sys.stdin.buffer.read(_n), 'e2b-bench-code-interpreter', 'exec'))"
 )
 START_TAG = "start_cmd"
-KERNEL_START_FLAG = "--kernel-start-s="  # the server's one argument (it cannot measure the host itself)
+KERNEL_START_FLAG = "--kernel-start-s="  # the server's one argument (it cannot measure the host itself), on stdin
 
 
 @dataclass
@@ -121,7 +123,7 @@ async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Outpu
     """Spawn the server and return once it listens, its output still listened to."""
     record = await box.spawn(
         cmd="/usr/bin/python3",
-        args=["-I", "-c", LOADER, f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}"],
+        args=["-I", "-c", LOADER],
         envs=env_vars,
         cwd="/home/user",
         user="user",
@@ -133,7 +135,9 @@ async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Outpu
     ready_s = scaled(READY_TIMEOUT_S)
     try:
         source = SERVER_SOURCE.read_bytes()
-        await box.write_input(record, b"%d\n" % len(source) + source, pty=False)
+        arguments = " ".join([f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}", *box.settings.interpreter_args])
+        arguments += "\n"
+        await box.write_input(record, arguments.encode() + b"%d\n" % len(source) + source, pty=False)
         if close_input:
             await box.close_input(record)
         await asyncio.wait_for(output.wait_for(b"ready"), ready_s)

@@ -14,7 +14,7 @@ from run_cli import REPO
 
 from bench.localbox.server import LocalEndpoint
 from bench.localbox.template import ensure_template
-from bench.remote.slowness import SLOWNESS_ENV, forget, measure, scaled, slowness
+from bench.remote.slowness import SLOWNESS_ENV, measure
 
 HOGS = 2 * (os.cpu_count() or 1)  # busy processes beside the test: a load of at least twice the cores
 
@@ -64,25 +64,3 @@ def test_a_code_interpreter_starts_and_runs_a_cell_beside_a_cpu_hog(endpoint: Lo
         sandbox.kill()
 
     assert [result.text for result in execution.results] == ["42"]
-
-
-def test_a_process_measured_on_a_quiet_host_follows_the_run_queue_when_it_gets_busy(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    cores = os.cpu_count() or 1
-    monkeypatch.delenv(SLOWNESS_ENV, raising=False)
-    forget()
-    try:
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))  # an idle run queue: the measurement alone
-        measured = slowness()
-        # the host's one-minute load average as a busy host has it: 15 busy tasks per core beside this one
-        monkeypatch.setattr(os, "getloadavg", lambda: (15.0 * cores - 1, 0.0, 0.0))
-        busy, busy_ten = slowness(), scaled(10)
-        monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-        quiet = slowness()
-    finally:
-        forget()
-
-    assert measured >= 1.0
-    assert busy == max(measured, 15.0) and busy_ten == pytest.approx(10 * busy)
-    assert quiet == measured  # the measurement is a floor: a quiet run queue never makes deadlines shorter

@@ -119,4 +119,8 @@ class Redactor:
             return [self.redact_obj(item) for item in obj]
         if isinstance(obj, tuple):
             return tuple(self.redact_obj(item) for item in obj)
+        if isinstance(obj, int | float) and not isinstance(obj, bool):
+            # A secret of digits can sit inside a number as JSON writes it: the number goes, not only its digits.
+            text = repr(obj)
+            return REDACTED if self.redact_text(text) != text else obj
         return obj

@@ -3,7 +3,7 @@ import string
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from bench.redaction import REDACTED, Redactor, is_secret_name
@@ -163,6 +163,7 @@ def nested_with_secret(draw: st.DrawFn) -> tuple[str, object]:
 
 
 @given(nested_with_secret())
+@example(("00000000", {"tree": 12_500_000_000, "list": [1.0000000025]}))  # a secret of digits inside numbers
 def test_secret_never_survives_redact_obj(case: tuple[str, object]) -> None:
     secret, obj = case
     redactor = Redactor([secret])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,6 +120,11 @@ async def hand_over(started: Started, env_vars: dict[str, str]) -> None:
         output.close()
 
 
+def server_arguments(extra: Iterable[str] = ()) -> str:
+    """The server's arguments as its stdin's first line gives them: its kernel start deadline, scaled now."""
+    return " ".join([f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}", *extra])
+
+
 async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Output:
     """Spawn the server and return once it listens, its output still listened to."""
     record = await box.spawn(
@@ -135,8 +141,7 @@ async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Outpu
     ready_s = scaled(READY_TIMEOUT_S)
     try:
         source = SERVER_SOURCE.read_bytes()
-        arguments = " ".join([f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}", *box.settings.interpreter_args])
-        arguments += "\n"
+        arguments = server_arguments(box.settings.interpreter_args) + "\n"
         await box.write_input(record, arguments.encode() + b"%d\n" % len(source) + source, pty=False)
         if close_input:
             await box.close_input(record)

@@ -311,3 +311,16 @@ def test_an_entry_and_a_metrics_sample_are_held_against_what_the_sandbox_itself_
         (f"{metrics} [].cpuCount", 3),
         (f"{metrics} [].memTotal", 512),  # MiB where the sandbox says bytes
     ]
+
+
+def test_a_sandbox_id_with_no_digit_is_a_name_the_run_made_inside_a_message() -> None:
+    from bench.differential.normal import made_neutral
+
+    created = {"request": {"leaves": {}}, "answer": {"leaves": {"sandboxID": "ooqnqunkdgqqbmembphw"}}}
+    refused = {"request": {"leaves": {}}, "answer": {"leaves": {"message": 'sandbox "ooqnqunkdgqqbmembphw" is gone'}}}
+    named = {"request": {"leaves": {}}, "answer": {"leaves": {"message": "internationalization is a long word"}}}
+
+    neutral = made_neutral([created, refused, named])
+
+    assert neutral[1]["answer"]["leaves"]["message"] == 'sandbox "{made}" is gone'
+    assert neutral[2]["answer"]["leaves"]["message"] == "internationalization is a long word"  # never sent as an id

@@ -6,7 +6,8 @@ naming the sandbox, a hostname in `uname` output, a path in a listing, a digest 
 own, so such a string differs from the reference's by the name alone: no difference from E2B. A string that is
 wholly one such name is left as it is (its field's policy judges its shape, `id`), unless it is a UUID (whose shape
 is fixed); inside a longer string each is replaced by `{made}`. A name is made by the run when it is
-- the value (or a word of it) of a field named like an id (`sandboxID`, `watcherId`, `id`, `templateID`, ...),
+- the value (or a word of it) of a field named like an id (`sandboxID`, `watcherId`, `id`, `templateID`, ...):
+  a word mixing letters and digits, or the whole value when it is one long word (a random id without a digit),
 - a word of what a case sent (a request's leaves) of at least MIN_SENT characters with a digit in it (a random
   hex name may be all digits; a number a case sent is the same in both runs, so replacing it changes nothing),
 - a UUID, or a word of at least MIN_RANDOM characters mixing letters and digits (a sandbox id, a digest).
@@ -65,6 +66,8 @@ def made_names(trace: list[dict[str, Any]]) -> set[str]:
                         words = _WORD.findall(text)
                         if _id_named(path):
                             names.update(word for word in words if len(word) >= MIN_ID and _mixed(word))
+                            if len(text) >= MIN_RANDOM and _WORD.fullmatch(text):
+                                names.add(text)  # a whole random id may happen to hold no digit (1 in ~700)
                         if part == "request":  # a random name may be all digits (8 hex digits often are)
                             names.update(word for word in words if len(word) >= MIN_SENT and _digit(word))
     return names

@@ -37,7 +37,6 @@ from driver import (
     exception_details,
     excerpt,
     expect,
-    http_timeout,
     main,
     rest,
     step,
@@ -470,7 +469,7 @@ def envd_statuses(made: dict[str, Any]) -> dict[str, Any]:
     authorized = {**headers, "X-Access-Token": token}
     path = {"path": "/home/user/envd-statuses.txt", "username": "user"}
     seen: dict[str, Any] = {}
-    with httpx.Client(base_url=base.rstrip("/"), timeout=http_timeout(30)) as envd:
+    with httpx.Client(base_url=base.rstrip("/"), timeout=30) as envd:
         upload = {"files": {"file": ("envd-statuses.txt", b"envd")}}
         seen["POST /files"] = envd.post("/files", params=path, headers=authorized, **upload).status_code
         seen["POST /files no token"] = envd.post("/files", params=path, headers=headers, **upload).status_code
@@ -493,14 +492,14 @@ async def download_encoding(fl: Flavour, obs: Observed) -> None:
     path = f"{USER_HOME}/encoding.txt"
     await got(sbx.files.write(path, "e2b " * 1000))
     url = sbx.download_url(path, use_signature_expiration=120)
-    zipped = httpx.get(url, headers={"Accept-Encoding": "gzip"}, timeout=http_timeout())
+    zipped = httpx.get(url, headers={"Accept-Encoding": "gzip"})
     same(
         obs,
         "gzip",
         [zipped.status_code, zipped.headers.get("content-encoding"), zipped.text],
         [200, "gzip", "e2b " * 1000],
     )
-    refused = httpx.get(url, headers={"Accept-Encoding": "br;q=1, identity;q=0"}, timeout=http_timeout())
+    refused = httpx.get(url, headers={"Accept-Encoding": "br;q=1, identity;q=0"})
     obs["refused_body"] = excerpt(refused.text)
     same(obs, "none_acceptable", refused.status_code, 406)
 
@@ -978,16 +977,12 @@ async def signed_urls(fl: Flavour, obs: Observed) -> None:
     sbx = await fl.new(secure=True)
     path = f"{USER_HOME}/signed-{fl.name}.bin"
     payload = os.urandom(3000)
-    up = httpx.post(
-        sbx.upload_url(path, use_signature_expiration=120), files={"file": ("x.bin", payload)}, timeout=http_timeout()
-    )
+    up = httpx.post(sbx.upload_url(path, use_signature_expiration=120), files={"file": ("x.bin", payload)})
     same(obs, "upload_status", up.status_code, 200)
     same(obs, "sha_inside", (await fl.sh(sbx, f"sha256sum < {path}")).split()[0], hashlib.sha256(payload).hexdigest())
-    down = httpx.get(sbx.download_url(path, use_signature_expiration=120), timeout=http_timeout())
+    down = httpx.get(sbx.download_url(path, use_signature_expiration=120))
     same(obs, "download", [down.status_code, down.content == payload], [200, True])
-    unsigned = httpx.get(
-        sbx.download_url(path).split("?")[0], params={"path": path, "username": "user"}, timeout=http_timeout()
-    )
+    unsigned = httpx.get(sbx.download_url(path).split("?")[0], params={"path": path, "username": "user"})
     same(obs, "unsigned_refused", unsigned.status_code, 401)
 
 
@@ -1093,9 +1088,7 @@ async def errors(fl: Flavour, obs: Observed) -> None:
     await raises(obs, "info_missing", lambda: sbx.files.get_info("/nope/nope"), "FileNotFoundException")
     with rest() as client:
         missing = client.get("/sandboxes/bh-no-such-sandbox").status_code
-    wrong_key = httpx.get(
-        f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": WRONG_KEY}, timeout=http_timeout()
-    ).status_code
+    wrong_key = httpx.get(f"{os.environ['E2B_API_URL']}/v2/sandboxes", headers={"X-API-KEY": WRONG_KEY}).status_code
     statuses = [missing, wrong_key]
     same(obs, "rest_statuses", statuses, [404, 401])
 
@@ -1175,7 +1168,7 @@ async def signed_url_refusals(fl: Flavour, obs: Observed) -> None:
     expired = await got(sbx.download_url(path, use_signature_expiration=-10))
     valid = await got(sbx.download_url(path, use_signature_expiration=120))
     forged = valid.replace("signature=v1_", "signature=v1_x")
-    answers = [httpx.get(url, timeout=http_timeout()) for url in (valid, expired, forged)]
+    answers = [httpx.get(url) for url in (valid, expired, forged)]
     same(obs, "valid", [answers[0].status_code, answers[0].text], [200, "s"])
     same(
         obs,
@@ -1236,8 +1229,8 @@ def port_get(sandbox_id: str, host: str, port: int) -> httpx.Response:
     base = os.environ.get("E2B_SANDBOX_URL")
     if base:
         routed = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": str(port)}
-        return httpx.get(base, headers=routed, timeout=http_timeout(60))
-    return httpx.get(f"https://{host}", timeout=http_timeout(60))
+        return httpx.get(base, headers=routed, timeout=60)
+    return httpx.get(f"https://{host}", timeout=60)
 
 
 def end_at(sandbox_id: str) -> float:
@@ -1659,7 +1652,7 @@ async def process_selectors(fl: Flavour, obs: Observed) -> None:
     fl.ctx.created.append(made["sandboxID"])
     pty_tag, cat_tag = f"bh-pty-{fl.name}", f"bh-cat-{fl.name}"
     b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
-    with httpx.Client(timeout=http_timeout(30)) as client:
+    with httpx.Client(timeout=30) as client:
 
         def unary(rpc: str, message: dict[str, Any]) -> int:
             url = f"{envd_base(made['sandboxID'])}/process.Process/{rpc}"

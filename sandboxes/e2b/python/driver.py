@@ -88,7 +88,6 @@ class Context:
         self.shared_timeout_s = max(2 * self.sandbox_timeout_s, SHARED_LIFETIME_S)
         self.shared_refresh_s = min(self.shared_timeout_s / 3, self.shared_timeout_s - self.sandbox_timeout_s)
         self._slowness = float(options.get("slowness") or max(1.0, self.sandbox_timeout_s / 120))
-        _task_slowness[0] = self.slowness
         self.refreshed: dict[str, float] = {}  # shared sandbox id -> when its lifetime was last given again
         self.sandbox: Any = None
         self.sandbox_id: str | None = None
@@ -161,22 +160,12 @@ StepFunction = Callable[[Context, Observed], None]
 STEPS: dict[str, StepFunction] = {}
 
 
-HTTP_TIMEOUT_S = 30.0  # a request of the steps' own (a second path, a raw probe) on a quiet host, with room
-_task_slowness = [1.0]  # the slowness of the task under way (Context sets it)
-
-
-def http_timeout(seconds: float = HTTP_TIMEOUT_S) -> float:
-    """The timeout of a request of the steps' own: `seconds` stretched by the slowness the harness measured for
-    the task (httpx's default of 5 s is a deadline a busy host misses, and the endpoint is not to blame)."""
-    return seconds * _task_slowness[0]
-
-
 def rest() -> Any:
     """An httpx client of the endpoint's REST API with the run's key: the second path many steps check by."""
     import httpx  # every SDK runner has it (the SDK's own HTTP client)
 
     return httpx.Client(
-        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=http_timeout()
+        base_url=os.environ["E2B_API_URL"], headers={"X-API-KEY": os.environ["E2B_API_KEY"]}, timeout=30
     )
 
 

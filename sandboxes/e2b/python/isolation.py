@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from driver import Context, Observed, excerpt, expect, http_timeout, main, rest, step
+from driver import Context, Observed, excerpt, expect, main, rest, step
 from user_limits import GRAB_USER_LIMITS, HELD, PROBE_USER_LIMITS
 
 SUITES = {"isolation"}
@@ -330,8 +330,8 @@ def port_get(sandbox: Any, port: int, headers: dict[str, str]) -> Any:
     base = os.environ.get("E2B_SANDBOX_URL")
     if base:
         routed = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port)}
-        return httpx.get(base, headers={**routed, **headers}, timeout=http_timeout(30))
-    return httpx.get(f"https://{sandbox.get_host(port)}", headers=headers, timeout=http_timeout(30))
+        return httpx.get(base, headers={**routed, **headers}, timeout=30)
+    return httpx.get(f"https://{sandbox.get_host(port)}", headers=headers, timeout=30)
 
 
 @step("is13_device_download_does_not_stall_others")

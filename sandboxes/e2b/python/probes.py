@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import httpx
-from driver import Context, Deviation, Observed, Refused, excerpt, expect, http_timeout, main, rest, step
+from driver import Context, Deviation, Observed, Refused, excerpt, expect, main, rest, step
 
 SUITES = {"probes", "refusals", "tokens"}
 ERROR_CODES = re.compile(r"\b(unsupported_option|not_implemented|envd_token_invalid|invalid_argument)\b")
@@ -224,14 +224,10 @@ def gzip_files(ctx: Context, obs: Observed) -> None:
 @step("pr08_signed_urls")
 def signed_urls(ctx: Context, obs: Observed) -> None:
     sbx = sandbox(ctx)
-    upload = httpx.post(
-        sbx.upload_url("/home/user/signed.txt"), files={"file": ("signed.txt", b"signed")}, timeout=http_timeout()
-    )
+    upload = httpx.post(sbx.upload_url("/home/user/signed.txt"), files={"file": ("signed.txt", b"signed")})
     if upload.status_code != 200:
         raise http_refusal(upload, "upload_url")
-    download = httpx.get(
-        sbx.download_url("/home/user/signed.txt", use_signature_expiration=120), timeout=http_timeout()
-    )
+    download = httpx.get(sbx.download_url("/home/user/signed.txt", use_signature_expiration=120))
     if download.status_code != 200:
         raise http_refusal(download, "download_url")
     observe(obs, download.content.decode(errors="replace"), "signed")
@@ -476,9 +472,7 @@ def _envd_refusal(rpc: str, body: dict[str, Any], streaming: bool):
             payload = b"\0" + len(payload).to_bytes(4, "big") + payload
         else:
             headers["Content-Type"] = "application/json"
-        with httpx.stream(
-            "POST", f"{envd_url(sandbox_id)}{rpc}", content=payload, headers=headers, timeout=http_timeout(30)
-        ) as r:
+        with httpx.stream("POST", f"{envd_url(sandbox_id)}{rpc}", content=payload, headers=headers, timeout=30) as r:
             first = next(r.iter_raw(), b"")
             status = r.status_code
         obs["status_code"] = status
@@ -540,7 +534,6 @@ def gzip_upload(ctx: Context, obs: Observed) -> None:
             "Content-Type": "application/octet-stream",
             "Content-Encoding": "gzip",
         },
-        timeout=http_timeout(),
     )
     if response.status_code != 200:
         raise http_refusal(response, "POST /files with Content-Encoding: gzip")
@@ -585,12 +578,7 @@ def same_401(ctx: Context, obs: Observed) -> None:
         url = f"{envd_url(sandbox_id)}/filesystem.Filesystem/Stat"
 
         def stat(headers: dict[str, str]) -> tuple[int, str]:
-            response = httpx.post(
-                url,
-                json={"path": "/tmp"},
-                headers={"Content-Type": "application/json", **headers},
-                timeout=http_timeout(),
-            )
+            response = httpx.post(url, json={"path": "/tmp"}, headers={"Content-Type": "application/json", **headers})
             return response.status_code, response.text
 
         answers = {
@@ -615,12 +603,7 @@ def rotation(ctx: Context, obs: Observed) -> None:
         second = client.post(f"/v2/sandboxes/{sandbox_id}/connect", json={"timeout": 60}).json()["envdAccessToken"]
     url = f"{envd_url(sandbox_id)}/filesystem.Filesystem/Stat"
     statuses = [
-        httpx.post(
-            url,
-            json={"path": "/tmp"},
-            headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": t},
-            timeout=http_timeout(),
-        ).status_code
+        httpx.post(url, json={"path": "/tmp"}, headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": t}).status_code
         for t in (first, second)
     ]
     obs["statuses"] = statuses
@@ -635,10 +618,7 @@ def rotated_out(ctx: Context, obs: Observed) -> None:
     time.sleep(61)
     url = f"{envd_url(sandbox_id)}/filesystem.Filesystem/Stat"
     status = httpx.post(
-        url,
-        json={"path": "/tmp"},
-        headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": first},
-        timeout=http_timeout(),
+        url, json={"path": "/tmp"}, headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": first}
     ).status_code
     obs["status_code"] = status
     expect(status == 401, f"a token rotated out 61 s ago answered {status}, expected 401")

@@ -27,7 +27,7 @@ from .box import Box, ProcessRecord
 TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
-READY_TIMEOUT_S = 30.0  # on a quiet host; scaled by the host's slowness
+READY_TIMEOUT_S = 90.0  # on a quiet host, with room for kernels importing pyplot beside it; scaled by the slowness
 KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its stdin
 HAND_OVER_S = 10.0  # a warm server sets the sandbox's env vars within this on a quiet host; scaled
 # A line of the server's arguments, the source's length, a newline, the source: stdin stays open after it for the

@@ -36,9 +36,6 @@ SUITES = (
 )
 RUNNER = "py-e2b-2.63.0"
 JS_RUNNER = "js-e2b-2.51.0"  # the computer suite's only (its binding is JavaScript); its other suites are not run
-# A quirk of the code interpreter is run on its suite too, by its Python client (the baseline does not run it).
-CODE_INTERPRETER = (str(SANDBOXES_DIR / "code-interpreter" / "test_code_interpreter.py"),
-                    "py-code-interpreter-2.11.5")  # fmt: skip
 ONLY_COMPUTER_IN_JS = f"not ({JS_RUNNER} and not test_computer)"
 # The 2.5 MB output and 20 MiB round-trip probes relate to no quirk; the faithful baseline still runs them.
 HEAVY = "not pr13_large_output and not pr14_binary_round_trip"
@@ -279,7 +276,6 @@ DIFFERENTIAL_DETECTED_BY: dict[str, tuple[tuple[str, ...], str]] = {
     "upload_replaces_file": (both("file_metadata_replaced"), "POST /files probe stat.same_inode"),
     "connect_sets_lifetime": (both("rest_options"), "sandboxes/{id}/connect probe endAt_in"),
     "mutations=stderr_held": (both("run_streams"), "POST /process.Process/Start messages"),
-    "interpreter_ms_timestamps": (("code-interpreter/ci03_stream_callbacks",), "POST /execute timestamp"),
 }
 DETECTED_BY.update({quirk: cases for quirk, (cases, _) in DIFFERENTIAL_DETECTED_BY.items()})
 QUIRKS: tuple[str, ...] = tuple(DETECTED_BY)
@@ -291,9 +287,6 @@ def run_one(results: Path, quirk: str | None, only: Collection[str] = ()) -> Pat
     results.mkdir(parents=True, exist_ok=True)
     before = {p for p in results.iterdir() if p.is_dir()}
     command = ["run", *SUITES, "--runner", RUNNER, "--runner", JS_RUNNER]
-    if any(case.startswith("code-interpreter/") for case in only):
-        command[1:1] = [CODE_INTERPRETER[0]]
-        command += ["--runner", CODE_INTERPRETER[1]]
     command += ["--results-dir", str(results), "--no-report"] + ([f"--quirk={quirk}"] if quirk else [])
     selection = " or ".join(case.split("/", 1)[1] for case in sorted(only) if not case.startswith("housekeeping/"))
     keep = [ONLY_COMPUTER_IN_JS] + ([f"({selection})"] if selection else [HEAVY] if quirk else [])

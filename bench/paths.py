@@ -27,8 +27,6 @@ SUITE_DIRS = (SANDBOXES_DIR, FRAMEWORKS_DIR)  # where suite modules (`test_<suit
 # the differential judgement's data (bench/differential/): the reference traces and the field-policy table
 REFERENCE_TRACES_DIR = SANDBOXES_DIR / "e2b" / "reference"
 FIELD_POLICY_PATH = SANDBOXES_DIR / "e2b" / "differential.toml"
-# the answer fields of E2B's definitions (written from them by tests/test_answer_fields.py): coverage.json's `fields`
-ANSWER_FIELDS_PATH = SANDBOXES_DIR / "e2b" / "answer-fields.toml"
 MANIFEST_PATHS = (
     SANDBOXES_DIR / "e2b" / "manifest.toml",
     FRAMEWORKS_DIR / "manifest.toml",
@@ -66,10 +64,7 @@ RESULTS_DIR = Path(os.environ.get("E2B_BENCH_RESULTS_DIR") or USER_ROOT / "resul
 REPORTS_OUT = RESULTS_DIR / "reports"  # `report`'s default --out
 CONFIG_PATH = Path(os.environ.get("E2B_BENCH_ENDPOINTS") or USER_ROOT / "endpoints.toml").expanduser()
 
-# The suites whose cases have references by default (`e2b-bench reference`): every suite whose judgement is stable
-# on a faithful endpoint, what its cases vary on purpose (pids, a run's ids inside messages and output, output cut as
-# timing has it) kept quiet by general rules (bench/differential/normal.py, judge.py, the policy table). Left out:
-# properties and tokens (generated inputs, and no answer a client reads that the others lack).
-REFERENCED_SUITES = (
-    "quickstart", "behaviours", "probes", "refusals", "computer", "isolation", "frameworks", "code-interpreter"
-)  # fmt: skip
+# The suites whose cases have references by default: the SDKs' own calls, whose answers hold what a client sees.
+# The others' exchanges carry what the case itself varies (pids in listings, a sandbox's stalled output, a model's
+# tool calls, kernel timing): a reference of theirs needs field rules of its own before it can judge without noise.
+REFERENCED_SUITES = ("quickstart", "behaviours", "probes", "refusals")

@@ -456,19 +456,7 @@ def _coverage(run_path: Path) -> dict[str, Any] | None:
         }
         for runner, entry in (document.get("sdk") or {}).items()
     }
-    return {"spec_percent": spec.get("percent"), "operations": operations, "sdk": sdk, "fields": _field_gaps(document)}
-
-
-def _field_gaps(document: dict[str, Any]) -> dict[str, Any] | None:
-    """The answer fields of E2B's definitions and how many have no policy or were never seen (coverage.json's
-    `fields.spec`, bench/differential/coverage.py)."""
-    fields = document.get("fields")
-    spec = fields.get("spec") if isinstance(fields, dict) else None
-    if not isinstance(spec, dict) or not spec:
-        return None
-    gaps = {name: policy for name, policy in spec.items() if policy in ("no policy", "never seen")}
-    return {"total": len(spec), "gaps": len(gaps), "no_policy": sorted(n for n, p in gaps.items() if p == "no policy"),
-            "never_seen": sum(p == "never seen" for p in gaps.values())}  # fmt: skip
+    return {"spec_percent": spec.get("percent"), "operations": operations, "sdk": sdk}
 
 
 def _bench_table_row(measure_id: str, doc: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,4 @@
 - policy.py    the field-policy table (sandboxes/e2b/differential.toml) and each policy's comparison
 - reference.py the stored reference traces (sandboxes/e2b/reference/<suite>/<runner>.jsonl) and `e2b-bench reference`
 - judge.py     a case's trace against its reference: the differences, and the outcome they make
-- normal.py    names the run made (ids, a case's random names, digests) inside longer strings, as `{made}`
-- agree.py     an answer against its own second path in the same run (an entry against `stat`, a metrics sample
-               against the sandbox's cgroup and `df`)
-- coverage.py  coverage.json's `fields`: the run's fields and every answer field of E2B's definitions, judged how
 """

@@ -2,8 +2,7 @@
 
 A `Capture` is fed the bytes of both bodies as they pass and is summed up once, when the exchange's wire line is
 written (`trace` on the line): a JSON answer (REST, a Connect unary call) as its leaves, a Connect stream as its
-messages in arrival order (each message's leaves), a stream of JSON lines (a code interpreter's execution) as its
-lines (each line's leaves), any other body as its size and digest. A body is kept whole up
+messages in arrival order (each message's leaves), any other body as its size and digest. A body is kept whole up
 to KEEP_BYTES (answers are small; beyond it only the size and digest are kept), decoded, and redacted by the run's
 Redactor like every other byte of the log. Turned off by E2B_BENCH_DIFFERENTIAL=0 (`run --no-differential`).
 """
@@ -104,8 +103,6 @@ class _Body:
             if len(messages) > MAX_MESSAGES:
                 messages = [*messages[: MAX_MESSAGES - 1], messages[-1]]
             return {"messages": messages}
-        if whole and media in ("application/x-ndjson", "application/jsonl", "application/json-seq"):
-            return {"messages": lines(data, redactor)}
         if media.startswith("application/connect+"):
             return {"messages": [{"cut": True}]}  # too long to keep: no end trailer, so never judged
         if whole and (media == "application/json" or media.endswith("+json")):
@@ -127,37 +124,6 @@ def envelopes(data: bytes) -> list[tuple[int, bytes]]:
         found.append((flags, payload))
         offset += ENVELOPE.size + length
     return found
-
-
-_TEXT_EVENTS = ("stdout", "stderr")
-
-
-def lines(data: bytes, redactor: Redacting) -> list[dict[str, Any]]:
-    """A stream of JSON lines (a code interpreter's execution) as its messages: each line's leaves; consecutive
-    output events of one stream (`type` stdout or stderr: how output is cut into events depends on timing) joined
-    into one, its text whole; the last marked `end` when the body ended with a whole line."""
-    found: list[dict[str, Any]] = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        message = _leaves_of(line, redactor)
-        last = found[-1] if found else None
-        kind = message.get("type")
-        if (
-            last is not None
-            and kind in _TEXT_EVENTS
-            and last.get("type") == kind
-            and isinstance(message.get("text"), str)
-            and isinstance(last.get("text"), str)
-        ):
-            last["text"] += message["text"]
-            continue
-        found.append(message)
-    if found and data.endswith(b"\n"):
-        found[-1] = {"end": True, **found[-1]}
-    if len(found) > MAX_MESSAGES:
-        found = [*found[: MAX_MESSAGES - 1], found[-1]]
-    return [_cut(message) for message in found]
 
 
 def _leaves_of(payload: bytes, redactor: Redacting) -> dict[str, Any]:

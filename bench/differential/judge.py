@@ -6,9 +6,7 @@ the reference never made, or a reference exchange the case did not make, is no d
 assertions judge what it calls); a paired exchange is compared field by field (bench/differential/policy.py):
 its status, each leaf of its JSON answer (a leaf E2B gives that is missing, or one E2B never gives, is a
 difference), a stream's messages (their order, then each message's leaves: when the reference runs disagree on the
-order, the messages are compared as one multiset of leaves), and a body's size and digest. Before that, each
-answer that describes a file or a sandbox's resources is held against what the sandbox itself said of them
-(`stat`, its cgroup, `df`: bench/differential/agree.py).
+order, the messages are compared as one multiset of leaves), and a body's size and digest.
 """
 
 from __future__ import annotations
@@ -20,13 +18,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .agree import SANDBOX_SAYS, STAT_SAYS, entry_against_stat, metrics_against_sandbox
-from .policy import MAGNITUDE, Rule, accepts, inferred, is_time, json_type, parse_time, rule_for, same
+from .policy import Rule, accepts, inferred, is_time, json_type, parse_time, rule_for, same
 
 MAX_DIFFERENCES = 20
-TRANSIENT = frozenset({429, 502, 503, 504})
 _OUTPUT = ("stdout", "stderr", "pty")
-PROBE_SLACK_S = 5.0  # a probe's moments: off by its exchange's own time (the reference's and this run's) and this
+PROBE_SLACK_S = 5.0  # a probe's moments: off by its exchange's own time and this
 SHOWN_CHARS = 120
 
 
@@ -57,23 +53,11 @@ class Judge:
     def differences(self, refs: list[list[dict[str, Any]]], trace: list[dict[str, Any]]) -> list[Difference]:
         """What `trace` shows that no reference run shows (at most MAX_DIFFERENCES)."""
         found: list[Difference] = []
-        for exchange in trace:  # each answer against its own second path (bench/differential/agree.py)
-            answer, probe = exchange.get("answer"), exchange.get("probe")
-            if isinstance(answer, dict) and isinstance(probe, dict):
-                leaves, seen = answer.get("leaves") or {}, probe.get("leaves") or {}
-                for path, expected, got in entry_against_stat(leaves, seen):
-                    found.append(Difference(f"{exchange.get('key')} {path}", expected, got, STAT_SAYS))
-                for path, expected, got in metrics_against_sandbox(leaves, seen):
-                    found.append(Difference(f"{exchange.get('key')} {path}", expected, got, SANDBOX_SAYS))
         keyed = [_by_key(ref) for ref in refs]
         for key, exchanges in _by_key(trace).items():
             candidates = [ref.get(key, []) for ref in keyed]
             if not any(candidates):
                 continue
-            # a transient answer (429, 502, 503, 504) E2B never gave here, which the client retried (the case passed):
-            # the endpoint's condition, counted among the run's retries, not a field of what it answers
-            given = {ex.get("status") for cands in candidates for ex in cands}
-            exchanges = [ex for ex in exchanges if ex.get("status") not in TRANSIENT or ex.get("status") in given]
             used: list[set[int]] = [set() for _ in candidates]
             for index, got in enumerate(exchanges):
                 pairs = zip(candidates, used, strict=False)
@@ -86,11 +70,6 @@ class Judge:
 
     def _exchange(self, key: str, refs: list[dict[str, Any]], got: dict[str, Any]) -> list[Difference]:
         found = []
-        if got.get("status") is None:
-            return []  # no answer came (the client gave up on it): nothing the endpoint said to compare
-        refs = [ref for ref in refs if ref.get("status") is not None]
-        if not refs:
-            return []
         why = self._value(f"{key} status", [ref.get("status") for ref in refs], got.get("status"), None, [])
         if why:
             found.append(Difference(f"{key} status", refs[0].get("status"), got.get("status"), why))
@@ -102,12 +81,10 @@ class Judge:
             if not answers or not isinstance(mine, dict):
                 continue
             prefix = key if part == "answer" else f"{key} probe"
-            if part == "probe":
-                answers, mine = _common_looks(answers, mine)
             judge = self
             if part == "probe":  # looked at right after the call: a moment it set is off by the exchange's time only
                 took = (_ms(got) + max(_ms(ref) for ref in having)) / 1000
-                judge = Judge(self.rules, PROBE_SLACK_S + took)  # a slow call's moments lie anywhere in it
+                judge = Judge(self.rules, min(self.delta_s, PROBE_SLACK_S + took))
             found.extend(judge._answer(prefix, answers, mine, at, [parse_time(ref.get("at", "")) for ref in having]))
         return found
 
@@ -115,10 +92,6 @@ class Judge:
                 ref_ats: list[datetime | None]) -> list[Difference]:  # fmt: skip
         if any(message == {"cut": True} for answer in (got, *refs) for message in answer.get("messages") or []):
             return []  # a stream too long to keep whole (bench/differential/capture.py): not judged
-        kind = next((name for name in ("leaves", "messages", "body") if name in got), None)
-        alike = [(ref, ref_at) for ref, ref_at in zip(refs, ref_ats, strict=False) if kind in ref]
-        if alike and len(alike) < len(refs):  # E2B answered so in some runs (an error it recovered from in others)
-            refs, ref_ats = [ref for ref, _ in alike], [ref_at for _, ref_at in alike]
         if ("messages" in got and any("body" in ref for ref in refs)) or ("body" in got and any(
                 "messages" in ref for ref in refs)):  # fmt: skip
             return []  # a stream kept whole in one run and too long in another: its size is timing
@@ -207,8 +180,6 @@ class Judge:
             why = accepts(policy, refs, got, at, ref_ats, self.delta_s)
         if why and field.rsplit(".", 1)[-1] in _OUTPUT and _lines(got) in [_lines(ref) for ref in refs]:
             return None  # a command's lines in another order (a directory's entries come in the filesystem's order)
-        if why and field.rsplit(".", 1)[-1] in _OUTPUT and any(_measured_alike(got, ref) for ref in refs):
-            return None  # the same words, a pid or measured numbers (an inode, a byte count) of the same order
         if why and field.endswith("message") and _digitless(got) in [_digitless(ref) for ref in refs]:
             return None  # an error's words with other numbers in them (a pid, a port, a size): the same words
         return why
@@ -279,62 +250,8 @@ def _distinct(pairs: list[tuple[Any, Any]], limit: int) -> list[tuple[Any, Any]]
     return kept
 
 
-def _look(path: str) -> str:
-    return path.split(".", 1)[0]
-
-
-def _common_looks(refs: list[dict[str, Any]], got: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Probes as far as both sides made the same looks (`env`, `env_of_root`, `stat`, `metrics`, ...): which looks a
-    probe makes depends on what came first in its sandbox (the first command of a sandbox looks at every user's
-    environment), which a selection of cases changes; a look both made is compared whole."""
-
-    def kept(body: dict[str, Any], looks: set[str]) -> dict[str, Any]:
-        leaves = body.get("leaves")
-        if not isinstance(leaves, dict):
-            return body
-        return {**body, "leaves": {path: value for path, value in leaves.items() if _look(path) in looks}}
-
-    mine = {_look(path) for path in got.get("leaves") or {}}
-    theirs = {_look(path) for ref in refs for path in ref.get("leaves") or {}}
-    return [kept(ref, mine) for ref in refs], kept(got, theirs)
-
-
 def _digitless(value: Any) -> Any:
     return re.sub(r"\d+", "#", value) if isinstance(value, str) else value
-
-
-# In a command's output, a number is a pid when a word says so (`pid 42`) or when a shell reports a job's end
-# (`line 2:    54 Killed`); a number of at least MEASURED digits is a measurement (an inode, a size, a counter).
-_PID = re.compile(
-    r"(?<=\b(?i:pid))([ =:#]*)\d+|\d+(?=[ \t]+(?:Killed|Terminated|Aborted|Done|Exit \d+|Segmentation fault|Hangup|"
-    r"Interrupt|Quit|Stopped)\b)"
-)
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-MEASURED = 4
-
-
-def _measured_alike(got: Any, ref: Any) -> bool:
-    """Whether two outputs (texts, or lists of texts) are the same words with pids anywhere and numbers of at least
-    MEASURED digits of the same order (a factor MAGNITUDE): what a sandbox's kernel hands out or a case measures."""
-    if isinstance(got, list) and isinstance(ref, list):
-        return len(got) == len(ref) and all(map(_measured_alike, got, ref))
-    if not isinstance(got, str) or not isinstance(ref, str):
-        return False
-    mine, theirs = (_PID.sub(lambda m: f"{m[1] or ''}{{pid}}", text) for text in (got, ref))
-    big = [[m[0] for m in _NUMBER.finditer(text) if _measured(m[0])] for text in (mine, theirs)]
-    words = [_NUMBER.sub(lambda m: "#" if _measured(m[0]) else m[0], text) for text in (mine, theirs)]
-    if words[0] != words[1] or len(big[0]) != len(big[1]):
-        return False
-    return all(a == b or _same_order(float(a), float(b)) for a, b in zip(*big, strict=True))
-
-
-def _measured(number: str) -> bool:
-    return len(number.split(".")[0]) >= MEASURED
-
-
-def _same_order(a: float, b: float) -> bool:
-    low, high = sorted((a, b))
-    return low > 0 and high / low <= MAGNITUDE
 
 
 def _lines(value: Any) -> list[str] | None:
@@ -397,44 +314,18 @@ def _pooled(messages: list[dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _paths(exchange: dict[str, Any]) -> frozenset[str]:
-    """The leaves an exchange's answer has (a stream's: those of all its messages)."""
-    answer = exchange.get("answer")
-    if not isinstance(answer, dict):
-        return frozenset()
-    return frozenset(path for leaves in [answer.get("leaves") or {}, *(answer.get("messages") or [])]
-                     if isinstance(leaves, dict) for path in leaves)  # fmt: skip
-
-
 def _request(exchange: dict[str, Any]) -> str:
     return json.dumps(exchange.get("request"), sort_keys=True)
 
 
 def _pair(got: dict[str, Any], index: int, candidates: list[dict[str, Any]], taken: set[int]) -> dict[str, Any] | None:
-    """The reference exchange `got` is compared with: the first untaken one with the same request and status and
-    leaves, else a taken one (a request repeated until its answer changes, a poll, is answered "not yet" as often as
-    the host's timing makes it), else the same with the same request and status only, else the first untaken one
-    with the same request, else the one at its place if of the same status, else the first untaken one of the same
-    status, else the one at its place, else the first untaken."""
-    request = _request(got)
-    alike = [i for i in range(len(candidates)) if _request(candidates[i]) == request
-             and candidates[i].get("status") == got.get("status")]  # fmt: skip
-    shaped = [i for i in alike if _paths(candidates[i]) == _paths(got)]  # a poll's "not yet" answers look alike
-    for pool in (shaped, alike):
-        again = next((i for i in pool if i not in taken), pool[0] if pool else None)
-        if again is not None:
-            taken.add(again)
-            return candidates[again]
+    """The reference exchange `got` is compared with: the first untaken one with the same request, else the one at
+    its place, else the first untaken."""
     free = [i for i in range(len(candidates)) if i not in taken]
     if not free:
         return None
+    request = _request(got)
     chosen = next((i for i in free if _request(candidates[i]) == request), None)
-    if chosen is None:  # at its place, else the first of the same status (a request E2B answered only after a retry)
-        status = got.get("status")
-        placed = index if index in free and candidates[index].get("status") == status else None
-        chosen = (
-            placed if placed is not None else next((i for i in free if candidates[i].get("status") == status), None)
-        )
     if chosen is None:
         chosen = index if index in free else free[0]
     taken.add(chosen)

@@ -1,20 +1,15 @@
 """A second path beside the answers: what the wire proxy looks at itself after an exchange, before its client
 has the answer's end (so nothing the case does next can race it), recorded as the exchange's `probe`.
 
-- After a metrics sample (GET /sandboxes/{id}/metrics) of a sandbox whose envd the run has called: what the
-  sandbox itself says of the same figures (`metrics.*`: CPUs by a limited cgroup's quota, memory by the cgroup's
-  limit or MemTotal, the root filesystem by `df`), held against the sample (bench/differential/agree.py).
 - After a lifecycle call (create, connect, timeout, resume, refresh, pause, kill) that succeeded: the sandbox as
   the control plane's GET /sandboxes/{id} reports it then (`state`, `endAt`, `startedAt`, or the status), and as
   its list (GET /v2/sandboxes) reports it (`list.*`).
-- After an envd call that changed files (an upload, Filesystem Move, MakeDir, Remove) or described one (Stat):
-  each path as `stat` in the sandbox sees it (size, mode, owner, group, links, mtime at full precision; `exists:
-  false` once gone), run as the same user (a relative path resolves as the call's did). An entry the answer gives
-  is held against it (bench/differential/agree.py).
+- After an envd call that changed files (an upload, Filesystem Move, MakeDir, Remove): each path as `stat` in
+  the sandbox sees it (size, mode, owner, group, links, mtime at full precision; `exists: false` once gone), run
+  as the same user (a relative path resolves as the call's did).
 - Before the first command of each sandbox and user (before it is sent: no command of the case ever sees the
   probe's): that user's environment as a login shell sees it (HOME, USER, LOGNAME, SHELL, PWD, PATH and every
-  E2B_* variable) and `id`, recorded as that command's probe (`env.*`); at the sandbox's first command also that
-  of every other user E2B defines (root, user: `env_of_<user>.*`), whether a case runs a command as them or not.
+  E2B_* variable) and `id`, recorded as that command's probe.
 
 The probes go to the endpoint directly (not through the proxy: no wire line of their own) with the credentials
 the client's request carried, bounded by PROBE_S scaled by the host's slowness; a probe that fails is left out.
@@ -43,25 +38,11 @@ ENVD_PORT = "49983"
 _LIFECYCLE = re.compile(
     r"^/(?:v2/)?sandboxes(?:/(?P<id>[^/]+)(?:/(?P<call>connect|timeout|resume|refreshes|pause))?)?$"
 )
-# the calls that change a path, or describe one (Stat: its entry is held against the probe's `stat`), by the fields
-# of their request that name it
 _CHANGES = {"/filesystem.Filesystem/Move": ("destination",), "/filesystem.Filesystem/MakeDir": ("path",),
-            "/filesystem.Filesystem/Remove": ("path",), "/filesystem.Filesystem/Stat": ("path",)}  # fmt: skip
+            "/filesystem.Filesystem/Remove": ("path",)}  # fmt: skip
 _MULTIPART_NAME = re.compile(rb'filename="([^"]+)"')
 _ENV_NAMES = ("HOME", "USER", "LOGNAME", "SHELL", "PWD", "PATH")
 STAT_FORMAT = "%s|%a|%U|%G|%h|%y|%i"
-USERS = ("root", "user")  # the users E2B's sandboxes define
-_METRICS = re.compile(r"^/sandboxes/(?P<id>[^/]+)/metrics$")
-# What the sandbox itself says of a metrics sample's figures, one `name=value` a line: the CPU quota and the memory
-# limit of its cgroup (v2, else v1) when it has one, MemTotal, and `df /` in bytes
-METRICS_SCRIPT = (
-    'c=$(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo "$(cat /sys/fs/cgroup/cpu*/cpu.cfs_quota_us 2>/dev/null | '
-    'head -1) $(cat /sys/fs/cgroup/cpu*/cpu.cfs_period_us 2>/dev/null | head -1)"); echo "cpu=$c"; '
-    "m=$(cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null); "
-    'echo "memLimit=$m"; awk \'/^MemTotal:/ {printf "memInfo=%.0f\\n", $2 * 1024}\' /proc/meminfo; '
-    'df -B1 --output=size,used / | awk \'NR == 2 {print "diskTotal=" $1; print "diskUsed=" $2}\''
-)
-NO_LIMIT = 1 << 60  # a v1 memory limit past this is none
 ENV_SCRIPT = 'id -un; id -gn; env -0 | tr "\\0\\n" "\\n " | grep -E "^(E2B_[A-Za-z0-9_]*|{})=" | sort'.format(
     "|".join(_ENV_NAMES)
 )
@@ -78,32 +59,6 @@ class Prober:
         self.envd_for = envd_for  # (path, sandbox id) -> the upstream base URL serving it
         self.seen_envs: set[tuple[str, str, str]] = set()
         self.failures = 0  # probes in a row that failed: past GIVE_UP the proxy stops probing (an envd unlike E2B's)
-        self.envd_headers: dict[str, dict[str, str]] = {}  # sandbox id -> what its envd requests carried last
-
-    def _remember(self, headers: dict[str, str]) -> None:
-        sandbox = headers.get("e2b-sandbox-id")
-        if sandbox:
-            self.envd_headers[sandbox] = {name: value for name, value in headers.items() if name in (
-                "x-access-token", "e2b-sandbox-id", "e2b-traffic-access-token")}  # fmt: skip
-
-    async def _metrics(self, sandbox: str) -> dict[str, Any] | None:
-        """What the sandbox itself says of the figures a metrics sample gives: its CPUs (a limited cgroup's quota),
-        its memory (the cgroup's limit, else MemTotal: `memFrom`), its root filesystem's size and use (`df`)."""
-        out = await self._run(sandbox, self.envd_headers[sandbox], METRICS_SCRIPT, None)
-        said = dict(line.partition("=")[::2] for line in out.splitlines())
-        found: dict[str, Any] = {}
-        quota = said.get("cpu", "").split()
-        if len(quota) == 2 and quota[0].isdigit() and quota[1].isdigit() and int(quota[1]) > 0:
-            found["metrics.cpuCount"] = max(1, -(-int(quota[0]) // int(quota[1])))  # a limited cgroup's CPUs
-        limit = said.get("memLimit", "").strip()
-        if limit.isdigit() and 0 < int(limit) < NO_LIMIT:
-            found["metrics.memTotal"], found["metrics.memFrom"] = int(limit), "cgroup"
-        elif said.get("memInfo", "").isdigit():
-            found["metrics.memTotal"], found["metrics.memFrom"] = int(said["memInfo"]), "meminfo"
-        for name in ("diskTotal", "diskUsed"):
-            if said.get(name, "").isdigit():
-                found[f"metrics.{name}"] = int(said[name])
-        return found or None
 
     def _gave_up(self) -> bool:
         return self.failures >= GIVE_UP
@@ -142,10 +97,6 @@ class Prober:
         started: datetime,
     ) -> dict[str, Any] | None:
         path = urlsplit(url).path
-        self._remember(headers)
-        metrics = _METRICS.match(path) if method == "GET" else None
-        if metrics is not None and metrics["id"] in self.envd_headers:
-            return await self._metrics(metrics["id"])
         if not headers.get("e2b-sandbox-id") and method in ("POST", "DELETE"):
             return await self._lifecycle(method, path, headers, answer, request, started)
         sandbox = headers.get("e2b-sandbox-id")
@@ -165,7 +116,6 @@ class Prober:
     async def _lifecycle(
         self, method: str, path: str, headers: dict[str, str], answer: Any, request: bytes, started: datetime
     ) -> dict[str, Any] | None:
-        answered = datetime.now(UTC)  # the probe begins as the call's answer ends
         match = _LIFECYCLE.match(path)
         if match is None or (match["call"] is None and (match["id"] is None) == (method == "DELETE")):
             return None  # not a lifecycle call: a create is a POST without id, a kill a DELETE with one
@@ -186,15 +136,14 @@ class Prober:
             entry = None
         if isinstance(entry, dict):
             found.update({f"list.{name}": entry.get(name) for name in ("state", "startedAt", "endAt") if name in entry})
-        # the lifetime the call asked for (a create's, a connect's, a timeout's), against what the sandbox has now
-        # (`endAt_less_asked`: how far its start falls outside the call);
+        # the lifetime the call asked for (a create's, a connect's, a timeout's), against what the sandbox has now;
         # a connect or resume that asked none: the lifetime the endpoint gives by default
         for prefix, shown in (("", info), ("list.", entry)):
             moment = parse_time(str(shown.get("endAt"))) if isinstance(shown, dict) else None
             if moment is None:
                 continue
             if isinstance(asked, int | float) and not isinstance(asked, bool):
-                found[f"{prefix}endAt_less_asked"] = _outside(moment, asked, started, answered)
+                found[f"{prefix}endAt_less_asked"] = round((moment - started).total_seconds() - asked, 1)
             elif match["call"] in ("connect", "resume"):
                 found[f"{prefix}endAt_in"] = round((moment - started).total_seconds(), 1)
         return found
@@ -203,7 +152,6 @@ class Prober:
         """Before the call is sent: for an upload to a path given in its query, the inode of what is there
         (`{"inodes": {path: inode}}`); for a command, the first of its sandbox and user, that user's environment
         (`{"env": leaves}`: looked at before the command starts, so that no command of the case ever sees it)."""
-        self._remember(headers)
         sandbox = headers.get("e2b-sandbox-id")
         path = urlsplit(url).path
         if method != "POST" or not sandbox or self._gave_up():
@@ -247,30 +195,17 @@ class Prober:
         return found or None
 
     async def _environment(self, sandbox: str, headers: dict[str, str]) -> dict[str, Any] | None:
-        """The environment of the command's user (`env.*`), and at a sandbox's first command that of every other
-        user E2B defines (`env_of_<user>.*`): what a command run as them would get, whether a case runs one or not."""
-        found: dict[str, Any] = {}
         seen = (sandbox, headers.get("authorization", ""), "")
-        if seen not in self.seen_envs:
-            self.seen_envs.add(seen)
-            found.update(await self._user_environment(sandbox, headers, "env"))
-        if (sandbox, "", "every user") not in self.seen_envs:
-            self.seen_envs.add((sandbox, "", "every user"))
-            own = _user_of(headers)
-            for user in USERS:
-                if user != own:
-                    as_user = _as_user(headers, {"username": [user]})
-                    found.update(await self._user_environment(sandbox, as_user, f"env_of_{user}"))
-        return found or None
-
-    async def _user_environment(self, sandbox: str, headers: dict[str, str], prefix: str) -> dict[str, Any]:
+        if seen in self.seen_envs:
+            return None
+        self.seen_envs.add(seen)
         lines = (await self._run(sandbox, headers, ENV_SCRIPT, None)).splitlines()
         if len(lines) < 2:
-            return {}
-        found: dict[str, Any] = {f"{prefix}.user": lines[0], f"{prefix}.group": lines[1]}
+            return None
+        found: dict[str, Any] = {"env.user": lines[0], "env.group": lines[1]}
         for line in lines[2:]:
             name, _, value = line.partition("=")
-            found[f"{prefix}.{name}"] = value
+            found[f"env.{name}"] = value
         return found
 
     async def _run(self, sandbox: str, headers: dict[str, str], script: str, cwd: str | None) -> str:
@@ -297,26 +232,6 @@ class Prober:
             if stdout:
                 out.append(base64.b64decode(stdout))
         return b"".join(out).decode("utf-8", "replace")
-
-
-def _outside(end: datetime, asked: float, started: datetime, answered: datetime) -> float:
-    """How far the start of the lifetime asked (`end` less `asked`) falls outside the call that asked it, from its
-    request to its answer (0: within; a slow create, whose sandbox starts late in it, is no difference)."""
-    start = end.timestamp() - asked
-    if start > answered.timestamp():
-        return round(start - answered.timestamp(), 1)
-    return round(min(0.0, start - started.timestamp()), 1)
-
-
-def _user_of(headers: dict[str, str]) -> str | None:
-    """The user a request asks to run as (envd's `Authorization: Basic base64(user:)`), or None (the default)."""
-    scheme, _, encoded = headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        return base64.b64decode(encoded, validate=True).decode().partition(":")[0] or None
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def _as_user(headers: dict[str, str], query: dict[str, list[str]]) -> dict[str, str]:

@@ -23,7 +23,6 @@ from bench.runners.protocol import StepResult
 
 from .capture import enabled, judging
 from .judge import Judge
-from .normal import made_neutral
 from .policy import DELTA_S, load_rules
 from .reference import References, run_traces_path
 from .trace import case_trace
@@ -84,9 +83,7 @@ class Differential:
         refs = self.references.runs(suite, runner, observed.id) if self.judges else []
         if observed.outcome != "pass" or not refs or not self.judges:
             return observed
-        found = self.judge().differences(
-            [made_neutral(neutral(ref, made_by)) for ref, made_by in refs], made_neutral(neutral(trace, run_id))
-        )
+        found = self.judge().differences([neutral(ref, made_by) for ref, made_by in refs], neutral(trace, run_id))
         if not found:
             return observed
         more = f" (and {len(found) - 1} more difference(s))" if len(found) > 1 else ""

@@ -22,9 +22,6 @@ def route(path: str) -> str:
     shown = []
     for index, segment in enumerate(segments):
         before = segments[index - 1] if index else ""
-        if "." in before and before[:1].islower():  # an RPC's method (`/filesystem.Filesystem/GetWatcherEvents`)
-            shown.append(segment)
-            continue
         named = before in _NAMED_AFTER and segment and "." not in segment
         shown.append("{id}" if named or (segment and "." not in segment and _ID_SEGMENT.match(segment)) else segment)
     return "/".join(shown)

@@ -206,7 +206,6 @@ class BoxSettings:
     hidden_paths: tuple[str, ...] = ()  # template files removed from the sandbox's view (quirks)
     upload_truncates_first: bool = False  # an upload truncates before the chown (the extra_write_event quirk)
     root_home_of_user: bool = False  # root's commands get the default user's HOME (the root_home_of_user quirk)
-    interpreter_args: tuple[str, ...] = ()  # the code interpreter server's arguments (quirks)
     limits: Limits = field(default_factory=Limits)
 
 

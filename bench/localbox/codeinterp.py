@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,18 +26,16 @@ from .box import Box, ProcessRecord
 TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
-READY_TIMEOUT_S = 90.0  # on a quiet host, with room for kernels importing pyplot beside it; scaled by the slowness
-KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its stdin
+READY_TIMEOUT_S = 90.0  # on a quiet host, with room; scaled by the host's slowness
+KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its command line
 HAND_OVER_S = 10.0  # a warm server sets the sandbox's env vars within this on a quiet host; scaled
-# A line of the server's arguments, the source's length, a newline, the source: stdin stays open after it for the
-# endpoint's commands. The arguments come by stdin, not the command line: a process listing shows the command line,
-# which is then the same on every host (a slowness-scaled value there is no difference from E2B).
+# The source's length, a newline, the source: stdin stays open after it for the endpoint's commands.
 LOADER = (
-    "import sys; sys.argv += sys.stdin.buffer.readline().decode().split(); _n = int(sys.stdin.buffer.readline()); "
+    "import sys; _n = int(sys.stdin.buffer.readline()); "
     "exec(compile(sys.stdin.buffer.read(_n), 'e2b-bench-code-interpreter', 'exec'))"
 )
 START_TAG = "start_cmd"
-KERNEL_START_FLAG = "--kernel-start-s="  # the server's one argument (it cannot measure the host itself), on stdin
+KERNEL_START_FLAG = "--kernel-start-s="  # the server's one argument (it cannot measure the host itself)
 
 
 @dataclass
@@ -120,16 +117,11 @@ async def hand_over(started: Started, env_vars: dict[str, str]) -> None:
         output.close()
 
 
-def server_arguments(extra: Iterable[str] = ()) -> str:
-    """The server's arguments as its stdin's first line gives them: its kernel start deadline, scaled now."""
-    return " ".join([f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}", *extra])
-
-
 async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Output:
     """Spawn the server and return once it listens, its output still listened to."""
     record = await box.spawn(
         cmd="/usr/bin/python3",
-        args=["-I", "-c", LOADER],
+        args=["-I", "-c", LOADER, f"{KERNEL_START_FLAG}{scaled(KERNEL_START_S):g}"],
         envs=env_vars,
         cwd="/home/user",
         user="user",
@@ -141,8 +133,7 @@ async def _start(box: Box, env_vars: dict[str, str], close_input: bool) -> Outpu
     ready_s = scaled(READY_TIMEOUT_S)
     try:
         source = SERVER_SOURCE.read_bytes()
-        arguments = server_arguments(box.settings.interpreter_args) + "\n"
-        await box.write_input(record, arguments.encode() + b"%d\n" % len(source) + source, pty=False)
+        await box.write_input(record, b"%d\n" % len(source) + source, pty=False)
         if close_input:
             await box.close_input(record)
         await asyncio.wait_for(output.wait_for(b"ready"), ready_s)

@@ -38,21 +38,11 @@ from jupyter_client.manager import KernelManager  # type: ignore[import-not-foun
 PORT = 49999
 DEFAULT_CWD = "/home/user"
 KERNELS = {"python": "python3"}  # language -> kernel spec; the only kernel this template holds
-# How long a kernel may take to start: the endpoint scales it by the host's slowness (as every deadline that waits on
-# the host) and passes it here (on stdin, the loader's line of arguments: argv).
-KERNEL_START_FLAG = "--kernel-start-s="
-KERNEL_START_S = next(
+KERNEL_START_FLAG = "--kernel-start-s="  # how long a kernel may take to start: the endpoint scales it by the
+KERNEL_START_S = next(  # host's slowness (as every deadline that waits on the host) and passes it here
     (float(arg.removeprefix(KERNEL_START_FLAG)) for arg in sys.argv[1:] if arg.startswith(KERNEL_START_FLAG)), 60.0
 )
-# Output timestamps in nanoseconds since the epoch, as E2B's; `--timestamps-ms` (the interpreter_ms_timestamps quirk)
-# gives milliseconds instead.
-TIMESTAMP_DIVISOR = 1_000_000 if "--timestamps-ms" in sys.argv[1:] else 1
 POLL_S = 0.2  # how often a running cell checks that its client is still there
-# What a kernel runs before its first cell, as E2B's kernels do (their startup scripts import matplotlib's pyplot to
-# render figures): matplotlib's font cache is built then, so a first plot does not get matplotlib's warning about
-# building it (on stderr, when building takes long on a busy host). Sent once the kernel is up and not waited for
-# (a kernel's readiness is not held up by it): a first cell runs after it in the kernel's queue.
-STARTUP = "import matplotlib.pyplot"
 INTERRUPT_EVERY_S = 1.0
 MAX_BODY = 16 << 20
 # Display formats the SDK knows, by MIME type; anything else goes to `extra`.
@@ -123,7 +113,6 @@ class Context:
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=KERNEL_START_S)
-        self.client.execute(STARTUP, silent=True)  # ahead of every cell; its output has no cell to go to
 
     def wait_ready(self) -> None:
         if not self.ready.wait(KERNEL_START_S) or self.failure:
@@ -225,7 +214,7 @@ class Context:
 
 def to_event(kind: str, content: dict) -> dict | None:
     if kind == "stream":
-        return {"type": content["name"], "text": content["text"], "timestamp": time.time_ns() // TIMESTAMP_DIVISOR}
+        return {"type": content["name"], "text": content["text"], "timestamp": time.time_ns()}
     if kind in ("execute_result", "display_data"):
         return {"type": "result", **result_fields(content.get("data", {})), "is_main_result": kind == "execute_result"}
     if kind == "error":

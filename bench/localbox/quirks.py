@@ -76,7 +76,6 @@ class Quirks:
     root_home_of_user: bool = False  # user environment: a command run as root gets the default user's HOME
     upload_replaces_file: bool = False  # replaced-file metadata: an upload over a file makes a new one (mode, links)
     connect_sets_lifetime: bool = False  # lifetime after connect: connecting to a running sandbox leaves it 60 s
-    interpreter_ms_timestamps: bool = False  # units: a code interpreter's output timestamps in ms, not nanoseconds
     # Wire mutations by name (bench/localbox/mutations.py): a middleware changes requests and responses.
     mutations: frozenset[str] = field(default_factory=frozenset)
     # Remote conditions: the N-th command stream of the server's life (0: every one) never ends.
@@ -131,10 +130,6 @@ class Quirks:
         lines = (f"cd {self.cwd_override}",) if self.cwd_override else ()
         # Exported SHELLOPTS hands job control (monitor) down to every bash a command starts.
         return lines + (("set -m", "export SHELLOPTS") if self.kill_leader_only else ())
-
-    def interpreter_args(self) -> tuple[str, ...]:
-        """The code interpreter server's arguments (bench/localbox/codeinterp_server.py) the quirks give it."""
-        return ("--timestamps-ms",) if self.interpreter_ms_timestamps else ()
 
     def hidden_paths(self) -> tuple[str, ...]:
         """Files of the template removed from each sandbox's view of it (an overlay whiteout in that sandbox)."""

@@ -263,7 +263,6 @@ class Registry:
             hidden_paths=q.hidden_paths(),
             upload_truncates_first=q.extra_write_event,
             root_home_of_user=q.root_home_of_user,
-            interpreter_args=q.interpreter_args(),
             limits=Limits(memory_mb=MEMORY_MB, cpu_count=CPU_COUNT, disk_mb=self.config.disk_size_mb),
         )
 

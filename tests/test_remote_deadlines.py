@@ -19,9 +19,9 @@ COMMAND_LINES = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null
 @pytest.fixture
 def host_four_times_slower(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv(slowness.SLOWNESS_ENV, "4")
-    slowness.forget()
+    slowness.slowness.cache_clear()
     yield
-    slowness.forget()  # the next reader measures again, with the variable restored
+    slowness.slowness.cache_clear()  # the next reader measures again, with the variable restored
 
 
 @pytest.mark.usefixtures("host_four_times_slower")

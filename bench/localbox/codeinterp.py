@@ -27,7 +27,7 @@ TEMPLATE_ID = "code-interpreter-v1"
 PORT = 49999
 SERVER_SOURCE = Path(__file__).with_name("codeinterp_server.py")
 READY_TIMEOUT_S = 90.0  # on a quiet host, with room; scaled by the host's slowness
-KERNEL_START_S = 60.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its command line
+KERNEL_START_S = 150.0  # how long the server waits for a kernel on a quiet host; scaled, passed on its command line
 HAND_OVER_S = 10.0  # a warm server sets the sandbox's env vars within this on a quiet host; scaled
 # The source's length, a newline, the source: stdin stays open after it for the endpoint's commands.
 LOADER = (

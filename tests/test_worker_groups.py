@@ -41,19 +41,27 @@ MODULE = textwrap.dedent(f"""
 """)
 
 
-def test_tests_sharing_a_module_fixture_share_one_worker_and_the_rest_are_spread(tmp_path: Path) -> None:
-    (tmp_path / "test_shared_fixture.py").write_text(MODULE)
+def run_on_two_workers(
+    tmp_path: Path, module: str, plugins: tuple[str, ...], kinds: tuple[str, ...]
+) -> dict[str, list[str]]:
+    """Run `module` on two pytest-xdist workers with `plugins` (tests/); which worker noted each of `kinds`."""
+    (tmp_path / "test_module.py").write_text(module)
     setups = tmp_path / "setups.log"
+    loaded = [arg for plugin in (*plugins, "no:cacheprovider") for arg in ("-p", plugin)]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "worker_groups",
-         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", *loaded,
+         "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     lines = [line.split() for line in setups.read_text().splitlines()]
-    workers = {kind: [w for k, w in lines if k == kind] for kind in ("setup", "shared", "lone")}
+    return {kind: [w for k, w in lines if k == kind] for kind in kinds}
+
+
+def test_tests_sharing_a_module_fixture_share_one_worker_and_the_rest_are_spread(tmp_path: Path) -> None:
+    workers = run_on_two_workers(tmp_path, MODULE, ("worker_groups",), ("setup", "shared", "lone"))
     assert len(workers["setup"]) == 1
     assert workers["shared"] == workers["setup"] * SHARED_TESTS
     assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}
@@ -94,18 +102,7 @@ READERS_MODULE = textwrap.dedent(f"""
 
 
 def test_tests_reading_one_shared_result_share_one_worker_which_makes_it_once(tmp_path: Path) -> None:
-    (tmp_path / "test_shared_result.py").write_text(READERS_MODULE)
-    setups = tmp_path / "setups.log"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "worker_groups",
-         "-p", "shared_runs", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = [line.split() for line in setups.read_text().splitlines()]
-    workers = {kind: [w for k, w in lines if k == kind] for kind in ("made", "read", "lone")}
+    workers = run_on_two_workers(tmp_path, READERS_MODULE, ("worker_groups", "shared_runs"), ("made", "read", "lone"))
     assert len(workers["made"]) == 1
     assert workers["read"] == workers["made"] * READERS
     assert len(workers["lone"]) == LONE_TESTS and set(workers["lone"]) == {"gw0", "gw1"}
@@ -139,17 +136,6 @@ UNGROUPED_MODULE = textwrap.dedent(f"""
 
 
 def test_a_shared_result_asked_for_on_two_workers_is_made_once_and_read_by_both(tmp_path: Path) -> None:
-    (tmp_path / "test_ungrouped_result.py").write_text(UNGROUPED_MODULE)
-    setups = tmp_path / "setups.log"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "shared_runs",
-         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path)],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(TESTS), "SETUPS": str(setups)},
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = [line.split() for line in setups.read_text().splitlines()]
-    workers = {kind: [w for k, w in lines if k == kind] for kind in ("made", "read")}
+    workers = run_on_two_workers(tmp_path, UNGROUPED_MODULE, ("shared_runs",), ("made", "read"))
     assert len(workers["made"]) == 1
     assert len(workers["read"]) == LONE_TESTS and set(workers["read"]) == {"gw0", "gw1"}
